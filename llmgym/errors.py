@@ -1,0 +1,81 @@
+"""Exception hierarchy of llmgym.
+
+Every error raised on bad user input derives from :class:`LLMGymError` and from the builtin
+exception a caller would expect (``ConfigError`` is a ``ValueError``, ``BackendError`` a
+``RuntimeError``...), so ``except ValueError`` keeps working for users who do not know llmgym.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LLMGymError",
+    "ConfigError",
+    "InvalidActionError",
+    "InputError",
+    "ModelNotFoundError",
+    "BackendError",
+    "BackendTimeoutError",
+    "CheckpointError",
+    "MissingDependencyError",
+]
+
+
+class LLMGymError(Exception):
+    """Base class of every error raised by llmgym."""
+
+
+class ConfigError(LLMGymError, ValueError):
+    """A configuration value is missing, unknown, of the wrong type or out of range."""
+
+
+class InputError(LLMGymError, ValueError):
+    """Arguments passed to a public function have the wrong type or shape."""
+
+
+class InvalidActionError(LLMGymError, ValueError):
+    """An environment received an action that is not among its valid actions."""
+
+
+class ModelNotFoundError(ConfigError, FileNotFoundError):
+    """No model could be found under the given name; the message lists what was tried."""
+
+
+class BackendError(LLMGymError, RuntimeError):
+    """An LLM server failed; the message carries the server rank and its traceback."""
+
+
+class BackendTimeoutError(BackendError, TimeoutError):
+    """An LLM server did not answer within the configured timeout."""
+
+
+class CheckpointError(LLMGymError, RuntimeError):
+    """A checkpoint is missing, incomplete or incompatible with the current config."""
+
+
+class MissingDependencyError(LLMGymError, ImportError):
+    """An optional dependency is needed for the requested feature; the message names the extra."""
+
+
+def require(module: str, extra: str, feature: str) -> object:
+    """Import an optional dependency or raise a helpful error.
+
+    Args:
+        module: Importable module name, e.g. ``"minigrid"``.
+        extra: The llmgym extra that installs it, e.g. ``"babyai"``.
+        feature: What needs it, used in the message.
+
+    Returns:
+        The imported module.
+
+    Raises:
+        MissingDependencyError: If the module cannot be imported.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"{feature} needs the optional package '{module}', which is not installed. "
+            f"Install it with: pip install 'llmgym[{extra}]'"
+        ) from exc

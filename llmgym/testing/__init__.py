@@ -1,0 +1,11 @@
+"""Offline helpers for tests: tiny models and tokenizers, fake envs, a gloo harness."""
+
+from llmgym.testing.tiny_models import (
+    TINY_CORPUS,
+    save_tiny_model,
+    tiny_causal_lm,
+    tiny_seq2seq_lm,
+    tiny_tokenizer,
+)
+
+__all__ = ["TINY_CORPUS", "save_tiny_model", "tiny_causal_lm", "tiny_seq2seq_lm", "tiny_tokenizer"]

@@ -1,0 +1,45 @@
+"""Shared fixtures: tiny offline models, temporary run folders."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    """A tiny llama-architecture causal LM and its tokenizer (do not mutate: session scoped)."""
+    from llmgym.testing import tiny_causal_lm
+
+    return tiny_causal_lm("llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2():
+    """A tiny GPT-2 causal LM and its tokenizer (session scoped)."""
+    from llmgym.testing import tiny_causal_lm
+
+    return tiny_causal_lm("gpt2")
+
+
+@pytest.fixture(scope="session")
+def tiny_t5():
+    """A tiny T5 seq2seq LM and its tokenizer (session scoped)."""
+    from llmgym.testing import tiny_seq2seq_lm
+
+    return tiny_seq2seq_lm()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A folder holding a saved tiny llama model + tokenizer, loadable by path."""
+    from llmgym.testing import save_tiny_model
+
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-llama"))

@@ -1,0 +1,30 @@
+"""RL algorithms for LLM agents: advantages, losses and rollout storage (pure parts)."""
+
+from llmgym.algorithms.advantages import compute_gae, compute_token_gae, whiten
+from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
+from llmgym.algorithms.losses import (
+    a2c_policy_loss,
+    categorical_entropy,
+    categorical_log_prob,
+    kl_estimate,
+    masked_mean,
+    pad_candidate_scores,
+    ppo_policy_loss,
+    value_loss,
+)
+
+__all__ = [
+    "RolloutBatch",
+    "RolloutBuffer",
+    "a2c_policy_loss",
+    "categorical_entropy",
+    "categorical_log_prob",
+    "compute_gae",
+    "compute_token_gae",
+    "kl_estimate",
+    "masked_mean",
+    "pad_candidate_scores",
+    "ppo_policy_loss",
+    "value_loss",
+    "whiten",
+]

@@ -1,0 +1,121 @@
+"""Registration of every llmgym env with Gymnasium under the ``llmgym/`` namespace.
+
+Entry points are strings, so registering imports neither minigrid nor torch: ``import llmgym``
+stays light and an env's module loads on its first :func:`gymnasium.make`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["register_envs", "list_envs", "ENV_SPECS", "EnvEntry"]
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """One registered env.
+
+    Attributes:
+        id: Gymnasium id, ``llmgym/<Name>-v0``.
+        entry_point: ``"module:Class"`` string.
+        description: One line shown by ``llmgym envs``.
+        kwargs: Constructor arguments.
+        max_episode_steps: Time limit added by :func:`gymnasium.make`, if any.
+    """
+
+    id: str
+    entry_point: str
+    description: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    max_episode_steps: int | None = None
+
+
+_BABYAI = "llmgym.envs.babyai_text:BabyAITextEnv"
+_TOY = "llmgym.envs.toy_text"
+_SYN = "llmgym.envs.synthetic"
+
+# Kept in sync with llmgym.envs.babyai_text.LEVELS and GLAM_TRAIN_LEVELS (a test checks it); not
+# imported from there so that registering does not import minigrid's wrapper module.
+_BABYAI_LEVELS: dict[str, str] = {
+    "GoToRedBall": "go to the red ball, among distractors, in one room",
+    "GoToRedBallNoDists": "go to the red ball, alone in one room",
+    "GoToObj": "go to the only object in one room",
+    "GoToLocal": "go to an object among distractors in one room",
+    "PickupLocal": "pick up an object among distractors in one room",
+    "PutNextLocal": "put an object next to another in one room",
+    "OpenDoor": "open a door described by its color or location",
+    "Open": "open a door in a 3x3 maze of rooms",
+    "UnlockLocal": "fetch the key and open the locked door of the room",
+    "PickUpSeqGoTo": "pick up an object, then go to another (GLAM's sequence task)",
+    "GoTo": "go to an object in a 3x3 maze of rooms",
+    "Pickup": "pick up an object in a 3x3 maze of rooms",
+}
+_GLAM_TRAIN = ("GoToLocal", "PickupLocal", "PutNextLocal", "UnlockLocal", "PickUpSeqGoTo")
+
+ENV_SPECS: tuple[EnvEntry, ...] = (
+    *(
+        EnvEntry(f"llmgym/BabyAI-Text-{level}-v0", _BABYAI, f"BabyAI-Text: {text}.", {"level": level})
+        for level, text in _BABYAI_LEVELS.items()
+    ),
+    EnvEntry(
+        "llmgym/BabyAI-Text-MixedTrain-v0",
+        _BABYAI,
+        "BabyAI-Text: GLAM's training mix, one of go to / pick up / put next / unlock / pick up then go to per episode.",
+        {"level": list(_GLAM_TRAIN)},
+    ),
+    EnvEntry("llmgym/Blackjack-Text-v0", f"{_TOY}:BlackjackTextEnv", "Blackjack in words: hit or stay against the dealer."),
+    EnvEntry(
+        "llmgym/FrozenLake-Text-v0",
+        f"{_TOY}:FrozenLakeTextEnv",
+        "FrozenLake 4x4 in words: walk to the goal without falling into a hole.",
+        max_episode_steps=100,
+    ),
+    EnvEntry(
+        "llmgym/Taxi-Text-v0",
+        f"{_TOY}:TaxiTextEnv",
+        "Taxi in words: pick up the passenger and drop them at their destination.",
+        max_episode_steps=200,
+    ),
+    EnvEntry(
+        "llmgym/CliffWalking-Text-v0",
+        f"{_TOY}:CliffWalkingTextEnv",
+        "CliffWalking in words: reach the goal along the cliff without falling.",
+        max_episode_steps=200,
+    ),
+    EnvEntry(
+        "llmgym/TextGen-v0",
+        "llmgym.envs.generation:TextGenEnv",
+        "Text generation: complete a prompt from a datapool, scored by a reward function.",
+    ),
+    EnvEntry("llmgym/EchoWord-v0", f"{_SYN}:EchoWordEnv", "Say the word you are shown (one step, reward 1 if right)."),
+    EnvEntry(
+        "llmgym/Countdown-v0",
+        f"{_SYN}:CountdownEnv",
+        "Repeat the named action 3 times in a row (sparse reward at the end).",
+    ),
+    EnvEntry(
+        "llmgym/ConstantReward-v0",
+        f"{_SYN}:ConstantRewardEnv",
+        "Reward 1 at every step, truncated after 10 steps (value checks).",
+    ),
+)
+
+
+def register_envs() -> None:
+    """Register every llmgym env with Gymnasium (idempotent: registered ids are skipped)."""
+    for entry in ENV_SPECS:
+        if entry.id not in gym.registry:
+            gym.register(
+                id=entry.id,
+                entry_point=entry.entry_point,
+                kwargs=dict(entry.kwargs),
+                max_episode_steps=entry.max_episode_steps,
+            )
+
+
+def list_envs() -> list[tuple[str, str]]:
+    """Return ``(id, one-line description)`` of every llmgym env, in registration order."""
+    return [(entry.id, entry.description) for entry in ENV_SPECS]

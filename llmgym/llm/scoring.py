@@ -1,0 +1,302 @@
+"""log p(candidate | context) and hidden states, with each context computed once.
+
+Causal models: each context and its candidates form one packed row (shared prefix once, then the
+candidates' own tokens) run in a single forward pass with a prefix-sharing 4D attention mask and
+explicit position ids (see :mod:`llmgym.llm.layout`). The backbone runs without its LM head; the
+head is applied only to the (deduplicated) positions that predict candidate tokens.
+
+Seq2seq models: the encoder runs once per context; the decoder scores all candidates of all
+contexts in one batch against the (index-selected) encoder states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from llmgym.llm.layout import ItemSpec, collate_rows, pack_item, plan_minibatches, prefix_sharing_mask
+from llmgym.llm.tokenization import TextEncoder, model_window
+from llmgym.llm.validation import check_candidates, check_contexts, check_minibatch_size, check_normalize
+
+__all__ = [
+    "ForwardOutputs",
+    "Minibatch",
+    "gather_logprobs",
+    "reduce_token_scores",
+    "split_causal_lm",
+    "forward_items",
+    "score_items",
+    "score",
+]
+
+
+@dataclass
+class Minibatch:
+    """What one forward pass computed, as module functions see it.
+
+    Attributes:
+        item_indices: Index of each item (context or sample) in the caller's lists.
+        tokenized_contexts: Token ids of each context (with special tokens).
+        candidate_counts: Number of candidates of each item.
+        state_counts: Number of rows of ``ForwardOutputs.context_hidden`` of each item (1 per
+            context in ``forward``; one per completion token in ``token_logprobs``).
+        input_ids: ``[R, L]`` packed input ids (causal) or encoder ids (seq2seq).
+        position_ids: ``[R, L]`` explicit positions (causal) or ``None``.
+    """
+
+    item_indices: list[int]
+    tokenized_contexts: list[list[int]]
+    candidate_counts: list[int]
+    state_counts: list[int]
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor | None
+
+
+@dataclass
+class ForwardOutputs:
+    """Hidden states and log-probs of one forward pass.
+
+    Attributes:
+        hidden_states: ``[R, L, H]`` last-layer hidden states of the packed rows (causal) or of the
+            encoder (seq2seq).
+        context_hidden: ``[S, H]`` one row per state: the last token of each context, or (token
+            mode) the position that predicts each completion token.
+        candidate_hidden: ``[C, H]`` hidden state at the last token of each candidate, all
+            candidates of the minibatch in order.
+        token_logprobs: ``[N]`` log-prob of every scored candidate token, candidates in order.
+        token_counts: Number of scored tokens of each candidate (sums to ``N``).
+    """
+
+    hidden_states: torch.Tensor
+    context_hidden: torch.Tensor
+    candidate_hidden: torch.Tensor
+    token_logprobs: torch.Tensor
+    token_counts: list[int]
+
+
+def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Log-softmax of logits (in fp32) gathered at target ids.
+
+    Args:
+        logits: ``[N, V]`` unnormalised scores.
+        targets: ``[N]`` token ids.
+
+    Returns:
+        ``[N]`` float32 log-probs.
+    """
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+
+
+def reduce_token_scores(token_logprobs: torch.Tensor, token_counts: Sequence[int], normalize: str) -> torch.Tensor:
+    """Sum (or average) per-token log-probs into one score per candidate.
+
+    Args:
+        token_logprobs: ``[N]`` log-probs of all candidate tokens, candidates in order.
+        token_counts: Tokens of each candidate (``C`` entries summing to ``N``, each > 0).
+        normalize: ``"sum"`` or ``"mean"``.
+
+    Returns:
+        ``[C]`` scores.
+    """
+    counts = torch.tensor(list(token_counts), dtype=torch.long, device=token_logprobs.device)
+    owner = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
+    totals = torch.zeros(len(counts), dtype=token_logprobs.dtype, device=token_logprobs.device)
+    totals = totals.index_add(0, owner, token_logprobs)
+    return totals / counts.to(totals.dtype) if normalize == "mean" else totals
+
+
+def split_causal_lm(model: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The backbone (no LM head) and the LM head of a causal LM, PEFT-wrapped or not."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(base, base.base_model_prefix), base.get_output_embeddings()
+
+
+def _forward_causal(model: Any, items: Sequence[ItemSpec], pad_token_id: int, token_mode: bool) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor]:
+    backbone, head = split_causal_lm(model)
+    device = next(model.parameters()).device
+    rows = [pack_item(item) for item in items]
+    batch = collate_rows(rows, pad_token_id, device)
+    dtype = head.weight.dtype
+    mask = prefix_sharing_mask(batch, dtype)
+    hidden = backbone(
+        input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=False
+    ).last_hidden_state
+    length = hidden.shape[1]
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    predict: list[int] = []
+    targets: list[int] = []
+    counts: list[int] = []
+    last: list[int] = []
+    states: list[int] = []
+    for r, (item, row) in enumerate(zip(items, rows)):
+        base = r * length + batch.pad[r]
+        for j, (ids, start) in enumerate(zip(item.candidate_ids, item.candidate_starts)):
+            positions = [base + row.locate(j + 1, i - 1) for i in range(start, len(ids))]
+            predict.extend(positions)
+            targets.extend(ids[start:])
+            counts.append(len(ids) - start)
+            last.append(base + row.locate(j + 1, len(ids) - 1))
+            if token_mode:
+                states.extend(positions)
+        if not token_mode:
+            states.append(base + row.locate(0, len(item.context_ids) - 1))
+    index = torch.tensor(predict, dtype=torch.long, device=device)
+    unique, inverse = torch.unique(index, return_inverse=True)
+    logits = head(flat[unique])
+    target = torch.tensor(targets, dtype=torch.long, device=device)
+    logprobs = torch.log_softmax(logits.float(), dim=-1)[inverse, target]
+    outputs = ForwardOutputs(
+        hidden_states=hidden,
+        context_hidden=flat[torch.tensor(states, dtype=torch.long, device=device)],
+        candidate_hidden=flat[torch.tensor(last, dtype=torch.long, device=device)],
+        token_logprobs=logprobs,
+        token_counts=counts,
+    )
+    return outputs, batch.input_ids, batch.position_ids
+
+
+def _forward_seq2seq(model: Any, items: Sequence[ItemSpec], pad_token_id: int, token_mode: bool) -> tuple[ForwardOutputs, torch.Tensor, None]:
+    from transformers.modeling_outputs import BaseModelOutput
+
+    device = next(model.parameters()).device
+    width = max(len(item.context_ids) for item in items)
+    enc_ids = torch.tensor(
+        [[pad_token_id] * (width - len(it.context_ids)) + it.context_ids for it in items], dtype=torch.long, device=device
+    )
+    enc_mask = torch.tensor(
+        [[0] * (width - len(it.context_ids)) + [1] * len(it.context_ids) for it in items], dtype=torch.long, device=device
+    )
+    encoded = model.get_encoder()(input_ids=enc_ids, attention_mask=enc_mask).last_hidden_state
+    owners = [r for r, item in enumerate(items) for _ in item.candidate_ids]
+    sequences = [ids for item in items for ids in item.candidate_ids]
+    hidden_size = encoded.shape[-1]
+    if not sequences:
+        empty = encoded.new_zeros((0, hidden_size))
+        outputs = ForwardOutputs(encoded, encoded[:, -1], empty, encoded.new_zeros((0,)).float(), [])
+        return outputs, enc_ids, None
+    start_id = model.config.decoder_start_token_id
+    dec_len = max(len(s) for s in sequences) + 1
+    dec_ids = torch.tensor([[start_id, *s] + [pad_token_id] * (dec_len - 1 - len(s)) for s in sequences], device=device)
+    dec_mask = torch.tensor([[1] * (len(s) + 1) + [0] * (dec_len - 1 - len(s)) for s in sequences], device=device)
+    select = torch.tensor(owners, dtype=torch.long, device=device)
+    out = model(
+        encoder_outputs=BaseModelOutput(last_hidden_state=encoded.index_select(0, select)),
+        attention_mask=enc_mask.index_select(0, select),
+        decoder_input_ids=dec_ids,
+        decoder_attention_mask=dec_mask,
+        output_hidden_states=True,
+        use_cache=False,
+    )
+    decoder_hidden = out.decoder_hidden_states[-1]
+    rows = torch.cat([torch.full((len(s),), c, dtype=torch.long) for c, s in enumerate(sequences)]).to(device)
+    cols = torch.cat([torch.arange(len(s)) for s in sequences]).to(device)
+    target = torch.tensor([t for s in sequences for t in s], dtype=torch.long, device=device)
+    logprobs = gather_logprobs(out.logits[rows, cols], target)
+    lengths = torch.tensor([len(s) for s in sequences], device=device)
+    last = decoder_hidden[torch.arange(len(sequences), device=device), lengths]
+    context_hidden = decoder_hidden[rows, cols] if token_mode else encoded[:, -1]
+    outputs = ForwardOutputs(encoded, context_hidden, last, logprobs, [len(s) for s in sequences])
+    return outputs, enc_ids, None
+
+
+def forward_items(
+    model: Any, items: Sequence[ItemSpec], pad_token_id: int, *, is_seq2seq: bool, token_mode: bool = False
+) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor | None]:
+    """Run one forward pass over items (under the caller's grad mode).
+
+    Args:
+        model: A transformers causal or seq2seq LM (optionally PEFT-wrapped).
+        items: The contexts and candidates, as token ids.
+        pad_token_id: Id used on padding positions.
+        is_seq2seq: Whether the model is an encoder-decoder.
+        token_mode: States are the positions predicting each candidate token instead of the last
+            context token (used by ``token_logprobs``).
+
+    Returns:
+        ``(outputs, input_ids [R, L], position_ids [R, L] or None)``.
+    """
+    run = _forward_seq2seq if is_seq2seq else _forward_causal
+    return run(model, items, pad_token_id, token_mode)
+
+
+def score_items(
+    model: Any,
+    items: Sequence[ItemSpec],
+    pad_token_id: int,
+    *,
+    is_seq2seq: bool,
+    normalize: str = "sum",
+    minibatch_size: int = 64,
+) -> list[torch.Tensor]:
+    """Score tokenized items in minibatches, without gradients.
+
+    Args:
+        model: A transformers causal or seq2seq LM.
+        items: The contexts and candidates, as token ids.
+        pad_token_id: Id used on padding positions.
+        is_seq2seq: Whether the model is an encoder-decoder.
+        normalize: ``"sum"`` or ``"mean"`` over candidate tokens.
+        minibatch_size: Maximum number of context-candidate sequences per forward pass.
+
+    Returns:
+        Per item, a float32 CPU tensor ``[k]`` of candidate log-probs.
+    """
+    results: list[torch.Tensor] = [torch.zeros(0) for _ in items]
+    lengths = [len(pack_item(item).input_ids) for item in items]
+    plans = plan_minibatches([len(item.candidate_ids) for item in items], lengths, minibatch_size)
+    with torch.inference_mode():
+        for plan in plans:
+            chosen = [items[i] for i in plan if items[i].candidate_ids]
+            if not chosen:
+                continue
+            outputs, _, _ = forward_items(model, chosen, pad_token_id, is_seq2seq=is_seq2seq)
+            scores = reduce_token_scores(outputs.token_logprobs, outputs.token_counts, normalize).cpu()
+            for index, part in zip([i for i in plan if items[i].candidate_ids], scores.split([len(c.candidate_ids) for c in chosen])):
+                results[index] = part.clone()
+    return results
+
+
+def score(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[str],
+    candidates: Sequence[Sequence[str]],
+    *,
+    normalize: str = "sum",
+    add_eos: bool = False,
+    minibatch_size: int = 64,
+    max_context_tokens: int | None = None,
+    context_overflow: str = "truncate_left",
+) -> list[torch.Tensor]:
+    """log p(candidate | context) for every candidate of every context.
+
+    Args:
+        model: A transformers causal or seq2seq LM.
+        tokenizer: Its fast tokenizer.
+        contexts: ``B`` context strings.
+        candidates: For each context, ``k_i >= 0`` non-empty candidate strings.
+        normalize: ``"sum"`` (log-prob of the whole candidate) or ``"mean"`` (per token).
+        add_eos: Score candidate + EOS (the completed action) instead of the candidate as a prefix.
+        minibatch_size: Maximum number of context-candidate sequences per forward pass.
+        max_context_tokens: Longest context in tokens; defaults to the model window.
+        context_overflow: ``"truncate_left"`` (warn) or ``"error"`` for longer contexts.
+
+    Returns:
+        Per context, a float32 CPU tensor ``[k_i]``.
+
+    Raises:
+        InputError: On malformed inputs or contexts too long with ``context_overflow="error"``.
+    """
+    contexts = check_contexts(contexts)
+    groups = check_candidates(candidates, len(contexts))
+    normalize = check_normalize(normalize)
+    minibatch_size = check_minibatch_size(minibatch_size)
+    is_seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+    window = model_window(model.config)
+    encoder = TextEncoder(tokenizer, is_seq2seq, max_context_tokens or window, context_overflow, window)
+    items = encoder.encode_items(encoder.fit_contexts(contexts), groups, add_eos)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return score_items(model, items, pad, is_seq2seq=is_seq2seq, normalize=normalize, minibatch_size=minibatch_size)

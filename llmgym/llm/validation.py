@@ -1,0 +1,134 @@
+"""Checks of the arguments of the public LLM methods, with errors that say how to fix them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from llmgym.errors import InputError
+
+__all__ = ["check_contexts", "check_candidates", "check_normalize", "check_minibatch_size", "check_token_ids"]
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_contexts(contexts: Any, name: str = "contexts") -> list[str]:
+    """Check that ``contexts`` is a list of strings.
+
+    Args:
+        contexts: The value passed by the caller.
+        name: Parameter name used in the message.
+
+    Returns:
+        The contexts as a list.
+
+    Raises:
+        InputError: If it is a single string, not a sequence, or holds a non-string.
+    """
+    if isinstance(contexts, str):
+        raise InputError(
+            f"{name} must be a list of strings, got a single string {_preview(contexts)}; wrap it: [{name[:-1]}]."
+        )
+    if not isinstance(contexts, Sequence):
+        raise InputError(f"{name} must be a list of strings, got {type(contexts).__name__}: {_preview(contexts)}.")
+    for index, context in enumerate(contexts):
+        if not isinstance(context, str):
+            raise InputError(
+                f"{name}[{index}] must be a string, got {type(context).__name__}: {_preview(context)}; "
+                "pass text (format observations into prompts first)."
+            )
+    return list(contexts)
+
+
+def check_candidates(candidates: Any, num_contexts: int) -> list[list[str]]:
+    """Check that ``candidates`` holds one list of non-empty strings per context.
+
+    Args:
+        candidates: The value passed by the caller.
+        num_contexts: Number of contexts it must match.
+
+    Returns:
+        The candidates as a list of lists.
+
+    Raises:
+        InputError: On a length mismatch, a bare string instead of a list, a non-string or an
+            empty candidate.
+    """
+    if isinstance(candidates, str) or not isinstance(candidates, Sequence):
+        raise InputError(
+            f"candidates must be a list with one list of strings per context, got {_preview(candidates)}."
+        )
+    if len(candidates) != num_contexts:
+        raise InputError(
+            f"candidates has {len(candidates)} entries but there are {num_contexts} contexts; "
+            "give one list of candidate strings per context."
+        )
+    checked: list[list[str]] = []
+    for i, group in enumerate(candidates):
+        if isinstance(group, str) or not isinstance(group, Sequence):
+            raise InputError(
+                f"candidates[{i}] must be a list of strings, got {_preview(group)}; "
+                f"for a single candidate write [[{_preview(group)}]]."
+            )
+        for j, candidate in enumerate(group):
+            if not isinstance(candidate, str):
+                raise InputError(
+                    f"candidates[{i}][{j}] must be a string, got {type(candidate).__name__}: {_preview(candidate)}."
+                )
+            if candidate == "":
+                raise InputError(
+                    f"candidates[{i}][{j}] is an empty string, which has no tokens to score; remove it "
+                    "or use add_eos=True with a non-empty candidate."
+                )
+        checked.append(list(group))
+    return checked
+
+
+def check_normalize(normalize: Any) -> str:
+    """Check the ``normalize`` option of ``score``: ``"sum"`` or ``"mean"``."""
+    if normalize not in ("sum", "mean"):
+        raise InputError(f"normalize={normalize!r} is not supported; use 'sum' (log-prob) or 'mean' (per token).")
+    return str(normalize)
+
+
+def check_minibatch_size(minibatch_size: Any) -> int:
+    """Check that ``minibatch_size`` is a positive integer."""
+    if isinstance(minibatch_size, bool) or not isinstance(minibatch_size, int) or minibatch_size < 1:
+        raise InputError(f"minibatch_size={minibatch_size!r} must be a positive integer (sequences per forward).")
+    return minibatch_size
+
+
+def check_token_ids(prompt_ids: Any, completion_ids: Any) -> tuple[list[list[int]], list[list[int]]]:
+    """Check prompt and completion token ids of ``token_logprobs``.
+
+    Args:
+        prompt_ids: One list of token ids per sample.
+        completion_ids: One non-empty list of token ids per sample.
+
+    Returns:
+        Both as lists of lists of ints.
+
+    Raises:
+        InputError: On a length mismatch, an empty prompt or completion, or a non-integer id.
+    """
+    for name, value in (("prompt_ids", prompt_ids), ("completion_ids", completion_ids)):
+        if not isinstance(value, Sequence) or any(not isinstance(v, Sequence) for v in value):
+            raise InputError(f"{name} must be a list of lists of token ids, got {_preview(value)}.")
+    if len(prompt_ids) != len(completion_ids):
+        raise InputError(
+            f"prompt_ids has {len(prompt_ids)} samples but completion_ids has {len(completion_ids)}; "
+            "give one completion per prompt."
+        )
+    prompts = [[int(t) for t in p] for p in prompt_ids]
+    completions = [[int(t) for t in c] for c in completion_ids]
+    for index, (prompt, completion) in enumerate(zip(prompts, completions)):
+        if not prompt or not completion:
+            which = "prompt_ids" if not prompt else "completion_ids"
+            raise InputError(
+                f"{which}[{index}] is empty; every sample needs at least one prompt token "
+                "(e.g. BOS) and one completion token."
+            )
+    return prompts, completions

@@ -1,0 +1,461 @@
+"""The RL client's side of the distributed backend: one object with the backend API, N servers behind it.
+
+:class:`DistributedLLM` holds one control connection per LLM server. ``score``, ``forward``,
+``generate`` and ``token_logprobs`` split their batch across the servers (balanced by size, see
+:mod:`~llmgym.llm.distributed.balance`) and return the answers in the original order; ``update``
+sends every server its share with ``_current_batch_ids`` (the indices of its share in the batch)
+plus the full keyword arguments, and returns one result per server. Every wait is bounded: a
+server must answer or send a heartbeat at least every ``timeout_s`` seconds, and a closed
+connection (a dead server) is reported at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import Connection, Listener, wait
+from typing import Any
+
+from llmgym.errors import BackendError, BackendTimeoutError, InputError
+from llmgym.llm.distributed import transport
+from llmgym.llm.distributed.balance import context_costs, gather_in_order, split_balanced
+from llmgym.llm.distributed.placement import Placement, assign_gpus, visible_gpus
+
+__all__ = ["BackendFactory", "DistributedLLM", "ServerInfo"]
+
+#: Builds a server's backend (e.g. a ``LocalLLM``) on that server's devices; pickled with cloudpickle.
+BackendFactory = Callable[[Placement], Any]
+
+_CLOSE_GRACE_S = 10.0
+#: Relative tolerance when comparing the servers' weight fingerprints after an update.
+_FINGERPRINT_RTOL = 1e-5
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """Where one LLM server runs (for error messages).
+
+    Attributes:
+        rank: Server rank.
+        host: Host name of its machine.
+        pid: Its process id on that machine.
+    """
+
+    rank: int
+    host: str
+    pid: int
+
+
+class DistributedLLM:
+    """The distributed backend: the same methods as ``LocalLLM``, served by N server processes.
+
+    Build one with :meth:`spawn` (servers as child processes of this one, no launcher needed) or
+    :meth:`connect` (servers started by ``llmgym launch``, possibly on other machines).
+
+    Args:
+        listener: The listening control socket (closed once every server is connected).
+        factory: Builds each server's backend from its :class:`Placement`.
+        num_servers: Number of servers expected to connect.
+        timeout_s: Longest silence tolerated from a working server, and the deadline of the
+            start (connection and model loading with heartbeats) and of collectives.
+        processes: The server processes when this client started them (terminated by
+            :meth:`close`); empty when a launcher owns them.
+    """
+
+    def __init__(
+        self,
+        listener: Listener,
+        factory: BackendFactory,
+        num_servers: int,
+        timeout_s: float,
+        processes: Sequence[subprocess.Popen[bytes]] = (),
+    ) -> None:
+        self.timeout_s = timeout_s
+        self._processes = list(processes)
+        self._conns: list[Connection] = []
+        self._servers: list[ServerInfo] = []
+        self._request_ids = itertools.count(1)
+        self._broken: str | None = None
+        self._closed = False
+        self._store: Any = None
+        try:
+            self._start(listener, factory, num_servers)
+        except BaseException:
+            self.close()
+            raise
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def spawn(
+        cls,
+        factory: BackendFactory,
+        num_servers: int,
+        *,
+        timeout_s: float = 60.0,
+        model_parallelism_size: int = 1,
+        host: str = "127.0.0.1",
+    ) -> DistributedLLM:
+        """Start ``num_servers`` server processes on this machine and connect to them.
+
+        Args:
+            factory: Builds a server's backend; must be picklable with cloudpickle.
+            num_servers: Number of LLM servers.
+            timeout_s: See the class docstring.
+            model_parallelism_size: GPUs per server.
+            host: Address the control socket binds to.
+
+        Returns:
+            The connected backend.
+
+        Raises:
+            ConfigError: When the servers need more GPUs than are visible.
+            BackendError: When a server fails to start (with its traceback).
+        """
+        blocks = assign_gpus(num_servers, model_parallelism_size, visible_gpus())
+        listener = transport.listen(host, 0, transport.authkey_from_env())
+        address = f"{host}:{listener.address[1]}"
+        processes = [
+            _start_server(address, rank, gpus, timeout_s) for rank, gpus in enumerate(blocks)
+        ]
+        return cls(listener, factory, num_servers, timeout_s, processes)
+
+    @classmethod
+    def connect(
+        cls, factory: BackendFactory, num_servers: int, *, host: str, port: int, timeout_s: float = 60.0
+    ) -> DistributedLLM:
+        """Serve ``num_servers`` servers started by ``llmgym launch``: listen on ``host:port``.
+
+        Raises:
+            BackendError: When the address cannot be bound or a server fails to start.
+            BackendTimeoutError: When not every server connected within ``timeout_s``.
+        """
+        listener = transport.listen(host, port, transport.authkey_from_env())
+        return cls(listener, factory, num_servers, timeout_s)
+
+    def _start(self, listener: Listener, factory: BackendFactory, num_servers: int) -> None:
+        import cloudpickle
+
+        host = listener.address[0]
+        try:
+            conns = transport.accept(listener, num_servers, self.timeout_s, self._check_processes)
+        finally:
+            listener.close()
+        hellos = [transport.recv(conn) for conn in conns]
+        by_rank = sorted(zip(hellos, conns), key=lambda pair: int(pair[0][1]))
+        ranks = [int(hello[1]) for hello, _ in by_rank]
+        if ranks != list(range(num_servers)):
+            for conn in conns:
+                conn.close()
+            raise BackendError(
+                f"the LLM servers that connected have ranks {ranks}, expected 0..{num_servers - 1}; every "
+                "node's `llmgym launch` must use the same --llm-processes and --nnodes and its own --node-rank."
+            )
+        self._conns = [conn for _, conn in by_rank]
+        self._servers = [ServerInfo(int(h[1]), str(h[2]), int(h[3])) for h, _ in by_rank]
+        store_address = None
+        if num_servers > 1:
+            import torch.distributed as dist
+
+            self._store = dist.TCPStore(
+                host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=self.timeout_s)
+            )
+            store_address = (host, self._store.port)
+        payload = cloudpickle.dumps(factory)
+        for conn in self._conns:
+            transport.send(conn, ("init", payload, store_address, num_servers))
+        self._gather(0, "start", range(num_servers), expect="ready")
+
+    # ----------------------------------------------------------------- backend API
+    @property
+    def num_servers(self) -> int:
+        """Number of LLM servers."""
+        return len(self._conns)
+
+    @property
+    def servers(self) -> list[ServerInfo]:
+        """Rank, host and process id of each server."""
+        return list(self._servers)
+
+    def score(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any) -> list[Any]:
+        """Log-probabilities of the candidates, one tensor per context, in the order given."""
+        _check_lengths("score", contexts, candidates)
+        return self._split_call("score", contexts, candidates, (), kwargs)
+
+    def forward(
+        self, keys: Sequence[str], contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, Any]]:
+        """Module-function outputs, one dict per context, in the order given."""
+        if candidates is not None:
+            _check_lengths("forward", contexts, candidates)
+        return self._split_call("forward", contexts, candidates, (list(keys),), kwargs)
+
+    def generate(self, contexts: Sequence[str], **kwargs: Any) -> list[Any]:
+        """Generations per context (per returned sequence), in the order given."""
+        return self._split_call("generate", contexts, None, (), kwargs)
+
+    def token_logprobs(
+        self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], **kwargs: Any
+    ) -> list[Any]:
+        """Per-token log-probabilities of completions given prompts, in the order given."""
+        _check_lengths("token_logprobs", prompt_ids, completion_ids, "completion_ids")
+        costs = [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)]
+        shares = split_balanced(costs, self.num_servers)
+        calls = {
+            rank: ("token_logprobs", ([list(prompt_ids[i]) for i in idx], [list(completion_ids[i]) for i in idx]), kwargs)
+            for rank, idx in enumerate(shares)
+            if idx
+        }
+        results = self._request(calls)
+        return gather_in_order([shares[r] for r in calls], [results[r] for r in calls], len(prompt_ids))
+
+    def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any) -> list[Any]:
+        """Run the Updater on every server with its share of the batch; one result per server.
+
+        Every server is called, also one with an empty share (it must still join the gradient
+        all-reduce, with weight 0). Each gets the full ``kwargs`` and ``_current_batch_ids``, the
+        positions of its contexts in the batch, to pick its rows of per-sample data.
+
+        Raises:
+            BackendError: When a server fails, or the servers' weights differ after the update
+                (an Updater that does not call ``self.llm.sync_gradients(n)`` before stepping).
+        """
+        _check_lengths("update", contexts, candidates)
+        if "_current_batch_ids" in kwargs:
+            raise InputError("update(): _current_batch_ids is set by the distributed backend; do not pass it.")
+        shares = split_balanced(context_costs(contexts, candidates), self.num_servers)
+        calls = {
+            rank: (
+                "update",
+                ([contexts[i] for i in idx], [candidates[i] for i in idx]),
+                {**kwargs, "_current_batch_ids": idx},
+            )
+            for rank, idx in enumerate(shares)
+        }
+        results = self._request(calls, collective=True)
+        prints = [results[rank][1] for rank in range(self.num_servers)]
+        if not all(_close(prints[0], other) for other in prints[1:]):
+            self._broken = (
+                "the servers' trainable weights differ after update() (fingerprints "
+                f"{prints}); the Updater must call self.llm.sync_gradients(num_samples) after backward "
+                "and before its optimizer step"
+            )
+            raise BackendError(self._broken + ".")
+        return [results[rank][0] for rank in range(self.num_servers)]
+
+    def save(self, path: str) -> Any:
+        """Save the trainable state from server 0 (all servers hold the same weights)."""
+        return self._request({0: ("save", (path,), {})})[0]
+
+    def load(self, path: str) -> None:
+        """Load trainable state on every server."""
+        self._request({rank: ("load", (path,), {}) for rank in range(self.num_servers)}, collective=True)
+
+    def trainable_parameters(self) -> list[Any]:
+        """CPU copies of server 0's trainable parameters (they are not the servers' tensors)."""
+        return list(self._request({0: ("trainable_parameters", (), {})})[0])
+
+    def parameters_of(self, rank: int) -> list[Any]:
+        """CPU copies of the trainable parameters of server ``rank`` (to check they agree)."""
+        if not 0 <= rank < self.num_servers:
+            raise InputError(f"parameters_of(rank={rank}): expected a server rank in [0, {self.num_servers}).")
+        return list(self._request({rank: ("trainable_parameters", (), {})})[rank])
+
+    def close(self) -> None:
+        """Stop every server (and, for spawned ones, the processes); safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        for conn in self._conns:
+            with contextlib.suppress(OSError, ValueError):
+                transport.send(conn, ("close",))
+        deadline = time.monotonic() + _CLOSE_GRACE_S
+        pending = list(self._conns)
+        while pending and time.monotonic() < deadline:
+            for conn in wait(pending, timeout=max(0.0, deadline - time.monotonic())):
+                try:
+                    if transport.recv(conn)[0] == "closed":
+                        pending.remove(conn)
+                except (EOFError, OSError):
+                    pending.remove(conn)
+        for conn in self._conns:
+            conn.close()
+        _stop_processes(self._processes, max(0.0, deadline - time.monotonic()))
+        self._store = None
+
+    def __enter__(self) -> DistributedLLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    # ----------------------------------------------------------------- dispatch
+    def _split_call(
+        self,
+        method: str,
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]] | None,
+        leading: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> list[Any]:
+        shares = split_balanced(context_costs(contexts, candidates), self.num_servers)
+        calls = {}
+        for rank, idx in enumerate(shares):
+            if not idx:
+                continue
+            args: tuple[Any, ...] = (*leading, [contexts[i] for i in idx])
+            if candidates is not None:
+                args = (*args, [list(candidates[i]) for i in idx])
+            calls[rank] = (method, args, kwargs)
+        results = self._request(calls)
+        return gather_in_order([shares[r] for r in calls], [results[r] for r in calls], len(contexts))
+
+    def _request(
+        self, calls: dict[int, tuple[str, tuple[Any, ...], dict[str, Any]]], collective: bool = False
+    ) -> dict[int, Any]:
+        if self._closed:
+            raise BackendError("this distributed LLM is closed; create a new LLM to keep going.")
+        if self._broken is not None:
+            raise BackendError(
+                f"this distributed LLM cannot be used any more: {self._broken}. Close it and create a new LLM."
+            )
+        request_id = next(self._request_ids)
+        method = next(iter(calls.values()))[0] if calls else "nothing"
+        for rank, (name, args, kwargs) in calls.items():
+            try:
+                transport.send(self._conns[rank], ("call", request_id, name, args, kwargs))
+            except (OSError, ValueError) as exc:
+                raise self._fail(self._dead(rank, method, exc)) from exc
+        try:
+            return self._gather(request_id, method, calls.keys())
+        except BackendError as exc:
+            if collective or not isinstance(exc, _ServerRaised):
+                self._fail(exc)
+            raise
+
+    def _gather(self, request_id: int, method: str, ranks: Any, expect: str = "ok") -> dict[int, Any]:
+        """Wait for one answer per rank; heartbeats push a server's deadline back."""
+        pending = {self._conns[rank]: rank for rank in ranks}
+        deadlines = dict.fromkeys(pending.values(), time.monotonic() + self.timeout_s)
+        results: dict[int, Any] = {}
+        first_error: BackendError | None = None
+        while pending:
+            self._check_processes()
+            now = time.monotonic()
+            late = [rank for rank in pending.values() if deadlines[rank] <= now]
+            if late:
+                raise BackendTimeoutError(
+                    f"LLM server rank {late[0]} ({self._where(late[0])}) sent nothing for "
+                    f"distributed.timeout_s={self.timeout_s:g}s during {method}(): it is hung or its machine is "
+                    "unreachable. Raise distributed.timeout_s if a single call legitimately takes longer."
+                )
+            wait_s = min(min(deadlines[r] for r in pending.values()) - now, 0.5)
+            for conn in wait(list(pending), timeout=max(0.0, wait_s)):
+                rank = pending[conn]  # type: ignore[index]
+                try:
+                    message = transport.recv(conn)  # type: ignore[arg-type]
+                except (EOFError, OSError) as exc:
+                    raise self._dead(rank, method, exc) from exc
+                kind = message[0]
+                deadlines[rank] = time.monotonic() + self.timeout_s
+                if kind == "hb" or (kind in ("ok", "err") and message[1] != request_id):
+                    continue  # a heartbeat, or the late answer of an earlier, failed call
+                if kind == "err":
+                    _, _, err_rank, where, summary, text = message
+                    error = _ServerRaised(
+                        f"LLM server rank {err_rank} ({where}) raised during {method}(): {summary}\n"
+                        f"--- server traceback ---\n{text}"
+                    )
+                    if expect == "ready" or method in ("update", "load"):
+                        raise error
+                    first_error = first_error or error
+                elif kind == expect or (expect == "ok" and kind == "ok"):
+                    results[rank] = message[2] if kind == "ok" else None
+                else:
+                    raise BackendError(f"LLM server rank {rank} sent an unexpected {kind!r} message during {method}().")
+                del pending[conn]
+        if first_error is not None:
+            raise first_error
+        return results
+
+    def _fail(self, error: BackendError) -> BackendError:
+        self._broken = f"an earlier call failed ({str(error).splitlines()[0]})"
+        return error
+
+    def _where(self, rank: int) -> str:
+        info = self._servers[rank] if rank < len(self._servers) else None
+        return f"{info.host} pid {info.pid}" if info else "not yet connected"
+
+    def _dead(self, rank: int, method: str, exc: BaseException) -> BackendError:
+        code = ""
+        if rank < len(self._processes):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = f", exit code {self._processes[rank].wait(timeout=1.0)}"
+        return BackendError(
+            f"LLM server rank {rank} ({self._where(rank)}{code}) closed its connection during {method}() "
+            f"({type(exc).__name__}): the process died (killed, out of memory, or crashed; see its log)."
+        )
+
+    def _check_processes(self) -> None:
+        for rank, process in enumerate(self._processes):
+            code = process.poll()
+            if code is not None and code != 0 and not self._closed:
+                raise self._fail(
+                    BackendError(
+                        f"LLM server rank {rank} (pid {process.pid}) exited with code {code}; see its output above."
+                    )
+                )
+
+
+class _ServerRaised(BackendError):
+    """A server answered with an exception (the server itself is fine)."""
+
+
+def _check_lengths(method: str, first: Sequence[Any], second: Sequence[Any], name: str = "candidates") -> None:
+    if len(first) != len(second):
+        raise InputError(
+            f"{method}(): got {len(first)} contexts but {len(second)} {name}; pass one {name} entry per context."
+        )
+
+
+def _close(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return all(abs(x - y) <= _FINGERPRINT_RTOL * max(1.0, abs(x), abs(y)) for x, y in zip(a, b))
+
+
+def _start_server(address: str, rank: int, gpus: tuple[int, ...], timeout_s: float) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+    command = [
+        sys.executable, "-m", "llmgym.llm.distributed.server",
+        "--connect", address, "--rank", str(rank), "--timeout-s", str(timeout_s),
+        "--gpus", ",".join(map(str, gpus)),
+    ]
+    return subprocess.Popen(command, env=env)
+
+
+def _stop_processes(processes: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

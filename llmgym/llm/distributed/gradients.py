@@ -1,0 +1,106 @@
+"""Keeping the servers' trainable weights identical: start broadcast, weighted gradient all-reduce.
+
+Both run in the gloo group of the LLM servers (the client is not a member) with the group's
+timeout, on flat float32 CPU buffers (one collective per call whatever the number of tensors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["GradientSync", "broadcast_parameters", "fingerprint"]
+
+
+def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    import torch
+
+    if not tensors:
+        return torch.zeros(0, dtype=torch.float32)
+    return torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors])
+
+
+def _unflat(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    out, offset = [], 0
+    for t in like:
+        n = t.numel()
+        out.append(flat[offset : offset + n].view(t.shape).to(t.device, t.dtype))
+        offset += n
+    return out
+
+
+def broadcast_parameters(parameters: Sequence[torch.Tensor], src: int = 0) -> None:
+    """Overwrite every server's parameters with those of server ``src`` (a collective).
+
+    Args:
+        parameters: The trainable parameters, in the same order on every server.
+        src: Rank of the server whose values win.
+    """
+    import torch
+    import torch.distributed as dist
+
+    flat = _flat(parameters)
+    dist.broadcast(flat, src=src)
+    with torch.no_grad():
+        for param, value in zip(parameters, _unflat(flat, parameters)):
+            param.copy_(value)
+
+
+class GradientSync:
+    """``sync_gradients(num_samples)`` of a server: the sample-weighted mean of the servers' gradients.
+
+    Each server multiplies its gradients by its sample count, the products and the counts are
+    summed by one all-reduce, and every server divides by the total. A server with no samples
+    contributes zeros with weight 0, so it neither blocks the others nor biases the mean; a
+    parameter without a gradient counts as zeros and gets the mean (so every server's optimizer
+    sees the same gradients). If no server had samples the gradients are left at zero.
+
+    Args:
+        backend: The server's backend (its ``trainable_parameters()`` are synchronised).
+        enabled: ``False`` with a single server: the call only validates ``num_samples``.
+    """
+
+    def __init__(self, backend: Any, enabled: bool) -> None:
+        self._backend = backend
+        self._enabled = enabled
+
+    def __call__(self, num_samples: int) -> None:
+        """All-reduce the gradients weighted by ``num_samples`` (this server's samples in the step)."""
+        import torch
+
+        from llmgym.errors import InputError
+
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 0:
+            raise InputError(
+                f"sync_gradients(num_samples={num_samples!r}): expected the int >= 0 number of samples "
+                "behind this server's gradients (0 when its share of the batch is empty)."
+            )
+        if not self._enabled:
+            return
+        import torch.distributed as dist
+
+        params = list(self._backend.trainable_parameters())
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = _flat(grads) * float(num_samples)
+        flat = torch.cat([flat, torch.tensor([float(num_samples)])])
+        dist.all_reduce(flat)
+        total = float(flat[-1])
+        mean = flat[:-1] / total if total > 0 else flat[:-1].zero_()
+        for param, grad in zip(params, _unflat(mean, params)):
+            param.grad = grad
+
+
+def fingerprint(parameters: Sequence[torch.Tensor]) -> tuple[float, float]:
+    """A cheap summary of the weights (sum and sum of squares, float64) to compare servers."""
+    import torch
+
+    total, squares = 0.0, 0.0
+    with torch.no_grad():
+        for p in parameters:
+            d = p.detach().double()
+            total += float(d.sum())
+            squares += float((d * d).sum())
+    return total, squares

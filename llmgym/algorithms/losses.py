@@ -235,8 +235,8 @@ def categorical_entropy(logits: Tensor, mask: Optional[Tensor] = None) -> Tensor
         InputError: On a mask shape mismatch or a row without any valid candidate.
     """
     log_p = torch.log_softmax(_masked_logits(logits, mask), dim=-1)
-    p_log_p = torch.where(torch.isfinite(log_p), log_p.exp() * log_p, torch.zeros_like(log_p))
-    return -p_log_p.sum(dim=-1)
+    safe_log_p = torch.where(torch.isfinite(log_p), log_p, torch.zeros_like(log_p))
+    return -(log_p.exp() * safe_log_p).sum(dim=-1)
 
 
 def categorical_log_prob(logits: Tensor, actions: Tensor, mask: Optional[Tensor] = None) -> Tensor:

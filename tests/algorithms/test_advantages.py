@@ -1,0 +1,198 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmgym.algorithms.advantages import compute_gae, compute_token_gae, whiten
+from llmgym.errors import InputError
+
+GAMMAS = [0.9, 0.99, 1.0]
+
+
+def col(*xs, dtype=torch.float32):
+    return torch.tensor(xs, dtype=dtype).unsqueeze(1)
+
+
+def false(t, n=1):
+    return torch.zeros(t, n, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("gamma", GAMMAS)
+@pytest.mark.parametrize("lam", GAMMAS)
+def test_reward_only_at_the_end(gamma, lam):
+    rewards = col(0.0, 0.0, 0.0, 1.0)
+    values = torch.zeros(4, 1)
+    terminated = col(False, False, False, True, dtype=torch.bool)
+    adv, ret = compute_gae(rewards, values, terminated, false(4), torch.tensor([123.0]), gamma, lam)
+    expected = [(gamma * lam) ** (3 - t) for t in range(4)]
+    torch.testing.assert_close(adv[:, 0], torch.tensor(expected))
+    torch.testing.assert_close(ret, adv)
+
+
+@pytest.mark.parametrize("gamma", GAMMAS)
+@pytest.mark.parametrize("lam", GAMMAS)
+def test_constant_value_no_reward(gamma, lam):
+    c, steps = 2.0, 5
+    values = torch.full((steps, 1), c)
+    adv, ret = compute_gae(torch.zeros(steps, 1), values, false(steps), false(steps), torch.tensor([c]), gamma, lam)
+    delta = c * (gamma - 1.0)
+    expected = [sum(delta * (gamma * lam) ** k for k in range(steps - t)) for t in range(steps)]
+    torch.testing.assert_close(adv[:, 0], torch.tensor(expected))
+    torch.testing.assert_close(ret, adv + values)
+    if gamma == 1.0:
+        assert torch.all(adv == 0)
+
+
+def test_several_episodes_in_one_rollout_monte_carlo():
+    # episode A: steps 0-1 (terminated at 1); episode B: steps 2-4, bootstrapped with last_values
+    rewards = col(1.0, 2.0, 0.0, 0.0, 3.0)
+    values = col(0.5, 0.5, 1.0, 1.0, 1.0)
+    terminated = col(False, True, False, False, False, dtype=torch.bool)
+    adv, ret = compute_gae(rewards, values, terminated, false(5), torch.tensor([2.0]), 0.9, 1.0)
+    # G4 = 3 + .9*2, G3 = .9*G4, G2 = .9*G3, G1 = 2, G0 = 1 + .9*2
+    torch.testing.assert_close(ret[:, 0], torch.tensor([2.8, 2.0, 3.888, 4.32, 4.8]))
+    torch.testing.assert_close(adv, ret - values)
+
+
+def test_several_episodes_td0():
+    rewards = col(1.0, 2.0, 0.5)
+    values = col(1.0, 3.0, 4.0)
+    terminated = col(False, True, False, dtype=torch.bool)
+    adv, _ = compute_gae(rewards, values, terminated, false(3), torch.tensor([10.0]), 0.5, 0.0)
+    torch.testing.assert_close(adv[:, 0], torch.tensor([1 + 0.5 * 3 - 1, 2 - 3, 0.5 + 0.5 * 10 - 4]))
+
+
+def test_truncation_bootstraps_with_final_observation_value():
+    rewards = col(1.0, 1.0)
+    values = col(0.0, 5.0)  # values[1] belongs to the next episode: must not be used for t=0
+    truncated = col(True, False, dtype=torch.bool)
+    trunc_values = col(10.0, 0.0)
+    adv, ret = compute_gae(rewards, values, false(2), truncated, torch.tensor([7.0]), 0.9, 0.5, trunc_values)
+    torch.testing.assert_close(adv[:, 0], torch.tensor([1 + 0.9 * 10, 1 + 0.9 * 7 - 5]))
+    torch.testing.assert_close(ret, adv + values)
+
+
+def test_terminated_wins_over_truncated():
+    both = col(True, dtype=torch.bool)
+    adv, _ = compute_gae(col(1.0), col(0.0), both, both, torch.tensor([9.0]), 0.9, 0.9, col(100.0))
+    assert adv.item() == pytest.approx(1.0)
+
+
+def test_truncated_without_values_is_an_error():
+    with pytest.raises(InputError, match="truncation_values"):
+        compute_gae(col(1.0), col(0.0), false(1), col(True, dtype=torch.bool), torch.zeros(1), 0.9, 0.9)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"gamma": 1.5}, "gamma=1.5"), ({"gae_lambda": -0.1}, "gae_lambda"), ({"last_values": torch.zeros(3)}, "last_values")],
+)
+def test_bad_inputs(kwargs, match):
+    args = {
+        "rewards": torch.zeros(2, 2),
+        "values": torch.zeros(2, 2),
+        "terminated": torch.zeros(2, 2, dtype=torch.bool),
+        "truncated": torch.zeros(2, 2, dtype=torch.bool),
+        "last_values": torch.zeros(2),
+        "gamma": 0.9,
+        "gae_lambda": 0.9,
+    }
+    args.update(kwargs)
+    with pytest.raises(InputError, match=match):
+        compute_gae(**args)
+    with pytest.raises(InputError, match="rewards"):
+        compute_gae(torch.zeros(3, 2), torch.zeros(2, 2), torch.zeros(2, 2), torch.zeros(2, 2), torch.zeros(2), 0.9, 0.9)
+
+
+def _naive_returns(rewards, values, terminated, truncated, trunc_values, last_values, gamma):
+    """Discounted returns per env with bootstrap, computed by walking each episode forward."""
+    steps, envs = rewards.shape
+    out = torch.zeros(steps, envs, dtype=torch.float64)
+    for n in range(envs):
+        for t in range(steps):
+            total, discount, k = 0.0, 1.0, t
+            while True:
+                total += discount * float(rewards[k, n])
+                discount *= gamma
+                if terminated[k, n]:
+                    break
+                if truncated[k, n]:
+                    total += discount * float(trunc_values[k, n])
+                    break
+                if k == steps - 1:
+                    total += discount * float(last_values[n])
+                    break
+                k += 1
+            out[t, n] = total
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.integers(1, 6),
+    envs=st.integers(1, 3),
+    gamma=st.sampled_from(GAMMAS),
+    seed=st.integers(0, 10_000),
+)
+def test_lambda_one_equals_monte_carlo_and_lambda_zero_is_td(steps, envs, gamma, seed):
+    g = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(steps, envs, generator=g, dtype=torch.float64)
+    values = torch.randn(steps, envs, generator=g, dtype=torch.float64)
+    terminated = torch.rand(steps, envs, generator=g) < 0.3
+    truncated = torch.rand(steps, envs, generator=g) < 0.3
+    trunc_values = torch.randn(steps, envs, generator=g, dtype=torch.float64)
+    last = torch.randn(envs, generator=g, dtype=torch.float64)
+    _, ret = compute_gae(rewards, values, terminated, truncated, last, gamma, 1.0, trunc_values)
+    expected = _naive_returns(rewards, values, terminated, truncated, trunc_values, last, gamma)
+    torch.testing.assert_close(ret, expected)
+    adv0, _ = compute_gae(rewards, values, terminated, truncated, last, gamma, 0.0, trunc_values)
+    next_v = torch.cat([values[1:], last[None]])
+    next_v = torch.where(truncated & ~terminated, trunc_values, next_v)
+    next_v = torch.where(terminated, torch.zeros_like(next_v), next_v)
+    torch.testing.assert_close(adv0, rewards + gamma * next_v - values)
+
+
+@pytest.mark.parametrize("gamma", GAMMAS)
+@pytest.mark.parametrize("lam", GAMMAS)
+def test_token_gae_matches_step_gae_on_a_terminal_sequence(gamma, lam):
+    g = torch.Generator().manual_seed(0)
+    rewards, values = torch.randn(2, 5, generator=g), torch.randn(2, 5, generator=g)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    adv, ret = compute_token_gae(rewards, values, mask, gamma, lam)
+    terminated = torch.zeros(5, 2, dtype=torch.bool)
+    terminated[-1] = True
+    ref_adv, ref_ret = compute_gae(rewards.T, values.T, terminated, torch.zeros_like(terminated), torch.zeros(2), gamma, lam)
+    torch.testing.assert_close(adv, ref_adv.T)
+    torch.testing.assert_close(ret, ref_ret.T)
+
+
+def test_token_gae_skips_padding_and_bootstraps_last_value():
+    rewards = torch.tensor([[0.0, 1.0, 2.0, 0.0], [9.0, 1.0, 9.0, 2.0]])
+    values = torch.tensor([[7.0, 0.5, 0.25, 7.0], [7.0, 0.5, 7.0, 0.25]])
+    mask = torch.tensor([[False, True, True, False], [False, True, False, True]])  # left pad / gap
+    adv, ret = compute_token_gae(rewards, values, mask, 0.9, 0.8, last_values=torch.tensor([4.0, 4.0]))
+    a_last = 2.0 + 0.9 * 4.0 - 0.25
+    a_first = 1.0 + 0.9 * 0.25 - 0.5 + 0.9 * 0.8 * a_last
+    torch.testing.assert_close(adv, torch.tensor([[0.0, a_first, a_last, 0.0], [0.0, a_first, 0.0, a_last]]))
+    torch.testing.assert_close(ret, torch.where(mask, adv + values, torch.zeros_like(values)))
+
+
+def test_whiten_full_and_masked():
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    w = whiten(x)
+    assert w.mean().abs() < 1e-6 and (w.pow(2).mean() - 1).abs() < 1e-4
+    mask = torch.tensor([True, True, False, True])
+    wm = whiten(x, mask)
+    assert wm[2] == 0
+    sel = wm[mask]
+    assert sel.mean().abs() < 1e-6 and (sel.pow(2).mean() - 1).abs() < 1e-4
+    torch.testing.assert_close(whiten(torch.tensor([5.0])), torch.tensor([0.0]))
+    scaled = whiten(x, shift_mean=False)
+    torch.testing.assert_close(scaled, x / x.var(unbiased=False).add(1e-8).sqrt())
+    with pytest.raises(InputError, match="no True"):
+        whiten(x, torch.zeros(4, dtype=torch.bool))
+    with pytest.raises(InputError, match="shape"):
+        whiten(x, torch.ones(3, dtype=torch.bool))
+    assert math.isfinite(float(whiten(torch.ones(3)).sum()))

@@ -1,0 +1,182 @@
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmgym.algorithms.advantages import compute_gae
+from llmgym.algorithms.buffer import RolloutBuffer
+from llmgym.errors import InputError
+
+
+def fill_action_level(buf, seed=0, trunc_prob=0.2, term_prob=0.2):
+    g = torch.Generator().manual_seed(seed)
+    n = buf.num_envs
+    for t in range(buf.num_steps):
+        sizes = [2 + (t + i) % 3 for i in range(n)]
+        terminated = (torch.rand(n, generator=g) < term_prob).numpy()
+        truncated = (torch.rand(n, generator=g) < trunc_prob).numpy()
+        buf.add(
+            prompts=[f"p{t}-{i}" for i in range(n)],
+            prompt_ids=[[t, i, 7] for i in range(n)],
+            candidates=[[f"c{j}" for j in range(k)] for k in sizes],
+            actions=[t % k for k in sizes],
+            log_probs=torch.randn(n, generator=g),
+            values=torch.randn(n, generator=g).tolist(),
+            rewards=np.asarray(torch.randn(n, generator=g), dtype=np.float32),
+            terminated=terminated,
+            truncated=truncated,
+            truncation_values=torch.randn(n, generator=g),
+        )
+
+
+def test_action_level_roundtrip_and_gae_matches():
+    buf = RolloutBuffer(num_envs=3, num_steps=4)
+    fill_action_level(buf)
+    assert buf.full and len(buf) == 12
+    last = torch.tensor([0.1, 0.2, 0.3])
+    adv, ret = buf.compute_returns_and_advantages(last, 0.9, 0.95)
+    ref_adv, ref_ret = compute_gae(
+        buf.rewards, buf.values, buf.terminated, buf.truncated, last, 0.9, 0.95, buf.truncation_values
+    )
+    torch.testing.assert_close(adv, ref_adv)
+    torch.testing.assert_close(ret, ref_ret)
+    batch = buf.get(torch.tensor([5, 0]))  # t=1, n=2 then t=0, n=0
+    assert batch.prompts == ["p1-2", "p0-0"]
+    assert batch.prompt_ids == [[1, 2, 7], [0, 0, 7]]
+    assert batch.candidates == [["c0", "c1"], ["c0", "c1"]]  # sizes 2 + (t + n) % 3
+    assert batch.actions.tolist() == [1, 0]
+    assert batch.step_indices.tolist() == [1, 0] and batch.env_indices.tolist() == [2, 0]
+    assert batch.advantages[0] == adv[1, 2] and batch.returns[1] == ret[0, 0]
+    assert batch.old_log_probs[0] == buf.log_probs[1, 2] and batch.old_values[0] == buf.values[1, 2]
+    assert batch.action_ids is None and batch.old_token_log_probs is None and batch.action_mask is None
+    assert len(batch) == 2
+
+
+def test_token_level_padding_and_default_log_probs():
+    buf = RolloutBuffer(num_envs=2, num_steps=1)
+    buf.add(
+        prompts=["a", "b"],
+        action_ids=[[5, 6, 7], [8]],
+        token_log_probs=[torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([-0.25])],
+        values=[0.0, 0.0],
+        rewards=[1.0, 0.0],
+        terminated=[True, False],
+        truncated=[False, False],
+    )
+    torch.testing.assert_close(buf.log_probs[0], torch.tensor([-3.5, -0.25]))
+    buf.compute_returns_and_advantages([0.0, 0.0], 1.0, 1.0)
+    (batch,) = list(buf.minibatches(4, shuffle=False))
+    assert batch.action_ids == [[5, 6, 7], [8]]
+    torch.testing.assert_close(batch.old_token_log_probs, torch.tensor([[-1.0, -2.0, -0.5], [-0.25, 0.0, 0.0]]))
+    torch.testing.assert_close(batch.action_mask, torch.tensor([[True, True, True], [True, False, False]]))
+    assert batch.candidates is None and batch.actions is None and batch.prompt_ids is None
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    envs=st.integers(1, 4),
+    steps=st.integers(1, 5),
+    batch_size=st.integers(1, 25),
+    seed=st.integers(0, 1000),
+    shuffle=st.booleans(),
+)
+def test_every_transition_exactly_once(envs, steps, batch_size, seed, shuffle):
+    buf = RolloutBuffer(envs, steps)
+    fill_action_level(buf, seed)
+    buf.compute_returns_and_advantages(torch.zeros(envs), 0.99, 0.95)
+    batches = list(buf.minibatches(batch_size, torch.Generator().manual_seed(seed), shuffle=shuffle))
+    seen = torch.cat([b.indices for b in batches])
+    assert sorted(seen.tolist()) == list(range(envs * steps))
+    assert all(len(b) == batch_size for b in batches[:-1]) and 0 < len(batches[-1]) <= batch_size
+    for b in batches:
+        assert b.advantages.shape == b.returns.shape == b.old_values.shape == (len(b),)
+        assert len(b.prompts) == len(b.candidates) == len(b)
+        assert b.prompts == [f"p{t}-{n}" for t, n in zip(b.step_indices.tolist(), b.env_indices.tolist())]
+    dropped = list(buf.minibatches(batch_size, torch.Generator().manual_seed(seed), drop_last=True))
+    assert len(dropped) == (envs * steps) // batch_size
+    if not shuffle:
+        assert seen.tolist() == list(range(envs * steps))
+
+
+def test_minibatches_deterministic_under_generator():
+    buf = RolloutBuffer(3, 4)
+    fill_action_level(buf)
+    buf.compute_returns_and_advantages(torch.zeros(3), 0.99, 0.95)
+    first = [b.indices.tolist() for b in buf.minibatches(5, torch.Generator().manual_seed(3))]
+    second = [b.indices.tolist() for b in buf.minibatches(5, torch.Generator().manual_seed(3))]
+    other = [b.indices.tolist() for b in buf.minibatches(5, torch.Generator().manual_seed(4))]
+    assert first == second and first != other
+
+
+def test_episode_bookkeeping_spans_rollouts():
+    buf = RolloutBuffer(2, 3)
+    dones = [[False, True], [True, False], [False, True]]
+    for d in dones:
+        buf.add(prompts=["x", "y"], values=[0, 0], log_probs=[0, 0], rewards=[0, 0], terminated=d, truncated=[False, False])
+    assert buf.episode_ids.tolist() == [[0, 0], [0, 1], [1, 1]]
+    assert buf.episode_steps.tolist() == [[0, 0], [1, 0], [0, 1]]
+    buf.reset()
+    assert len(buf) == 0 and not buf.full
+    buf.add(prompts=["x", "y"], values=[0, 0], log_probs=[0, 0], rewards=[0, 0], terminated=[False, False], truncated=[False, False])
+    assert buf.episode_ids[0].tolist() == [1, 2] and buf.episode_steps[0].tolist() == [1, 0]
+
+
+def _base(**overrides):
+    kwargs = {
+        "prompts": ["a", "b"],
+        "values": [0.0, 0.0],
+        "log_probs": [0.0, 0.0],
+        "rewards": [0.0, 0.0],
+        "terminated": [False, False],
+        "truncated": [False, False],
+    }
+    kwargs.update(overrides)
+    return kwargs
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"rewards": [0.0, 0.0, 0.0]}, r"rewards has shape \[3\] but \[N\]=\[2\]"),
+        ({"prompts": ["only one"]}, "prompts must be a sequence of 2"),
+        ({"prompts": "ab"}, "prompts must be a sequence of 2"),
+        ({"prompts": ["a", 3]}, r"prompts\[1\]"),
+        ({"truncated": [True, False]}, "truncation_values"),
+        ({"candidates": [["x"], ["y", "z"]], "actions": [0, 2]}, r"actions\[1\]=2 is outside \[0, 2\)"),
+        ({"actions": [0, 0]}, "without candidates"),
+        ({"log_probs": None}, "needs log_probs"),
+        ({"action_ids": [[1], [2, 3]], "token_log_probs": [torch.zeros(1), torch.zeros(1)]}, r"token_log_probs\[1\]"),
+        ({"token_log_probs": [torch.zeros(1), torch.zeros(1)]}, "without action_ids"),
+    ],
+)
+def test_add_errors(overrides, match):
+    buf = RolloutBuffer(2, 2)
+    with pytest.raises(InputError, match=match):
+        buf.add(**_base(**overrides))
+    assert len(buf) == 0
+
+
+def test_overfull_inconsistent_fields_and_order_errors():
+    buf = RolloutBuffer(2, 1)
+    with pytest.raises(InputError, match="empty"):
+        buf.compute_returns_and_advantages([0, 0], 0.9, 0.9)
+    buf.add(**_base(prompt_ids=[[1], [2]]))
+    with pytest.raises(InputError, match="compute_returns_and_advantages"):
+        buf.minibatches(1)
+    with pytest.raises(InputError, match="is full"):
+        buf.add(**_base(prompt_ids=[[1], [2]]))
+    buf2 = RolloutBuffer(2, 2)
+    buf2.add(**_base(prompt_ids=[[1], [2]]))
+    with pytest.raises(InputError, match="same fields"):
+        buf2.add(**_base())
+    buf.compute_returns_and_advantages([0, 0], 0.9, 0.9)
+    with pytest.raises(InputError, match="batch_size=0"):
+        buf.minibatches(0)
+    with pytest.raises(InputError, match=r"indices must lie in \[0, 2\)"):
+        buf.get(torch.tensor([2]))
+    with pytest.raises(InputError, match="last_values"):
+        buf.compute_returns_and_advantages([0, 0, 0], 0.9, 0.9)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InputError, match="must be a positive int"):
+            RolloutBuffer(bad, 4)

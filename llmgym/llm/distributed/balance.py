@@ -14,7 +14,7 @@ T = TypeVar("T")
 
 
 def context_costs(contexts: Sequence[Any], candidates: Sequence[Sequence[str]] | None = None) -> list[int]:
-    """The cost of each context: its characters plus those of its candidates, each scored with it.
+    """Return the cost of each context: its characters plus those of its candidates, each scored with it.
 
     Characters stand in for tokens: the client holds no tokenizer (it loads no model), and for one
     tokenizer the two are proportional to within a few percent on natural text. Non-string

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Connection, Listener, wait
-from typing import Any
+from typing import Any, cast
 
 from llmgym.errors import BackendError, BackendTimeoutError, InputError
 from llmgym.llm.distributed import transport
@@ -184,7 +184,7 @@ class DistributedLLM:
         return list(self._servers)
 
     def score(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any) -> list[Any]:
-        """Log-probabilities of the candidates, one tensor per context, in the order given."""
+        """Score the candidates: one tensor of log-probabilities per context, in the order given."""
         _check_lengths("score", contexts, candidates)
         return self._split_call("score", contexts, candidates, (), kwargs)
 
@@ -192,19 +192,19 @@ class DistributedLLM:
         self, keys: Sequence[str], contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None,
         **kwargs: Any,
     ) -> list[dict[str, Any]]:
-        """Module-function outputs, one dict per context, in the order given."""
+        """Run module functions: one dict of outputs per context, in the order given."""
         if candidates is not None:
             _check_lengths("forward", contexts, candidates)
         return self._split_call("forward", contexts, candidates, (list(keys),), kwargs)
 
     def generate(self, contexts: Sequence[str], **kwargs: Any) -> list[Any]:
-        """Generations per context (per returned sequence), in the order given."""
+        """Generate from each context; per context, per returned sequence, in the order given."""
         return self._split_call("generate", contexts, None, (), kwargs)
 
     def token_logprobs(
         self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], **kwargs: Any
     ) -> list[Any]:
-        """Per-token log-probabilities of completions given prompts, in the order given."""
+        """Compute per-token log-probabilities of completions given prompts, in the order given."""
         _check_lengths("token_logprobs", prompt_ids, completion_ids, "completion_ids")
         costs = [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)]
         shares = split_balanced(costs, self.num_servers)
@@ -276,10 +276,10 @@ class DistributedLLM:
         for conn in self._conns:
             with contextlib.suppress(OSError, ValueError):
                 transport.send(conn, ("close",))
-        deadline = time.monotonic() + _CLOSE_GRACE_S
+        deadline = time.monotonic() + min(_CLOSE_GRACE_S, self.timeout_s)
         pending = list(self._conns)
         while pending and time.monotonic() < deadline:
-            for conn in wait(pending, timeout=max(0.0, deadline - time.monotonic())):
+            for conn in _wait(pending, max(0.0, deadline - time.monotonic())):
                 try:
                     if transport.recv(conn)[0] == "closed":
                         pending.remove(conn)
@@ -361,10 +361,10 @@ class DistributedLLM:
                     "unreachable. Raise distributed.timeout_s if a single call legitimately takes longer."
                 )
             wait_s = min(min(deadlines[r] for r in pending.values()) - now, 0.5)
-            for conn in wait(list(pending), timeout=max(0.0, wait_s)):
-                rank = pending[conn]  # type: ignore[index]
+            for conn in _wait(list(pending), max(0.0, wait_s)):
+                rank = pending[conn]
                 try:
-                    message = transport.recv(conn)  # type: ignore[arg-type]
+                    message = transport.recv(conn)
                 except (EOFError, OSError) as exc:
                     raise self._dead(rank, method, exc) from exc
                 kind = message[0]
@@ -380,7 +380,7 @@ class DistributedLLM:
                     if expect == "ready" or method in ("update", "load"):
                         raise error
                     first_error = first_error or error
-                elif kind == expect or (expect == "ok" and kind == "ok"):
+                elif kind == expect:
                     results[rank] = message[2] if kind == "ok" else None
                 else:
                     raise BackendError(f"LLM server rank {rank} sent an unexpected {kind!r} message during {method}().")
@@ -420,6 +420,10 @@ class DistributedLLM:
 
 class _ServerRaised(BackendError):
     """A server answered with an exception (the server itself is fine)."""
+
+
+def _wait(conns: list[Connection], timeout: float) -> list[Connection]:
+    return [cast(Connection, conn) for conn in wait(conns, timeout=timeout)]
 
 
 def _check_lengths(method: str, first: Sequence[Any], second: Sequence[Any], name: str = "candidates") -> None:

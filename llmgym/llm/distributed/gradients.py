@@ -94,7 +94,7 @@ class GradientSync:
 
 
 def fingerprint(parameters: Sequence[torch.Tensor]) -> tuple[float, float]:
-    """A cheap summary of the weights (sum and sum of squares, float64) to compare servers."""
+    """Summarise the weights cheaply (sum and sum of squares, float64) to compare servers."""
     import torch
 
     total, squares = 0.0, 0.0

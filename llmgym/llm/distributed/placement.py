@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from llmgym.errors import ConfigError
 
-__all__ = ["Placement", "servers_per_node", "first_server_rank", "assign_gpus", "visible_gpus", "placement_for"]
+__all__ = ["Placement", "servers_per_node", "first_server_rank", "assign_gpus", "visible_gpus"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def servers_per_node(llm_processes: int, nnodes: int) -> list[int]:
 
 
 def first_server_rank(llm_processes: int, nnodes: int, node_rank: int) -> int:
-    """The global rank of the first server on ``node_rank`` (servers are numbered node by node)."""
+    """Return the global rank of the first server on ``node_rank`` (servers are numbered node by node)."""
     if not 0 <= node_rank < nnodes:
         raise ConfigError(f"distributed.node_rank={node_rank} must lie in [0, nnodes={nnodes}).")
     return sum(servers_per_node(llm_processes, nnodes)[:node_rank])
@@ -121,7 +121,7 @@ def assign_gpus(num_servers: int, model_parallelism_size: int, gpus: Sequence[in
 
 
 def visible_gpus(environ: dict[str, str] | None = None, device_count: int | None = None) -> list[int]:
-    """The GPU ids this process may use.
+    """List the GPU ids this process may use.
 
     Args:
         environ: Environment to read ``CUDA_VISIBLE_DEVICES`` from (default: ``os.environ``).
@@ -153,12 +153,3 @@ def visible_gpus(environ: dict[str, str] | None = None, device_count: int | None
         device_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return list(range(device_count))
 
-
-def placement_for(
-    server_rank: int, local_index: int, local_servers: int, model_parallelism_size: int, gpus: Sequence[int]
-) -> Placement:
-    """The placement of one server given its index among the servers of its machine."""
-    blocks = assign_gpus(local_servers, model_parallelism_size, gpus)
-    if not 0 <= local_index < local_servers:
-        raise ConfigError(f"local server index {local_index} must lie in [0, {local_servers}).")
-    return Placement(rank=server_rank, gpus=blocks[local_index])

@@ -26,7 +26,7 @@ _DEFAULT_AUTHKEY = b"llmgym-control-plane"
 
 
 def authkey_from_env() -> bytes:
-    """The shared secret of the job: ``$LLMGYM_AUTHKEY`` when set, else a fixed default.
+    """Return the shared secret of the job: ``$LLMGYM_AUTHKEY`` when set, else a fixed default.
 
     The default only guards against connecting to another program's port by mistake; set the
     variable to a random value (the same on every node) when the network is shared.

@@ -1,0 +1,117 @@
+"""Choosing the backend: in-process ``LocalLLM``, spawned local servers, or a launched job."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llmgym.config import DistributedConfig, ModelConfig
+from llmgym.llm.distributed.client import DistributedLLM
+from llmgym.llm.distributed.launch import launch_info
+from llmgym.llm.distributed.placement import Placement
+
+__all__ = ["LocalLLMFactory", "make_backend", "shard_model"]
+
+
+def shard_model(model: Any, num_gpus: int) -> Any:
+    """Spread a model over ``cuda:0..num_gpus-1`` with Accelerate (balanced ``max_memory``).
+
+    Args:
+        model: A transformers model on the CPU.
+        num_gpus: GPUs visible to this server (its ``CUDA_VISIBLE_DEVICES`` holds only its own).
+
+    Returns:
+        The dispatched model (its first layers on ``cuda:0``).
+    """
+    from accelerate import dispatch_model, infer_auto_device_map
+    from accelerate.utils import get_balanced_memory
+
+    no_split = getattr(model, "_no_split_modules", None) or []
+    max_memory = get_balanced_memory(model, max_memory=None, no_split_module_classes=no_split)
+    max_memory = {key: value for key, value in max_memory.items() if key == "cpu" or int(key) < num_gpus}
+    device_map = infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=no_split)
+    return dispatch_model(model, device_map=device_map)
+
+
+@dataclass
+class LocalLLMFactory:
+    """Builds a server's ``LocalLLM`` on that server's devices (pickled to the servers with cloudpickle).
+
+    Attributes:
+        config: The model section; its ``device`` is replaced by the server's.
+        module_functions: Heads to attach (initialised on every server, then broadcast from server 0).
+        updater: The Updater (instance or class).
+        model: A prebuilt model (shipped to every server: only sensible for small models).
+        tokenizer: The prebuilt model's tokenizer.
+    """
+
+    config: ModelConfig | None = None
+    module_functions: Mapping[str, Any] | None = None
+    updater: Any = None
+    model: Any = None
+    tokenizer: Any = None
+
+    def __call__(self, placement: Placement) -> Any:
+        """Build the backend for ``placement``."""
+        from llmgym.llm.local import LocalLLM
+
+        from llmgym.llm.models import load_model
+
+        config = dataclasses.replace(self.config or ModelConfig(), device=placement.device)
+        model, tokenizer = self.model, self.tokenizer
+        if placement.model_parallel:
+            if model is None:
+                model, tokenizer = load_model(dataclasses.replace(config, device="cpu"))
+            model = shard_model(model, len(placement.gpus))
+        elif model is not None:
+            model = model.to(placement.device)
+        return LocalLLM(config, self.module_functions, self.updater, model=model, tokenizer=tokenizer)
+
+
+def make_backend(
+    config: ModelConfig | None,
+    module_functions: Mapping[str, Any] | None = None,
+    updater: Any = None,
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    distributed: DistributedConfig | None = None,
+) -> Any:
+    """Build the backend ``LLM`` delegates to.
+
+    * Inside ``llmgym launch`` (``LLMGYM_LAUNCHED=1``): a :class:`DistributedLLM` serving the
+      launched servers (the launch flags win over ``distributed``).
+    * Else with ``distributed.llm_processes > 1``: a :class:`DistributedLLM` whose servers are
+      child processes of this one on this machine.
+    * Else: an in-process ``LocalLLM``.
+
+    Args:
+        config: The model section.
+        module_functions: Heads by name.
+        updater: Updater instance or class.
+        model: Prebuilt model (skips loading).
+        tokenizer: Its tokenizer.
+        distributed: The ``distributed`` section; ``None`` means one in-process LLM.
+
+    Returns:
+        An object with the backend methods (``score``, ``forward``, ``generate``, ``update``, ...).
+    """
+    factory = LocalLLMFactory(config, module_functions, updater, model, tokenizer)
+    info = launch_info()
+    if info is not None:
+        return DistributedLLM.connect(
+            factory, info.llm_processes, host=info.master_addr, port=info.master_port, timeout_s=info.timeout_s
+        )
+    if distributed is not None and distributed.llm_processes > 1:
+        return DistributedLLM.spawn(
+            factory,
+            distributed.llm_processes,
+            timeout_s=distributed.timeout_s,
+            model_parallelism_size=distributed.model_parallelism_size,
+            host=distributed.master_addr,
+        )
+    from llmgym.llm.local import LocalLLM
+
+    return LocalLLM(config, module_functions, updater, model=model, tokenizer=tokenizer)

@@ -109,7 +109,7 @@ def reduce_token_scores(token_logprobs: torch.Tensor, token_counts: Sequence[int
 
 
 def split_causal_lm(model: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """The backbone (no LM head) and the LM head of a causal LM, PEFT-wrapped or not."""
+    """Return the backbone (no LM head) and the LM head of a causal LM, PEFT-wrapped or not."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return getattr(base, base.base_model_prefix), base.get_output_embeddings()
 
@@ -119,7 +119,7 @@ def _forward_causal(model: Any, items: Sequence[ItemSpec], pad_token_id: int, to
     device = next(model.parameters()).device
     rows = [pack_item(item) for item in items]
     batch = collate_rows(rows, pad_token_id, device)
-    dtype = head.weight.dtype
+    dtype = next(head.parameters()).dtype
     mask = prefix_sharing_mask(batch, dtype)
     hidden = backbone(
         input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=False
@@ -271,7 +271,7 @@ def score(
     max_context_tokens: int | None = None,
     context_overflow: str = "truncate_left",
 ) -> list[torch.Tensor]:
-    """log p(candidate | context) for every candidate of every context.
+    """Score log p(candidate | context) for every candidate of every context.
 
     Args:
         model: A transformers causal or seq2seq LM.

@@ -162,11 +162,11 @@ class TextEncoder:
         items: list[ItemSpec] = []
         cursor = 0
         for index, group in enumerate(groups):
-            ids = flat_ids[cursor : cursor + len(group)]
+            group_ids = flat_ids[cursor : cursor + len(group)]
             starts = flat_starts[cursor : cursor + len(group)]
             cursor += len(group)
-            self._check_window(index, [context_ids[index], *ids])
-            items.append(ItemSpec(context_ids[index], ids, starts))
+            self._check_window(index, [context_ids[index], *group_ids])
+            items.append(ItemSpec(context_ids[index], group_ids, starts))
         return items
 
     def _check_window(self, index: int, sequences: Sequence[Sequence[int]]) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from llmgym.errors import InputError
+from llmgym.config import ModelConfig
+from llmgym.errors import ConfigError, InputError
 
-__all__ = ["check_contexts", "check_candidates", "check_normalize", "check_minibatch_size", "check_token_ids"]
+__all__ = [
+    "as_model_config","check_contexts", "check_candidates", "check_normalize", "check_minibatch_size", "check_token_ids"]
 
 
 def _preview(value: Any) -> str:
@@ -132,3 +134,20 @@ def check_token_ids(prompt_ids: Any, completion_ids: Any) -> tuple[list[list[int
                 "(e.g. BOS) and one completion token."
             )
     return prompts, completions
+
+
+def as_model_config(config: ModelConfig | str | None) -> ModelConfig:
+    """Turn ``None`` (default model), a model name or a ``ModelConfig`` into a ``ModelConfig``.
+
+    Raises:
+        ConfigError: For any other type.
+    """
+    if config is None:
+        return ModelConfig()
+    if isinstance(config, str):
+        return ModelConfig(name=config)
+    if isinstance(config, ModelConfig):
+        return config
+    raise ConfigError(
+        f"config={type(config).__name__} is not a model config; pass a ModelConfig, a model name or path, or None."
+    )

@@ -1,0 +1,111 @@
+"""LLM: the one user-facing class, with the same API whatever the backend."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from llmgym.config import ModelConfig
+from llmgym.llm.generation import Generation
+from llmgym.llm.modules import ModuleFunction
+from llmgym.llm.updater import Updater
+
+__all__ = ["LLM"]
+
+
+class LLM:
+    """An LLM policy: score candidates, generate, run heads and update, on any backend.
+
+    Every method delegates to the backend (in-process :class:`~llmgym.llm.local.LocalLLM` here),
+    which has the same methods; see it for the full argument lists.
+
+    Args:
+        config: Model settings, a model name/path, or ``None`` for the default model.
+        module_functions: Heads by name (e.g. ``{"value": ValueHead()}``).
+        updater: An :class:`~llmgym.llm.updater.Updater` instance or class.
+        model: A prebuilt transformers model (skips loading; needs ``tokenizer``).
+        tokenizer: The prebuilt model's tokenizer.
+
+    Example:
+        >>> llm = LLM(ModelConfig(name="SmolLM2-135M-Instruct"))  # doctest: +SKIP
+        >>> llm.score(["Action:"], [[" go forward", " turn left"]])  # doctest: +SKIP
+        [tensor([-3.1, -4.2])]
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig | str | None = None,
+        module_functions: Mapping[str, ModuleFunction] | None = None,
+        updater: Updater | type[Updater] | None = None,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+    ) -> None:
+        from llmgym.llm.local import LocalLLM
+
+        self._backend: Any = LocalLLM(config, module_functions, updater, model=model, tokenizer=tokenizer)
+
+    @property
+    def backend(self) -> Any:
+        """The backend serving this LLM."""
+        return self._backend
+
+    @property
+    def model(self) -> Any:
+        """The underlying transformers model (local backend)."""
+        return self._backend.model
+
+    @property
+    def tokenizer(self) -> Any:
+        """The underlying tokenizer."""
+        return self._backend.tokenizer
+
+    @property
+    def config(self) -> ModelConfig:
+        """The model config."""
+        config: ModelConfig = self._backend.config
+        return config
+
+    def score(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any) -> list[torch.Tensor]:
+        """Score log p(candidate | context): per context a float tensor ``[k_i]``."""
+        result: list[torch.Tensor] = self._backend.score(contexts, candidates, **kwargs)
+        return result
+
+    def forward(
+        self, keys: Sequence[str], contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
+    ) -> list[dict[str, Any]]:
+        """Compute module outputs (and the built-in ``"score"``): one dict per context."""
+        result: list[dict[str, Any]] = self._backend.forward(keys, contexts, candidates, **kwargs)
+        return result
+
+    def generate(self, contexts: Sequence[str], **generation_kwargs: Any) -> list[list[Generation]]:
+        """Sample continuations: per context, per returned sequence, a :class:`Generation`."""
+        result: list[list[Generation]] = self._backend.generate(contexts, **generation_kwargs)
+        return result
+
+    def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+        """Run the updater; one result dict per LLM server."""
+        result: list[dict[str, Any]] = self._backend.update(contexts, candidates, **kwargs)
+        return result
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save trainable weights, module functions and updater state to a folder (atomic)."""
+        self._backend.save(path)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Load what :meth:`save` wrote."""
+        self._backend.load(path)
+
+    def close(self) -> None:
+        """Release the backend (the model, or the LLM servers)."""
+        self._backend.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()

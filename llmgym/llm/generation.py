@@ -1,0 +1,153 @@
+"""Batched sampling that keeps the sampled token ids and their log-probs (no re-tokenization)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from llmgym.errors import InputError
+from llmgym.llm.tokenization import TextEncoder
+
+__all__ = ["Generation", "generated_length", "generate"]
+
+_OWNED_KWARGS = ("return_dict_in_generate", "output_scores", "output_logits", "input_ids", "attention_mask")
+
+
+@dataclass
+class Generation:
+    """One sampled continuation of a context.
+
+    Attributes:
+        text: Decoded continuation (special tokens skipped; a stop string is kept).
+        token_ids: Sampled token ids, up to and including EOS or the token completing a stop string.
+        logprobs: ``[T]`` log-probs of ``token_ids`` under the processed sampling distribution
+            (temperature, top-k/top-p... applied), float32.
+        raw_logprobs: ``[T]`` log-probs of ``token_ids`` under the unprocessed model, float32.
+        prompt_ids: Token ids of the prompt the continuation was sampled from (no padding).
+    """
+
+    text: str
+    token_ids: list[int]
+    logprobs: torch.Tensor
+    raw_logprobs: torch.Tensor
+    prompt_ids: list[int]
+
+
+def _eos_ids(model: Any, kwargs: dict[str, Any]) -> set[int]:
+    eos = kwargs.get("eos_token_id", model.generation_config.eos_token_id)
+    if eos is None:
+        return set()
+    return {int(e) for e in eos} if isinstance(eos, (list, tuple)) else {int(eos)}
+
+
+def generated_length(
+    tokens: Sequence[int], eos_ids: set[int], pad_id: int | None, stop_strings: Sequence[str], decode: Any
+) -> int:
+    """Count the tokens a sequence really generated before it stopped.
+
+    The sequence ends at its first EOS (kept), or at the first token after which the decoded
+    text contains a stop string when every later token is padding; otherwise it is kept whole.
+
+    Args:
+        tokens: Generated ids of one sequence (padded after it finished).
+        eos_ids: End-of-sequence ids.
+        pad_id: Padding id written after a sequence finished.
+        stop_strings: Stop strings passed to ``generate``.
+        decode: ``list[int] -> str``.
+
+    Returns:
+        The length to keep.
+    """
+    for index, token in enumerate(tokens):
+        if token in eos_ids:
+            return index + 1
+    if stop_strings and pad_id is not None:
+        for index in range(len(tokens)):
+            if all(t == pad_id for t in tokens[index + 1 :]) and any(s in decode(tokens[: index + 1]) for s in stop_strings):
+                return index + 1
+    return len(tokens)
+
+
+def _step_logprobs(step_scores: Sequence[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
+    """Log-probs ``[N, T]`` of ``tokens [N, T]`` under per-step scores (``T`` tensors ``[N, V]``)."""
+    columns = [torch.log_softmax(s.float(), -1).gather(-1, tokens[:, t, None])[:, 0] for t, s in enumerate(step_scores)]
+    return torch.stack(columns, 1) if columns else tokens.new_zeros(tokens.shape, dtype=torch.float32)
+
+
+def generate(
+    model: Any, tokenizer: Any, encoder: TextEncoder, contexts: Sequence[str], **generation_kwargs: Any
+) -> list[list[Generation]]:
+    """Sample continuations of all contexts in one batched ``model.generate`` call.
+
+    Args:
+        model: A transformers causal or seq2seq LM.
+        tokenizer: Its tokenizer.
+        encoder: Tokenization settings of the model (special tokens, overflow policy).
+        contexts: ``B`` prompt strings (already validated).
+        **generation_kwargs: Any ``transformers`` generation argument (``max_new_tokens``,
+            ``do_sample``, ``temperature``, ``top_p``, ``num_return_sequences``, ``stop_strings``...).
+
+    Returns:
+        Per context, ``num_return_sequences`` :class:`Generation` objects.
+
+    Raises:
+        InputError: For beam search (its scores are not per-token log-probs) or for arguments
+            this function sets itself.
+    """
+    owned = [k for k in _OWNED_KWARGS if k in generation_kwargs]
+    if owned:
+        raise InputError(f"generate() sets {owned} itself; remove them from the call.")
+    if generation_kwargs.get("num_beams", 1) != 1:
+        raise InputError(
+            f"num_beams={generation_kwargs['num_beams']} is not supported: beam scores are not per-token "
+            "log-probs of sampled ids; use num_beams=1 (sampling or greedy)."
+        )
+    device = next(model.parameters()).device
+    prompts = encoder.encode_contexts(encoder.fit_contexts(contexts))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(len(p) for p in prompts)
+    input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=device)
+    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device)
+    kwargs = dict(generation_kwargs)
+    kwargs.setdefault("pad_token_id", pad_id)
+    if kwargs.get("stop_strings"):
+        kwargs.setdefault("tokenizer", tokenizer)
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            return_dict_in_generate=True,
+            output_scores=True,
+            output_logits=True,
+            **kwargs,
+        )
+    steps = len(out.scores)
+    tokens = out.sequences[:, out.sequences.shape[1] - steps :]
+    processed = _step_logprobs(out.scores, tokens)
+    raw = _step_logprobs(out.logits, tokens)
+    stops = kwargs.get("stop_strings") or []
+    stops = [stops] if isinstance(stops, str) else list(stops)
+    eos = _eos_ids(model, kwargs)
+    per_context = tokens.shape[0] // len(prompts)
+    results: list[list[Generation]] = []
+    token_lists = tokens.cpu().tolist()
+    for b, prompt in enumerate(prompts):
+        group: list[Generation] = []
+        for s in range(per_context):
+            row = b * per_context + s
+            ids = token_lists[row]
+            keep = generated_length(ids, eos, kwargs["pad_token_id"], stops, tokenizer.decode)
+            group.append(
+                Generation(
+                    text=tokenizer.decode(ids[:keep], skip_special_tokens=True),
+                    token_ids=ids[:keep],
+                    logprobs=processed[row, :keep].cpu(),
+                    raw_logprobs=raw[row, :keep].cpu(),
+                    prompt_ids=list(prompt),
+                )
+            )
+        results.append(group)
+    return results

@@ -1,0 +1,373 @@
+"""LocalLLM: scoring, generation, module functions and updates in this process.
+
+The distributed backend runs one ``LocalLLM`` per LLM server, unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from llmgym.config import ModelConfig
+from llmgym.errors import BackendError, ConfigError, InputError
+from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
+from llmgym.llm.generation import Generation, generate
+from llmgym.llm.layout import ItemSpec, pack_item, plan_minibatches
+from llmgym.llm.modules import ModuleFunction
+from llmgym.llm.persistence import load_llm_state, save_llm_state
+from llmgym.llm.scoring import Minibatch, forward_items, reduce_token_scores, score_items
+from llmgym.llm.tokenization import TextEncoder, model_window
+from llmgym.llm.updater import Updater
+from llmgym.llm.validation import (
+    as_model_config,
+    check_candidates,
+    check_contexts,
+    check_minibatch_size,
+    check_normalize,
+    check_token_ids,
+)
+
+__all__ = ["LocalLLM", "SCORE_KEY"]
+
+SCORE_KEY = "score"
+
+
+class LocalLLM:
+    """A model, its tokenizer, module functions and updater, run in this process.
+
+    The model stays in eval mode (no dropout); gradients flow when ``require_grad=True``.
+
+    Args:
+        config: Model settings (LoRA, minibatch size, context overflow, seed), a model name, or
+            ``None`` for the default model.
+        module_functions: Heads by name (the name ``"score"`` is reserved).
+        updater: An :class:`Updater` instance or class (instantiated without arguments).
+        model: A prebuilt transformers causal or seq2seq LM (``None``: loaded from ``config``);
+            wrapped with LoRA when ``config.lora`` is set and it is not a PEFT model yet.
+        tokenizer: The prebuilt model's fast tokenizer.
+
+    Raises:
+        ConfigError: On a reserved or non-module function, or ``load_in_4bit`` without CUDA.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig | str | None = None,
+        module_functions: Mapping[str, ModuleFunction] | None = None,
+        updater: Updater | type[Updater] | None = None,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+    ) -> None:
+        config = as_model_config(config)
+        check_quantization(config.load_in_4bit)
+        if (model is None) != (tokenizer is None):
+            raise InputError("model and tokenizer must be given together (both prebuilt) or not at all (loaded from config).")
+        if model is None:
+            from llmgym.llm.models import load_model
+
+            model, tokenizer = load_model(config)
+        if config.lora is not None and not is_peft_model(model):
+            model = apply_lora(model, config.lora, quantized=config.load_in_4bit)
+        self.config = config
+        self.model = model
+        self.tokenizer = tokenizer
+        self.is_seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+        self.device = next(model.parameters()).device
+        self.window = model_window(model.config)
+        limit = config.max_context_tokens or self.window
+        self.encoder = TextEncoder(tokenizer, self.is_seq2seq, limit, config.context_overflow, self.window)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_token_id = int(pad)
+        self.module_functions = torch.nn.ModuleDict()
+        hidden_size = int(model.config.get_text_config().hidden_size)
+        for key, module in (module_functions or {}).items():
+            if key == SCORE_KEY or not isinstance(module, ModuleFunction):
+                raise ConfigError(
+                    f"module_functions[{key!r}]={type(module).__name__} is not allowed: keys must differ from "
+                    f"{SCORE_KEY!r} (built in) and values must be llmgym.ModuleFunction instances."
+                )
+            module.bind(model.config, hidden_size, config.seed, key)
+            self.module_functions[key] = module.to(self.device)
+        self.updater = updater() if isinstance(updater, type) else updater
+        self._closed = False
+        if self.updater is not None:
+            self.updater.bind(self)
+
+    # ------------------------------------------------------------------ helpers
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendError("This LLM was closed; build a new llmgym.LLM to keep using the model.")
+
+    def _minibatch_size(self, minibatch_size: int | None) -> int:
+        return check_minibatch_size(minibatch_size if minibatch_size is not None else self.config.minibatch_size)
+
+    def _check_keys(self, keys: Sequence[str], has_candidates: bool) -> list[str]:
+        if isinstance(keys, str):
+            raise InputError(f"keys must be a list of module names, got the string {keys!r}; write [{keys!r}].")
+        known = [SCORE_KEY, *self.module_functions]
+        for key in keys:
+            if key not in known:
+                raise InputError(f"keys contains {key!r}, which is not a module function; known keys: {known}.")
+        if SCORE_KEY in keys and not has_candidates:
+            raise InputError(f"key {SCORE_KEY!r} needs candidates; pass candidates=[[...], ...] or drop the key.")
+        return list(keys)
+
+    def _run(
+        self,
+        items: Sequence[ItemSpec],
+        keys: Sequence[str],
+        *,
+        token_mode: bool,
+        require_grad: bool,
+        normalize: str,
+        minibatch_size: int,
+        kwargs: Mapping[str, Any],
+        extra_key: str | None = None,
+    ) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = [{} for _ in items]
+        lengths = [len(pack_item(item).input_ids) for item in items]
+        plans = plan_minibatches([len(item.candidate_ids) for item in items], lengths, minibatch_size)
+        grad_mode = torch.enable_grad() if require_grad else torch.no_grad()
+        with grad_mode:
+            for plan in plans:
+                chosen = [items[i] for i in plan]
+                outputs, input_ids, position_ids = forward_items(
+                    self.model, chosen, self.pad_token_id, is_seq2seq=self.is_seq2seq, token_mode=token_mode
+                )
+                counts = [len(item.candidate_ids) for item in chosen]
+                states = [sum(len(ids) - s for ids, s in zip(i.candidate_ids, i.candidate_starts)) for i in chosen] if token_mode else [1] * len(chosen)
+                minibatch = Minibatch(plan, [item.context_ids for item in chosen], counts, states, input_ids, position_ids)
+                per_key: dict[str, list[Any]] = {}
+                if extra_key is not None:
+                    per_key[extra_key] = list(outputs.token_logprobs.split(states))
+                if SCORE_KEY in keys:
+                    scores = reduce_token_scores(outputs.token_logprobs, outputs.token_counts, normalize)
+                    per_key[SCORE_KEY] = list(scores.split(counts))
+                for key in keys:
+                    if key != SCORE_KEY:
+                        value = self.module_functions[key](outputs, minibatch, minibatch.tokenized_contexts, **kwargs)
+                        per_key[key] = self._split_module_output(key, value, states, token_mode)
+                for position, index in enumerate(plan):
+                    for key, values in per_key.items():
+                        value = values[position]
+                        results[index][key] = value if require_grad or not isinstance(value, torch.Tensor) else value.detach().cpu()
+        return results
+
+    @staticmethod
+    def _split_module_output(key: str, value: Any, states: list[int], token_mode: bool) -> list[Any]:
+        if isinstance(value, torch.Tensor):
+            if value.shape[0] != sum(states):
+                raise BackendError(
+                    f"module function {key!r} returned a tensor with first dimension {value.shape[0]}, expected "
+                    f"{sum(states)} (one row per state); return [S, ...] or a list with one entry per item."
+                )
+            parts = list(value.split(states))
+            return parts if token_mode else [p[0] for p in parts]
+        if isinstance(value, list) and len(value) == len(states):
+            return value
+        raise BackendError(
+            f"module function {key!r} returned {type(value).__name__}; expected a tensor [S, ...] or a list of "
+            f"{len(states)} entries (one per item)."
+        )
+
+    # ------------------------------------------------------------------ public API
+    def score(
+        self,
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]],
+        *,
+        normalize: str = "sum",
+        add_eos: bool = False,
+        minibatch_size: int | None = None,
+    ) -> list[torch.Tensor]:
+        """Score log p(candidate | context) of every candidate, without gradients.
+
+        Args:
+            contexts: ``B`` context strings.
+            candidates: For each context, ``k_i`` non-empty candidate strings.
+            normalize: ``"sum"`` over candidate tokens or ``"mean"`` per token.
+            add_eos: Score candidate + EOS (the completed action).
+            minibatch_size: Max context-candidate sequences per forward (default: config).
+
+        Returns:
+            Per context a float32 CPU tensor ``[k_i]``.
+        """
+        self._check_open()
+        contexts = check_contexts(contexts)
+        groups = check_candidates(candidates, len(contexts))
+        normalize = check_normalize(normalize)
+        items = self.encoder.encode_items(self.encoder.fit_contexts(contexts), groups, add_eos)
+        return score_items(
+            self.model, items, self.pad_token_id, is_seq2seq=self.is_seq2seq, normalize=normalize,
+            minibatch_size=self._minibatch_size(minibatch_size),
+        )
+
+    def forward(
+        self,
+        keys: Sequence[str],
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]] | None = None,
+        *,
+        require_grad: bool = False,
+        normalize: str = "sum",
+        add_eos: bool = False,
+        minibatch_size: int | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, Any]]:
+        """Run module functions (and the built-in ``"score"``) in one forward pass per minibatch.
+
+        Args:
+            keys: Module names to compute; ``"score"`` gives candidate log-probs ``[k_i]``.
+            contexts: ``B`` context strings.
+            candidates: For each context, candidate strings (needed by ``"score"``).
+            require_grad: Keep the autograd graph (outputs stay on the model's device).
+            normalize: ``"sum"`` or ``"mean"`` for ``"score"``.
+            add_eos: Score candidate + EOS.
+            minibatch_size: Max context-candidate sequences per forward (default: config).
+            **kwargs: Passed to every module function.
+
+        Returns:
+            One dict per context with one entry per key (e.g. a 0-d value for ``ValueHead``).
+        """
+        self._check_open()
+        contexts = check_contexts(contexts)
+        groups = check_candidates(candidates, len(contexts)) if candidates is not None else None
+        keys = self._check_keys(keys, groups is not None)
+        items = self.encoder.encode_items(self.encoder.fit_contexts(contexts), groups, add_eos)
+        return self._run(
+            items, keys, token_mode=False, require_grad=require_grad, normalize=check_normalize(normalize),
+            minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs,
+        )
+
+    def token_logprobs(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]],
+        keys: Sequence[str] = (),
+        require_grad: bool = True,
+        minibatch_size: int | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, Any]]:
+        """Per-token log-probs of given completions (token-level RL), plus module outputs per token.
+
+        Args:
+            prompt_ids: Per sample, prompt token ids (e.g. ``Generation.prompt_ids``).
+            completion_ids: Per sample, completion token ids (e.g. ``Generation.token_ids``).
+            keys: Module functions to evaluate at each completion token's state (the position that
+                predicts it), e.g. ``["value"]`` gives ``[T_i]`` values.
+            require_grad: Keep the autograd graph.
+            minibatch_size: Max samples per forward (default: config).
+            **kwargs: Passed to every module function.
+
+        Returns:
+            Per sample a dict with ``"logprobs"`` ``[T_i]`` and one entry per key.
+        """
+        self._check_open()
+        prompts, completions = check_token_ids(prompt_ids, completion_ids)
+        keys = self._check_keys(keys, has_candidates=False)
+        if SCORE_KEY in keys:
+            raise InputError(f"keys may not contain {SCORE_KEY!r} in token_logprobs: 'logprobs' is always returned.")
+        items: list[ItemSpec] = []
+        for index, (prompt, completion) in enumerate(zip(prompts, completions)):
+            joint = completion if self.is_seq2seq else prompt + completion
+            if self.window is not None and len(joint) > self.window:
+                raise InputError(
+                    f"sample {index} has {len(joint)} tokens, more than the model window of {self.window}; "
+                    "shorten the prompt or the completion."
+                )
+            items.append(ItemSpec(prompt, [joint], [0 if self.is_seq2seq else len(prompt)]))
+        return self._run(
+            items, keys, token_mode=True, require_grad=require_grad, normalize="sum",
+            minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs, extra_key="logprobs",
+        )
+
+    def generate(self, contexts: Sequence[str], **generation_kwargs: Any) -> list[list[Generation]]:
+        """Sample continuations of all contexts in one batched call (see :func:`~llmgym.llm.generation.generate`)."""
+        self._check_open()
+        contexts = check_contexts(contexts)
+        if not contexts:
+            return []
+        return generate(self.model, self.tokenizer, self.encoder, contexts, **generation_kwargs)
+
+    def update(
+        self,
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]] | None = None,
+        _current_batch_ids: Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, Any]]:
+        """Run the updater on this process's batch.
+
+        Args:
+            contexts: Contexts of the batch (this server's share in the distributed backend).
+            candidates: Their candidates, or ``None``.
+            _current_batch_ids: Index of each context in the client's full batch (set by the
+                distributed backend; ``range(len(contexts))`` in-process).
+            **kwargs: Passed to ``Updater.perform_update``.
+
+        Returns:
+            A one-element list (one result per LLM server).
+
+        Raises:
+            ConfigError: When the LLM was built without an updater.
+        """
+        self._check_open()
+        if self.updater is None:
+            raise ConfigError("LLM.update needs an updater; build the LLM with updater=MyUpdater (an llmgym.Updater).")
+        contexts = check_contexts(contexts)
+        groups = check_candidates(candidates, len(contexts)) if candidates is not None else None
+        batch_ids = list(_current_batch_ids) if _current_batch_ids is not None else list(range(len(contexts)))
+        return [self.updater.perform_update(contexts, groups, batch_ids, **kwargs)]
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[None]:
+        """Within this block the LoRA adapter is disabled: the model is the frozen base (KL reference).
+
+        Raises:
+            ConfigError: When the model has no adapter.
+        """
+        self._check_open()
+        if not is_peft_model(self.model):
+            raise ConfigError(
+                "LLM.reference() disables the LoRA adapter, but this model has none; set model.lora "
+                "(e.g. lora: {r: 8}) or keep a separate reference model."
+            )
+        with self.model.disable_adapter():
+            yield
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """Parameters that require gradients: adapters (or the full model) and module functions."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return params + [p for p in self.module_functions.parameters() if p.requires_grad]
+
+    def sync_gradients(self, num_samples: int) -> None:
+        """Average gradients across LLM servers weighted by ``num_samples``; nothing to do in-process."""
+        del num_samples
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Atomically save trainable weights, module functions and updater state to a folder."""
+        self._check_open()
+        state = self.updater.state_dict() if self.updater is not None else None
+        save_llm_state(path, self.model, dict(self.module_functions.items()), state)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Load what :meth:`save` wrote (same model, adapter setup and module names)."""
+        self._check_open()
+        state = load_llm_state(path, self.model, dict(self.module_functions.items()))
+        if state is not None and self.updater is not None:
+            self.updater.load_state_dict(state)
+
+    def close(self) -> None:
+        """Release the model; later calls raise ``BackendError``."""
+        if self._closed:
+            return
+        self._closed = True
+        self.model = None
+        self.module_functions = torch.nn.ModuleDict()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -1,0 +1,132 @@
+"""Custom module functions: user heads computed on the LLM's hidden states (Lamorel's API)."""
+
+from __future__ import annotations
+
+import abc
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from llmgym.llm.scoring import ForwardOutputs, Minibatch
+
+__all__ = ["ModuleFunction", "ValueHead", "LogitsHead", "mlp"]
+
+
+class ModuleFunction(torch.nn.Module, abc.ABC):
+    """A head run on the LLM's outputs in the same forward pass as scoring.
+
+    Subclasses build their layers in :meth:`initialize`, which runs once the LLM is known, with
+    ``self.llm_config`` (the transformers config) and ``self.hidden_size`` set, under a seed
+    derived from ``ModelConfig.seed`` and the module's key, so every LLM server builds identical
+    weights. :meth:`forward` returns either a tensor whose first dimension is the number of states
+    ``S`` of the minibatch (``forward_outputs.context_hidden.shape[0]``) or a list with one entry
+    per item of the minibatch.
+
+    Attributes:
+        llm_config: The transformers config of the LLM (set before ``initialize``).
+        hidden_size: Width ``H`` of the LLM's hidden states (set before ``initialize``).
+    """
+
+    llm_config: Any
+    hidden_size: int
+
+    def bind(self, llm_config: Any, hidden_size: int, seed: int, key: str) -> None:
+        """Give the module its LLM and build its layers deterministically.
+
+        Args:
+            llm_config: The transformers config of the LLM.
+            hidden_size: Width of the LLM's hidden states.
+            seed: ``ModelConfig.seed``.
+            key: The module's name in ``module_functions`` (mixed into the seed).
+        """
+        self.llm_config = llm_config
+        self.hidden_size = hidden_size
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed * 1_000_003 + zlib.crc32(key.encode()))
+            self.initialize()
+
+    def initialize(self) -> None:  # noqa: B027 - optional hook: a parameter-free module needs none
+        """Build the module's layers; ``self.llm_config`` and ``self.hidden_size`` are set."""
+
+    @abc.abstractmethod
+    def forward(
+        self, forward_outputs: ForwardOutputs, minibatch: Minibatch, tokenized_contexts: Sequence[Sequence[int]], **kwargs: Any
+    ) -> torch.Tensor | list[Any]:
+        """Compute the module's output for one minibatch.
+
+        Args:
+            forward_outputs: Hidden states and candidate log-probs of the minibatch.
+            minibatch: Which items the pass computed and how they were laid out.
+            tokenized_contexts: Token ids of each context of the minibatch.
+            **kwargs: Extra keyword arguments given to ``LLM.forward``.
+
+        Returns:
+            A tensor ``[S, ...]`` (one row per state) or a list with one entry per item.
+        """
+
+
+def mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int) -> torch.nn.Sequential:
+    """Build a Tanh MLP ``in_features -> *hidden_sizes -> out_features``."""
+    layers: list[torch.nn.Module] = []
+    width = in_features
+    for size in hidden_sizes:
+        layers += [torch.nn.Linear(width, size), torch.nn.Tanh()]
+        width = size
+    layers.append(torch.nn.Linear(width, out_features))
+    return torch.nn.Sequential(*layers)
+
+
+class ValueHead(ModuleFunction):
+    """State value: an MLP on the last context token's hidden state.
+
+    Args:
+        hidden_sizes: Widths of the hidden layers.
+
+    Returns (forward):
+        ``[S]`` values, float32.
+    """
+
+    def __init__(self, hidden_sizes: Sequence[int] = (256,)) -> None:
+        super().__init__()
+        self.hidden_sizes = tuple(hidden_sizes)
+
+    def initialize(self) -> None:
+        """Build the MLP ``H -> hidden_sizes -> 1``."""
+        self.net = mlp(self.hidden_size, self.hidden_sizes, 1)
+
+    def forward(
+        self, forward_outputs: ForwardOutputs, minibatch: Minibatch, tokenized_contexts: Sequence[Sequence[int]], **kwargs: Any
+    ) -> torch.Tensor:
+        """Values ``[S]`` of the states in ``forward_outputs.context_hidden [S, H]``."""
+        hidden = forward_outputs.context_hidden.to(next(self.net.parameters()).dtype)
+        return self.net(hidden).squeeze(-1)
+
+
+class LogitsHead(ModuleFunction):
+    """Logits over a fixed set of outputs (e.g. discrete actions) from the last context token.
+
+    Args:
+        num_outputs: Number of logits ``A``.
+        hidden_sizes: Widths of the hidden layers (empty: a linear head).
+
+    Returns (forward):
+        ``[S, A]`` logits, float32.
+    """
+
+    def __init__(self, num_outputs: int, hidden_sizes: Sequence[int] = ()) -> None:
+        super().__init__()
+        self.num_outputs = num_outputs
+        self.hidden_sizes = tuple(hidden_sizes)
+
+    def initialize(self) -> None:
+        """Build the MLP ``H -> hidden_sizes -> num_outputs``."""
+        self.net = mlp(self.hidden_size, self.hidden_sizes, self.num_outputs)
+
+    def forward(
+        self, forward_outputs: ForwardOutputs, minibatch: Minibatch, tokenized_contexts: Sequence[Sequence[int]], **kwargs: Any
+    ) -> torch.Tensor:
+        """Logits ``[S, A]`` of the states in ``forward_outputs.context_hidden [S, H]``."""
+        hidden = forward_outputs.context_hidden.to(next(self.net.parameters()).dtype)
+        return self.net(hidden)

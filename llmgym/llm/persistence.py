@@ -1,0 +1,135 @@
+"""Atomic save / load of what an LLM trains: adapters or full weights, heads, updater state.
+
+Layout of a saved folder::
+
+    meta.json              {"format": 1, "weights": "adapter" | "full" | "none", "modules": [...]}
+    weights.safetensors    LoRA adapter weights, or the model's trainable parameters
+    modules.safetensors    module function weights, keys "<name>.<param>"
+    updater.pt             updater state (optimizer...), read with torch.load(weights_only=True)
+
+The folder is written under a temporary name next to the target and renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from llmgym.errors import CheckpointError
+from llmgym.llm.adapters import is_peft_model
+
+__all__ = ["save_llm_state", "load_llm_state"]
+
+_FORMAT = 1
+
+
+def _trainable_weights(model: Any) -> tuple[str, dict[str, torch.Tensor]]:
+    if is_peft_model(model):
+        from peft import get_peft_model_state_dict
+
+        return "adapter", dict(get_peft_model_state_dict(model))
+    weights = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    return ("full" if weights else "none"), weights
+
+
+def _save_tensors(tensors: Mapping[str, torch.Tensor], path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().contiguous().cpu().clone() for k, v in tensors.items()}, str(path))
+
+
+def save_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[str, torch.nn.Module], updater_state: dict[str, Any] | None) -> Path:
+    """Write trainable weights, module functions and updater state to ``path`` atomically.
+
+    Args:
+        path: Destination folder (replaced if it exists).
+        model: The (possibly PEFT-wrapped) model.
+        modules: Module functions by name.
+        updater_state: The updater's ``state_dict()``, or ``None``.
+
+    Returns:
+        The folder path.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    try:
+        kind, weights = _trainable_weights(model)
+        if weights:
+            _save_tensors(weights, tmp / "weights.safetensors")
+        module_tensors = {f"{name}.{k}": v for name, m in modules.items() for k, v in m.state_dict().items()}
+        _save_tensors(module_tensors, tmp / "modules.safetensors")
+        if updater_state is not None:
+            torch.save(updater_state, tmp / "updater.pt")
+        meta = {"format": _FORMAT, "weights": kind, "modules": sorted(modules)}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        if target.exists():
+            old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old-"))
+            os.replace(target, old / "previous")
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def load_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[str, torch.nn.Module]) -> dict[str, Any] | None:
+    """Load what :func:`save_llm_state` wrote into ``model`` and ``modules``.
+
+    Args:
+        path: Folder written by :func:`save_llm_state`.
+        model: The model to load trainable weights into (same adapter setup as when saved).
+        modules: Module functions by name (same names as when saved).
+
+    Returns:
+        The saved updater state, or ``None`` if none was saved.
+
+    Raises:
+        CheckpointError: When the folder is missing, incomplete or does not match the model.
+    """
+    from safetensors.torch import load_file
+
+    folder = Path(path)
+    meta_path = folder / "meta.json"
+    if not meta_path.is_file():
+        raise CheckpointError(f"path={str(folder)!r} holds no LLM checkpoint (meta.json missing); pass a folder written by LLM.save.")
+    meta = json.loads(meta_path.read_text())
+    kind, _ = _trainable_weights(model)
+    if meta.get("format") != _FORMAT or meta.get("weights") != kind:
+        raise CheckpointError(
+            f"checkpoint {str(folder)!r} holds {meta.get('weights')!r} weights but this LLM trains {kind!r} weights; "
+            "load it into an LLM built with the same model.lora setting."
+        )
+    if sorted(modules) != meta.get("modules"):
+        raise CheckpointError(
+            f"checkpoint {str(folder)!r} has module functions {meta.get('modules')} but this LLM has {sorted(modules)}; "
+            "build the LLM with the same module_functions keys."
+        )
+    if kind != "none":
+        weights = load_file(str(folder / "weights.safetensors"))
+        if kind == "adapter":
+            from peft import set_peft_model_state_dict
+
+            result = set_peft_model_state_dict(model, weights)
+            unexpected = list(getattr(result, "unexpected_keys", []))
+        else:
+            result = model.load_state_dict(weights, strict=False)
+            unexpected = list(result.unexpected_keys)
+        if unexpected:
+            raise CheckpointError(f"checkpoint {str(folder)!r} has weights this model lacks: {unexpected[:5]}.")
+    tensors = load_file(str(folder / "modules.safetensors"))
+    for name, module in modules.items():
+        prefix = f"{name}."
+        module.load_state_dict({k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
+    updater_path = folder / "updater.pt"
+    return torch.load(updater_path, weights_only=True) if updater_path.is_file() else None

@@ -151,8 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "train":
-            from llmgym.config import load_config
             from llmgym.algorithms.trainer import run_training
+            from llmgym.config import load_config
 
             config = load_config(args.config, args.overrides)
             run_training(config)

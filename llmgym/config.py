@@ -360,11 +360,10 @@ def load_config(
         ConfigError: On a missing file, an unknown key (with a suggestion), a wrong type, an
             override without ``=``, or a value out of range.
     """
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    schema = OmegaConf.structured(base if base is not None else Config)
-    layers = [schema]
+    layers: list[tuple[Any, str]] = []
     if path is not None:
         p = Path(path)
         if not p.is_file():
@@ -375,23 +374,21 @@ def load_config(
             raise ConfigError(f"Config file '{p}' is not valid YAML: {exc}") from exc
         if loaded is None:
             loaded = OmegaConf.create({})
-        if not isinstance(loaded, type(OmegaConf.create({}))):
+        if not isinstance(loaded, DictConfig):
             raise ConfigError(f"Config file '{p}' must hold a mapping of sections, not a list.")
-        layers.append(loaded)
+        layers.append((loaded, f"config file '{p}'"))
     for item in overrides:
         if "=" not in item:
             raise ConfigError(
                 f"Override '{item}' must look like section.key=value, e.g. algorithm.learning_rate=1e-5."
             )
-    merged = schema
-    try:
-        for i, layer in enumerate(layers[1:], start=1):
+        layers.append((OmegaConf.from_dotlist([item]), f"override '{item}'"))
+    merged = OmegaConf.structured(base if base is not None else Config)
+    for layer, source in layers:
+        try:
             merged = OmegaConf.merge(merged, layer)
-        for item in overrides:
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([item]))
-    except OmegaConfBaseException as exc:
-        source = f"'{path}'" if path is not None and i == 1 and not overrides else "the config/overrides"
-        raise _omegaconf_error(exc, source) from None
+        except OmegaConfBaseException as exc:
+            raise _omegaconf_error(exc, source) from None
     try:
         result = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:

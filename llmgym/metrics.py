@@ -1,0 +1,190 @@
+"""Run logging: JSONL, progress bar, wandb / TensorBoard, learning-curve PNG.
+
+JSONL is always written; wandb and TensorBoard only when configured; the learning-curve PNG at
+the end of training.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from llmgym.config import LoggingConfig
+from llmgym.errors import require
+
+__all__ = ["RunLogger", "EpisodeStats", "read_metrics", "plot_learning_curve"]
+
+
+def _scalar(value: Any) -> float | int | str | bool | None:
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, (bool, int, str)) or value is None:
+        return value
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class EpisodeStats:
+    """Rolling statistics of finished training episodes (return, length, success).
+
+    Args:
+        window: Number of most recent episodes the means are taken over.
+    """
+
+    def __init__(self, window: int = 100) -> None:
+        self.returns: deque[float] = deque(maxlen=window)
+        self.lengths: deque[int] = deque(maxlen=window)
+        self.successes: deque[float] = deque(maxlen=window)
+        self.episodes = 0
+
+    def add(self, episode: Mapping[str, Any]) -> None:
+        """Record one finished episode: a mapping with ``return``, ``length`` and ``success``."""
+        self.returns.append(float(episode["return"]))
+        self.lengths.append(int(episode["length"]))
+        self.successes.append(float(bool(episode.get("success", False))))
+        self.episodes += 1
+
+    def summary(self) -> dict[str, float]:
+        """Means over the window (empty dict before the first episode)."""
+        if not self.returns:
+            return {}
+        n = len(self.returns)
+        return {
+            "episode_return": sum(self.returns) / n,
+            "episode_length": sum(self.lengths) / n,
+            "success_rate": sum(self.successes) / n,
+            "episodes": float(self.episodes),
+        }
+
+
+class RunLogger:
+    """Writes metrics of one run to ``metrics.jsonl`` and, when configured, wandb and TensorBoard.
+
+    Args:
+        run_dir: The run directory (created).
+        config: The ``logging`` section.
+        run_config: The whole resolved config as a dict, recorded by wandb.
+        total_env_steps: Length of the progress bar.
+        initial_env_steps: Where the bar starts (non-zero when resuming).
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        config: LoggingConfig,
+        run_config: Mapping[str, Any] | None = None,
+        total_env_steps: int | None = None,
+        initial_env_steps: int = 0,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "metrics.jsonl"
+        self._file = self.path.open("a", encoding="utf-8")
+        self._start = time.monotonic()
+        self._wandb: Any = None
+        self._tensorboard: Any = None
+        self._bar: Any = None
+        if config.wandb.mode != "disabled":
+            import wandb
+
+            self._wandb = wandb.init(
+                mode=config.wandb.mode,
+                project=config.wandb.project,
+                entity=config.wandb.entity,
+                dir=str(self.run_dir),
+                config=dict(run_config or {}),
+                name=self.run_dir.name,
+            )
+        if config.tensorboard:
+            require("tensorboard", "tensorboard", "logging.tensorboard")
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tensorboard = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+        if config.progress and total_env_steps is not None:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total_env_steps, initial=initial_env_steps, unit="step", dynamic_ncols=True)
+
+    def log(self, env_steps: int, metrics: Mapping[str, Any], kind: str = "train") -> None:
+        """Append one record.
+
+        Args:
+            env_steps: Env steps taken so far (x axis).
+            metrics: Scalar metrics; tensors and numpy scalars are converted, non-finite become null.
+            kind: ``"train"`` or ``"eval"`` (eval records are plotted as points).
+        """
+        record = {"kind": kind, "env_steps": int(env_steps), "time_s": round(time.monotonic() - self._start, 3)}
+        record.update({key: _scalar(value) for key, value in metrics.items()})
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        numeric = {f"{kind}/{k}": v for k, v in record.items() if isinstance(v, (int, float)) and k != "env_steps"}
+        if self._wandb is not None:
+            self._wandb.log(numeric, step=int(env_steps))
+        if self._tensorboard is not None:
+            for key, value in numeric.items():
+                self._tensorboard.add_scalar(key, value, int(env_steps))
+
+    def progress(self, env_steps: int, postfix: Mapping[str, Any]) -> None:
+        """Move the progress bar to ``env_steps`` and show ``postfix`` (episodes, success rate...)."""
+        if self._bar is None:
+            return
+        self._bar.update(max(0, env_steps - self._bar.n))
+        self._bar.set_postfix({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in postfix.items()}, refresh=False)
+
+    def close(self) -> None:
+        """Flush and close every sink."""
+        if self._bar is not None:
+            self._bar.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+        self._file.close()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a ``metrics.jsonl`` file, in order."""
+    with Path(path).open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path:
+    """Plot return and success rate against env steps, with evaluation points, to a PNG.
+
+    Args:
+        metrics_path: A ``metrics.jsonl`` written by :class:`RunLogger`.
+        png_path: Where to write the image.
+        title: Figure title (e.g. the env id).
+
+    Returns:
+        The PNG path.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(metrics_path)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in ((axes[0], "episode_return", "return"), (axes[1], "success_rate", "success rate")):
+        for kind, style in (("train", "-"), ("eval", "o--")):
+            points = [(r["env_steps"], r[key]) for r in records if r.get("kind") == kind and r.get(key) is not None]
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, style, label=f"{kind} ({'greedy' if kind == 'eval' else 'rolling mean'})")
+        ax.set_xlabel("env steps")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(png_path)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,28 @@
+import math
+
+import torch
+
+from llmgym.config import LoggingConfig
+from llmgym.metrics import EpisodeStats, RunLogger, plot_learning_curve, read_metrics
+
+
+def test_jsonl_records_and_plot(tmp_path):
+    logger = RunLogger(tmp_path, LoggingConfig(progress=False))
+    logger.log(0, {"success_rate": 0.1, "episode_return": 0.2}, kind="eval")
+    logger.log(64, {"success_rate": torch.tensor(0.5), "episode_return": 0.4, "loss": math.nan})
+    logger.log(128, {"success_rate": 0.75, "episode_return": 0.6})
+    logger.close()
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["env_steps"] for r in records] == [0, 64, 128]
+    assert records[1]["success_rate"] == 0.5 and records[1]["loss"] is None
+    png = plot_learning_curve(tmp_path / "metrics.jsonl", tmp_path / "curve.png", title="t")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_episode_stats_window():
+    stats = EpisodeStats(window=2)
+    assert stats.summary() == {}
+    for ret, success in ((0.0, False), (1.0, True), (3.0, True)):
+        stats.add({"return": ret, "length": 2, "success": success})
+    summary = stats.summary()
+    assert summary["episode_return"] == 2.0 and summary["success_rate"] == 1.0 and summary["episodes"] == 3.0

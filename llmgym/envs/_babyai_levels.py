@@ -35,7 +35,9 @@ class PickUpSeqGoToLevel(RoomGridLevel):
         obj_a = self._rand_elem(objs)
         obj_b = self._rand_elem(objs)
         desc_a = ObjDesc(obj_a.type, obj_a.color)
-        if (obj_a.type, obj_a.color) == (obj_b.type, obj_b.color) and len(desc_a.find_matching_objs(self)[0]) < 2:
+        if (obj_a.type, obj_a.color) == (obj_b.type, obj_b.color) and len(
+            desc_a.find_matching_objs(self)[0]
+        ) < 2:
             while (obj_a.type, obj_a.color) == (obj_b.type, obj_b.color):
                 obj_b = self._rand_elem(objs)
         pick_a = PickupInstr(desc_a)

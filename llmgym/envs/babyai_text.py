@@ -10,7 +10,7 @@ left to right and, within a column, from far to near. :func:`describe_view` repr
 (``gen_graph`` in GLAM's ``gym_minigrid/minigrid.py``) with one deliberate difference: an open
 door reads "You see an open ... door" where GLAM's code writes "a open".
 
-Observation: a dict with ``"text"`` (``"Goal of the agent: <mission>\\n<view>"``), ``"mission"``
+Observation: a dict with ``"text"`` (``"Goal of the agent: <mission>"``, a newline, then the view), ``"mission"``
 and ``"view"`` (the descriptions joined by ``", "``, as in GLAM's prompts); ``info`` holds
 ``"valid_actions"`` (the 6 GLAM actions), ``"descriptions"`` (the list), ``"level"`` and, at the
 end of an episode, ``"success"``.
@@ -65,7 +65,13 @@ LEVELS: tuple[str, ...] = (
 
 #: The single-room tasks of GLAM's ``MixedTrainLocal``: go to, pick up, put next to, open a
 #: (locked) door, and "pick up A then go to B", mapped onto minigrid's levels.
-GLAM_TRAIN_LEVELS: tuple[str, ...] = ("GoToLocal", "PickupLocal", "PutNextLocal", "UnlockLocal", "PickUpSeqGoTo")
+GLAM_TRAIN_LEVELS: tuple[str, ...] = (
+    "GoToLocal",
+    "PickupLocal",
+    "PutNextLocal",
+    "UnlockLocal",
+    "PickUpSeqGoTo",
+)
 
 # llmgym's "PickupLocal" is minigrid's "PickupLoc"; "PickUpSeqGoTo" is GLAM's own level, built by
 # llmgym.envs._babyai_levels.
@@ -155,8 +161,12 @@ def describe_view(image: np.ndarray, carrying: tuple[str, str] | None = None) ->
 def _resolve_levels(level: str | Sequence[str]) -> tuple[str, ...]:
     levels = (level,) if isinstance(level, str) else tuple(level)
     if not levels:
-        raise ConfigError("level=() is empty; expected a level name or a non-empty list. Fix: level='GoToLocal'.")
-    known = sorted({k[len("BabyAI-") : -len("-v0")] for k in gym.registry if k.startswith("BabyAI-")} | set(LEVELS))
+        raise ConfigError(
+            "level=() is empty; expected a level name or a non-empty list. Fix: level='GoToLocal'."
+        )
+    known = sorted(
+        {k[len("BabyAI-") : -len("-v0")] for k in gym.registry if k.startswith("BabyAI-")} | set(LEVELS)
+    )
     for name in levels:
         if name not in known:
             close = difflib.get_close_matches(str(name), known, n=3)
@@ -210,7 +220,7 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         self._inner = [_make_level(name, render_mode) for name in self.levels]
         self._current = 0
         self.action_space = Discrete(len(BABYAI_ACTIONS))
-        self.observation_space = Dict(
+        self.observation_space: gym.spaces.Space[Any] = Dict(
             {"text": TextSpace(8192), "mission": TextSpace(1024), "view": TextSpace(8192)}
         )
 

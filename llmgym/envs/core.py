@@ -198,7 +198,12 @@ def _rollout(env: gym.Env, seed: int, num_steps: int) -> list[tuple[str, float, 
     trace = [(observation_text(obs), 0.0, False, False)]
     for _ in range(num_steps):
         valid = info.get("valid_actions")
-        action = valid[int(rng.integers(len(valid)))] if valid else env.action_space.sample()
+        if valid:
+            action = valid[int(rng.integers(len(valid)))]
+        elif isinstance(env.action_space, Text):  # short strings: completions, tokens
+            action = env.action_space.sample(mask=(int(rng.integers(1, 16)), None))
+        else:
+            action = env.action_space.sample()
         obs, reward, terminated, truncated, info = env.step(action)
         trace.append((observation_text(obs), float(reward), bool(terminated), bool(truncated)))
         if terminated or truncated:
@@ -256,7 +261,9 @@ def check_text_env(env: gym.Env, *, seed: int = 0, num_steps: int = 40, check_gy
         if not isinstance(terminated, bool) or not isinstance(truncated, bool):
             raise _fail(env, f"step({action!r}) returned non-bool terminated/truncated")
         if "success" in step_info and not isinstance(step_info["success"], bool):
-            raise _fail(env, f"info['success'] after step({action!r}) is not a bool: {step_info['success']!r}")
+            raise _fail(
+                env, f"info['success'] after step({action!r}) is not a bool: {step_info['success']!r}"
+            )
     if valid:
         _check_rejects(env, seed, "definitely not an action \U0001f984", valid)
         if isinstance(env.action_space, Discrete):
@@ -271,6 +278,8 @@ def _check_rejects(env: gym.Env, seed: int, action: Any, valid: Sequence[str]) -
     except InvalidActionError as exc:
         missing = [a for a in valid if a not in str(exc)]
         if missing:
-            raise _fail(env, f"the InvalidActionError message does not list the valid actions {missing}") from exc
+            raise _fail(
+                env, f"the InvalidActionError message does not list the valid actions {missing}"
+            ) from exc
     else:
         raise _fail(env, f"step({action!r}) with an invalid action did not raise InvalidActionError")

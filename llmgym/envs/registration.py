@@ -66,7 +66,11 @@ ENV_SPECS: tuple[EnvEntry, ...] = (
         "BabyAI-Text: GLAM's training mix, one of go to / pick up / put next / unlock / pick up then go to per episode.",
         {"level": list(_GLAM_TRAIN)},
     ),
-    EnvEntry("llmgym/Blackjack-Text-v0", f"{_TOY}:BlackjackTextEnv", "Blackjack in words: hit or stay against the dealer."),
+    EnvEntry(
+        "llmgym/Blackjack-Text-v0",
+        f"{_TOY}:BlackjackTextEnv",
+        "Blackjack in words: hit or stay against the dealer.",
+    ),
     EnvEntry(
         "llmgym/FrozenLake-Text-v0",
         f"{_TOY}:FrozenLakeTextEnv",
@@ -90,7 +94,11 @@ ENV_SPECS: tuple[EnvEntry, ...] = (
         "llmgym.envs.generation:TextGenEnv",
         "Text generation: complete a prompt from a datapool, scored by a reward function.",
     ),
-    EnvEntry("llmgym/EchoWord-v0", f"{_SYN}:EchoWordEnv", "Say the word you are shown (one step, reward 1 if right)."),
+    EnvEntry(
+        "llmgym/EchoWord-v0",
+        f"{_SYN}:EchoWordEnv",
+        "Say the word you are shown (one step, reward 1 if right).",
+    ),
     EnvEntry(
         "llmgym/Countdown-v0",
         f"{_SYN}:CountdownEnv",

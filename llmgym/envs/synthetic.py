@@ -40,7 +40,11 @@ class EchoWordEnv(TextEnv[str]):
 
     def __init__(self, words: Sequence[str] = DEFAULT_WORDS) -> None:
         words = tuple(words)
-        if len(words) < 2 or len(set(words)) != len(words) or not all(isinstance(w, str) and w for w in words):
+        if (
+            len(words) < 2
+            or len(set(words)) != len(words)
+            or not all(isinstance(w, str) and w for w in words)
+        ):
             raise ConfigError(
                 f"words={words!r} is invalid; expected at least two distinct non-empty strings. "
                 "Fix: pass e.g. words=('apple', 'banana')."
@@ -53,7 +57,9 @@ class EchoWordEnv(TextEnv[str]):
     def _obs(self) -> str:
         return f"Say the word: {self.action_names[self._target]}"
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Draw a new word. See :meth:`gymnasium.Env.reset`."""
         super().reset(seed=seed)
         self._target = int(self.np_random.integers(len(self.action_names)))
@@ -90,7 +96,9 @@ class CountdownEnv(TextEnv[str]):
         target = self.action_names[self._target]
         return f"Say '{target}' {self._remaining} more time{'s' if self._remaining != 1 else ''} in a row."
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Draw the action to repeat. See :meth:`gymnasium.Env.reset`."""
         super().reset(seed=seed)
         self._target = int(self.np_random.integers(2))
@@ -128,7 +136,9 @@ class ConstantRewardEnv(TextEnv[str]):
         self.observation_space = TextSpace(64)
         self._t = 0
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Start a new episode. See :meth:`gymnasium.Env.reset`."""
         super().reset(seed=seed)
         self._t = 0
@@ -138,4 +148,10 @@ class ConstantRewardEnv(TextEnv[str]):
         """Take any valid action and earn 1. See :meth:`gymnasium.Env.step`."""
         self.parse_action(action)
         self._t += 1
-        return "Every step earns one point.", 1.0, False, self._t >= self.horizon, {"valid_actions": self.valid_actions()}
+        return (
+            "Every step earns one point.",
+            1.0,
+            False,
+            self._t >= self.horizon,
+            {"valid_actions": self.valid_actions()},
+        )

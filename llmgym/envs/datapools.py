@@ -1,0 +1,183 @@
+"""Prompt datapools for text-generation tasks, and their registry.
+
+A datapool is a list of :class:`Sample` (a prompt and optional references). :func:`load_datapool`
+builds one from a registered name, a list of prompts (strings, dicts or samples), a JSONL file, or
+a Hugging Face ``datasets`` dataset object already in memory (nothing is downloaded). Register your
+own with :func:`register_datapool` (a callable returning any of these).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmgym.errors import ConfigError, InputError
+
+__all__ = ["Sample", "register_datapool", "load_datapool", "list_datapools"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One prompt of a datapool.
+
+    Attributes:
+        prompt: The text the policy completes.
+        references: Reference completions, for reference-based rewards (BLEU, ROUGE, match).
+    """
+
+    prompt: str
+    references: tuple[str, ...] = ()
+
+
+_DATAPOOLS: dict[str, Callable[..., Any]] = {}
+
+
+def register_datapool(
+    name: str, factory: Callable[..., Any] | None = None, *, overwrite: bool = False
+) -> Callable[..., Any]:
+    """Register a datapool factory under ``name``.
+
+    Use as ``register_datapool("mine", factory)`` or as a decorator ``@register_datapool("mine")``.
+    The factory takes keyword arguments and returns anything :func:`load_datapool` accepts.
+
+    Args:
+        name: The name to refer to it by.
+        factory: The factory; omitted for the decorator form.
+        overwrite: Whether to replace a factory already registered under ``name``.
+
+    Returns:
+        ``factory`` itself, or the decorator when ``factory`` is omitted.
+
+    Raises:
+        ConfigError: If ``name`` is taken and ``overwrite`` is false.
+    """
+
+    def decorator(func: Callable[..., Any]) -> Callable[..., Any]:
+        if name in _DATAPOOLS and not overwrite:
+            raise ConfigError(
+                f"datapool name={name!r} is already registered; expected a new name. "
+                "Fix: choose another name or pass overwrite=True."
+            )
+        _DATAPOOLS[name] = func
+        return func
+
+    return decorator if factory is None else decorator(factory)
+
+
+def list_datapools() -> list[str]:
+    """Return the registered datapool names, sorted."""
+    return sorted(_DATAPOOLS)
+
+
+def _sample(item: Any, prompt_key: str, reference_key: str, where: str) -> Sample:
+    if isinstance(item, Sample):
+        return item
+    if isinstance(item, str):
+        return Sample(item)
+    if isinstance(item, Mapping) and isinstance(item.get(prompt_key), str):
+        refs = item.get(reference_key, ())
+        refs = (refs,) if isinstance(refs, str) else tuple(refs or ())
+        if not all(isinstance(r, str) for r in refs):
+            raise InputError(f"{where}: {reference_key!r}={refs!r} must be a string or a list of strings.")
+        return Sample(item[prompt_key], refs)
+    raise InputError(
+        f"{where}: {item!r:.200} is not a prompt; expected a str, a Sample, or a dict with a str "
+        f"{prompt_key!r} entry (and optionally {reference_key!r}). Fix: pass prompt_key=/reference_key= "
+        "naming your fields."
+    )
+
+
+def _read_jsonl(path: Path, prompt_key: str, reference_key: str) -> list[Sample]:
+    samples = []
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(
+                    f"{path}:{number} is not valid JSON ({exc.msg}); expected one object per line."
+                ) from exc
+            samples.append(_sample(item, prompt_key, reference_key, f"{path}:{number}"))
+    return samples
+
+
+def load_datapool(
+    source: Any,
+    *,
+    prompt_key: str = "prompt",
+    reference_key: str = "references",
+    **kwargs: Any,
+) -> list[Sample]:
+    """Build a datapool.
+
+    Args:
+        source: A registered datapool name; a path to a ``.jsonl`` file (one JSON object per line);
+            a ``datasets.Dataset`` (or any iterable of rows); or a list of prompts as strings,
+            :class:`Sample` or dicts.
+        prompt_key: The field holding the prompt in dicts, JSONL lines and dataset rows.
+        reference_key: The field holding the reference(s), a string or a list of strings.
+        **kwargs: Passed to a registered datapool's factory.
+
+    Returns:
+        The samples, at least one.
+
+    Raises:
+        ConfigError: If ``source`` names no registered datapool nor an existing file.
+        InputError: If an item is not a prompt, or the pool is empty.
+    """
+    if isinstance(source, (str, Path)):
+        if isinstance(source, str) and source in _DATAPOOLS:
+            return load_datapool(
+                _DATAPOOLS[source](**kwargs), prompt_key=prompt_key, reference_key=reference_key
+            )
+        path = Path(source)
+        if path.is_file():
+            samples = _read_jsonl(path, prompt_key, reference_key)
+        else:
+            close = difflib.get_close_matches(str(source), list(_DATAPOOLS), n=3)
+            hint = f" Did you mean {close}?" if close else ""
+            raise ConfigError(
+                f"datapool={source!r} is neither a registered datapool nor an existing JSONL file; "
+                f"registered: {list_datapools()}.{hint} Fix: register it with "
+                "llmgym.envs.register_datapool or pass a list of prompts."
+            )
+    elif isinstance(source, Iterable):
+        samples = [
+            _sample(item, prompt_key, reference_key, f"datapool item {i}") for i, item in enumerate(source)
+        ]
+    else:
+        raise InputError(
+            f"datapool={source!r:.200} is not a datapool; expected a name, a JSONL path, a datasets.Dataset "
+            "or a list of prompts."
+        )
+    if not samples:
+        raise InputError(f"datapool={source!r:.200} holds no prompt; expected at least one.")
+    return samples
+
+
+@register_datapool("review_openings")
+def review_openings() -> list[Sample]:
+    """Openings of movie reviews for sentiment-steering tasks (as RL4LMs' IMDB text continuation)."""
+    return [
+        Sample(text)
+        for text in (
+            "This movie was",
+            "I watched this film last night and",
+            "The acting in this picture is",
+            "Honestly, the plot",
+            "From the first scene, the director",
+            "My friends told me this film",
+            "The soundtrack of this movie",
+            "I did not expect this sequel to be",
+            "The ending of the story",
+            "Compared to the book, the film",
+            "The special effects were",
+            "Two hours later, I felt",
+        )
+    ]

@@ -1,0 +1,153 @@
+"""``llmgym/TextGen-v0``: text generation as an env (RL4LMs / RLHF style).
+
+Each episode draws a prompt from a datapool (see :mod:`llmgym.envs.datapools`). In
+``mode="completion"`` the action is the whole completion and the episode ends after that one step;
+in ``mode="token"`` each step's action is one token's text, appended to the completion, and the
+episode ends at ``eos_token`` or after ``max_tokens`` steps. Either way the reward, from a reward
+function of :mod:`llmgym.envs.rewards`, comes on the last step, and every string is a valid action
+(there is no ``info["valid_actions"]``).
+
+Observation: a dict with ``"text"`` (prompt followed by the completion so far), ``"prompt"`` and
+``"completion"``. ``info`` holds ``"references"`` and, at the end, ``"completion"``.
+``reset(options={"index": i})`` picks sample ``i`` instead of a random one (for evaluation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.spaces import Dict
+
+from llmgym.envs.core import TextEnv, TextSpace
+from llmgym.envs.datapools import Sample, load_datapool
+from llmgym.envs.rewards import get_reward
+from llmgym.errors import ConfigError, InvalidActionError
+
+__all__ = ["TextGenEnv"]
+
+_MODES = ("completion", "token")
+
+
+class TextGenEnv(TextEnv[dict[str, str]]):
+    """Complete prompts from a datapool; a reward function scores the completion.
+
+    Args:
+        datapool: Anything :func:`~llmgym.envs.datapools.load_datapool` accepts (a registered name,
+            a JSONL path, a list of prompts, a ``datasets.Dataset``).
+        reward: A registered reward name or a reward function.
+        reward_kwargs: Keyword arguments of the reward function (e.g. ``{"keywords": [...]}``).
+        mode: ``"completion"`` (one step) or ``"token"`` (one token per step).
+        max_tokens: Steps after which a token-mode episode ends.
+        eos_token: Action that ends a token-mode episode (not appended), or ``None``.
+        max_completion_chars: Longest accepted completion, in characters.
+        datapool_kwargs: Passed to :func:`~llmgym.envs.datapools.load_datapool`.
+
+    Raises:
+        ConfigError: On an unknown mode, reward or datapool, or a non-positive limit.
+    """
+
+    description = "Complete a prompt from a datapool; a reward function scores the completion."
+
+    def __init__(
+        self,
+        datapool: Any = "review_openings",
+        reward: str | Callable[..., float] = "sentiment",
+        reward_kwargs: Mapping[str, Any] | None = None,
+        *,
+        mode: str = "completion",
+        max_tokens: int = 32,
+        eos_token: str | None = None,
+        max_completion_chars: int = 16384,
+        datapool_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if mode not in _MODES:
+            raise ConfigError(f"mode={mode!r} is invalid; expected one of {list(_MODES)}.")
+        for name, value in (("max_tokens", max_tokens), ("max_completion_chars", max_completion_chars)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r} is invalid; expected an int >= 1.")
+        self.samples: list[Sample] = load_datapool(datapool, **dict(datapool_kwargs or {}))
+        self.reward_fn = get_reward(reward, **dict(reward_kwargs or {}))
+        self.mode = mode
+        self.max_tokens = max_tokens
+        self.eos_token = eos_token
+        self.max_completion_chars = max_completion_chars
+        longest_prompt = max(len(s.prompt) for s in self.samples)
+        self.action_space = TextSpace(max_completion_chars, strict=False)
+        self.observation_space: gym.spaces.Space[Any] = Dict(
+            {
+                "text": TextSpace(longest_prompt + max_completion_chars, strict=False),
+                "prompt": TextSpace(longest_prompt, strict=False),
+                "completion": TextSpace(max_completion_chars, strict=False),
+            }
+        )
+        self._sample = self.samples[0]
+        self._completion = ""
+        self._steps = 0
+
+    @property
+    def instructions(self) -> str:
+        """What the policy is asked to do."""
+        return "Continue the text."
+
+    def parse_action(self, action: Any) -> str:  # type: ignore[override]
+        """Check that the action is a string the completion can take.
+
+        Args:
+            action: The completion (``"completion"`` mode) or one token's text (``"token"`` mode).
+
+        Returns:
+            The action.
+
+        Raises:
+            InvalidActionError: If the action is not a string or makes the completion too long.
+        """
+        if not isinstance(action, str):
+            raise InvalidActionError(
+                f"action={action!r:.100} is not valid for TextGenEnv; expected the completion text (a str)."
+            )
+        if len(self._completion) + len(action) > self.max_completion_chars:
+            raise InvalidActionError(
+                f"action of {len(action)} characters makes the completion longer than "
+                f"max_completion_chars={self.max_completion_chars}. Fix: generate fewer tokens or raise "
+                "max_completion_chars."
+            )
+        return action
+
+    def _obs(self) -> dict[str, str]:
+        prompt = self._sample.prompt
+        return {"text": prompt + self._completion, "prompt": prompt, "completion": self._completion}
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, str], dict[str, Any]]:
+        """Draw a prompt (or take ``options["index"]``). See :meth:`gymnasium.Env.reset`."""
+        super().reset(seed=seed)
+        index = (options or {}).get("index")
+        if index is None:
+            index = int(self.np_random.integers(len(self.samples)))
+        elif not isinstance(index, int) or not 0 <= index < len(self.samples):
+            raise ConfigError(
+                f"options['index']={index!r} is out of range; expected an int in [0, {len(self.samples) - 1}]."
+            )
+        self._sample = self.samples[index]
+        self._completion = ""
+        self._steps = 0
+        return self._obs(), {"references": list(self._sample.references)}
+
+    def step(self, action: str) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
+        """Add the completion (or one token). See :meth:`gymnasium.Env.step`."""
+        text = self.parse_action(action)
+        self._steps += 1
+        if self.mode == "token" and self.eos_token is not None and text == self.eos_token:
+            done = True
+        else:
+            self._completion += text
+            done = self.mode == "completion" or self._steps >= self.max_tokens
+        info: dict[str, Any] = {"references": list(self._sample.references)}
+        reward = 0.0
+        if done:
+            reward = float(self.reward_fn(self._sample.prompt, self._completion, self._sample.references))
+            info["completion"] = self._completion
+        return self._obs(), reward, done, False, info

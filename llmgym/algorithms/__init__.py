@@ -1,6 +1,6 @@
 """RL algorithms for LLM agents: advantages, losses and rollout storage (pure parts)."""
 
-from llmgym.algorithms.advantages import compute_gae, compute_token_gae, whiten
+from llmgym.algorithms.advantages import compute_gae, compute_token_gae, kl_penalized_token_rewards, whiten
 from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
 from llmgym.algorithms.losses import (
     a2c_policy_loss,
@@ -22,6 +22,7 @@ __all__ = [
     "compute_gae",
     "compute_token_gae",
     "kl_estimate",
+    "kl_penalized_token_rewards",
     "masked_mean",
     "pad_candidate_scores",
     "ppo_policy_loss",

@@ -17,9 +17,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from llmgym.algorithms.losses import KLEstimator, kl_estimate
 from llmgym.errors import InputError
 
-__all__ = ["compute_gae", "compute_token_gae", "whiten"]
+__all__ = ["compute_gae", "compute_token_gae", "kl_penalized_token_rewards", "whiten"]
 
 
 def _check_unit(name: str, value: float) -> None:
@@ -171,6 +172,51 @@ def compute_token_gae(
         advantages[:, pos] = torch.where(here, running, torch.zeros_like(running))
     returns = torch.where(valid, advantages + values, torch.zeros_like(values))
     return advantages, returns
+
+
+def kl_penalized_token_rewards(
+    scores: Tensor,
+    log_probs: Tensor,
+    ref_log_probs: Tensor,
+    mask: Tensor,
+    kl_coef: float,
+    estimator: KLEstimator = "k1",
+) -> tuple[Tensor, Tensor]:
+    """Per-token rewards with the KL penalty to the reference folded in (RL4LMs / RLHF style).
+
+    ``rewards[b, l] = -kl_coef * KL[b, l]`` on every generated token, plus ``scores[b]`` on the last
+    masked-in token of row ``b``; feed the result to :func:`compute_token_gae`.
+
+    Args:
+        scores: Sequence-level reward of each completion, ``[B]``.
+        log_probs: Per-token log-probs of the sampled tokens under the policy, ``[B, L]``.
+        ref_log_probs: Per-token log-probs under the reference policy (adapter disabled), ``[B, L]``.
+        mask: Bool ``[B, L]``, True on generated tokens; every row needs at least one.
+        kl_coef: Weight of the penalty (>= 0).
+        estimator: KL estimator ``"k1"``, ``"k2"`` or ``"k3"`` (see :func:`~llmgym.algorithms.losses.kl_estimate`).
+
+    Returns:
+        ``(rewards, kl)``, both ``[B, L]`` and zero outside ``mask``; ``kl`` is the per-token estimate.
+
+    Raises:
+        InputError: On a shape mismatch, a negative ``kl_coef`` or a row without generated tokens.
+    """
+    if not kl_coef >= 0:
+        raise InputError(f"kl_coef={kl_coef!r} must be >= 0 (0 disables the KL penalty).")
+    _check_shape("log_probs", log_probs, tuple(mask.shape), "[B, L]")
+    _check_shape("ref_log_probs", ref_log_probs, tuple(mask.shape), "[B, L]")
+    if mask.dim() != 2:
+        raise InputError(f"mask has shape {list(mask.shape)}; expected [B, L] (sequences x tokens).")
+    _check_shape("scores", scores, (mask.shape[0],), "[B]")
+    valid = mask.to(device=log_probs.device, dtype=torch.bool)
+    if not bool(valid.any(dim=1).all()):
+        raise InputError("mask has a row without any True entry; every completion needs at least one generated token.")
+    kl = torch.where(valid, kl_estimate(log_probs.detach(), ref_log_probs.detach(), estimator), torch.zeros_like(log_probs))
+    rewards = -kl_coef * kl
+    positions = torch.arange(valid.shape[1], device=valid.device).expand_as(valid)
+    last = torch.where(valid, positions, torch.full_like(positions, -1)).max(dim=1).values
+    rewards[torch.arange(valid.shape[0], device=valid.device), last] += scores.to(device=rewards.device, dtype=rewards.dtype)
+    return rewards, kl
 
 
 def whiten(x: Tensor, mask: Optional[Tensor] = None, eps: float = 1e-8, shift_mean: bool = True) -> Tensor:

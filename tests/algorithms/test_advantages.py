@@ -196,3 +196,20 @@ def test_whiten_full_and_masked():
     with pytest.raises(InputError, match="shape"):
         whiten(x, torch.ones(3, dtype=torch.bool))
     assert math.isfinite(float(whiten(torch.ones(3)).sum()))
+
+
+def test_kl_penalized_token_rewards():
+    from llmgym.algorithms.advantages import kl_penalized_token_rewards
+
+    logp = torch.tensor([[-1.0, -1.0, 0.0], [0.0, -2.0, -0.5]])
+    ref = torch.tensor([[-1.5, -1.0, 0.0], [0.0, -1.0, -0.5]])
+    mask = torch.tensor([[True, True, False], [False, True, True]])
+    rewards, kl = kl_penalized_token_rewards(torch.tensor([1.0, 2.0]), logp, ref, mask, kl_coef=0.1)
+    torch.testing.assert_close(kl, torch.tensor([[0.5, 0.0, 0.0], [0.0, -1.0, 0.0]]))
+    torch.testing.assert_close(rewards, torch.tensor([[-0.05, 1.0, 0.0], [0.0, 0.1, 2.0]]))
+    with pytest.raises(InputError, match="kl_coef"):
+        kl_penalized_token_rewards(torch.zeros(2), logp, ref, mask, kl_coef=-1.0)
+    with pytest.raises(InputError, match="without any True"):
+        kl_penalized_token_rewards(torch.zeros(2), logp, ref, mask & torch.tensor([[True] * 3, [False] * 3]), 0.1)
+    with pytest.raises(InputError, match="scores"):
+        kl_penalized_token_rewards(torch.zeros(3), logp, ref, mask, 0.1)

@@ -30,7 +30,7 @@ class FakeBackend:
     def generate(self, contexts: list[str], **kwargs: Any) -> list[list[str]]:
         return [[c[::-1]] for c in contexts]
 
-    def update(self, contexts: list[str], candidates: list[list[str]], _current_batch_ids: list[int], **kwargs: Any) -> dict[str, Any]:
+    def update(self, contexts: list[str], candidates: list[list[str]], _current_batch_ids: list[int], **kwargs: Any) -> list[dict[str, Any]]:
         if self.fail_update_on == self.rank:
             raise ZeroDivisionError(f"boom in updater on rank {self.rank}")
         self.weight.grad = None
@@ -42,7 +42,7 @@ class FakeBackend:
         self.sync_gradients(len(contexts))
         with torch.no_grad():
             self.weight -= 0.1 * self.weight.grad
-        return {"rank": self.rank, "n": len(contexts), "pid": os.getpid()}
+        return [{"rank": self.rank, "n": len(contexts), "pid": os.getpid()}]
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [self.weight]

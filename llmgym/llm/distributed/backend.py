@@ -47,7 +47,7 @@ class LocalLLMFactory:
         tokenizer: The prebuilt model's tokenizer.
     """
 
-    config: ModelConfig | None = None
+    config: ModelConfig | str | None = None
     module_functions: Mapping[str, Any] | None = None
     updater: Any = None
     model: Any = None
@@ -56,10 +56,10 @@ class LocalLLMFactory:
     def __call__(self, placement: Placement) -> Any:
         """Build the backend for ``placement``."""
         from llmgym.llm.local import LocalLLM
-
         from llmgym.llm.models import load_model
+        from llmgym.llm.validation import as_model_config
 
-        config = dataclasses.replace(self.config or ModelConfig(), device=placement.device)
+        config = dataclasses.replace(as_model_config(self.config), device=placement.device)
         model, tokenizer = self.model, self.tokenizer
         if placement.model_parallel:
             if model is None:
@@ -71,7 +71,7 @@ class LocalLLMFactory:
 
 
 def make_backend(
-    config: ModelConfig | None,
+    config: ModelConfig | str | None,
     module_functions: Mapping[str, Any] | None = None,
     updater: Any = None,
     *,

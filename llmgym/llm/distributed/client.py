@@ -85,6 +85,8 @@ class DistributedLLM:
         self._broken: str | None = None
         self._closed = False
         self._store: Any = None
+        self._config = getattr(factory, "config", None)
+        self._tokenizer: Any = None
         try:
             self._start(listener, factory, num_servers)
         except BaseException:
@@ -183,6 +185,31 @@ class DistributedLLM:
         """Rank, host and process id of each server."""
         return list(self._servers)
 
+    @property
+    def config(self) -> Any:
+        """The model config the servers were built from."""
+        return self._config
+
+    @property
+    def tokenizer(self) -> Any:
+        """A copy of server 0's tokenizer (fetched once; prompts and chat templates need it)."""
+        if self._tokenizer is None:
+            self._tokenizer = self._request({0: ("tokenizer", (), {})})[0]
+        return self._tokenizer
+
+    @property
+    def model(self) -> Any:
+        """Not available: the model lives in the LLM server processes.
+
+        Raises:
+            BackendError: Always, with the alternatives.
+        """
+        raise BackendError(
+            "LLM.model is not available with the distributed backend: the model lives in the LLM server "
+            "processes. Use score/forward/generate/update, or run without `llmgym launch` (and with "
+            "distributed.llm_processes=1) to get the in-process model."
+        )
+
     def score(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any) -> list[Any]:
         """Score the candidates: one tensor of log-probabilities per context, in the order given."""
         _check_lengths("score", contexts, candidates)
@@ -217,7 +244,7 @@ class DistributedLLM:
         return gather_in_order([shares[r] for r in calls], [results[r] for r in calls], len(prompt_ids))
 
     def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any) -> list[Any]:
-        """Run the Updater on every server with its share of the batch; one result per server.
+        """Run the Updater on every server with its share of the batch; one result per server, by rank.
 
         Every server is called, also one with an empty share (it must still join the gradient
         all-reduce, with weight 0). Each gets the full ``kwargs`` and ``_current_batch_ids``, the
@@ -248,7 +275,7 @@ class DistributedLLM:
                 "and before its optimizer step"
             )
             raise BackendError(self._broken + ".")
-        return [results[rank][0] for rank in range(self.num_servers)]
+        return [item for rank in range(self.num_servers) for item in results[rank][0]]
 
     def save(self, path: str) -> Any:
         """Save the trainable state from server 0 (all servers hold the same weights)."""

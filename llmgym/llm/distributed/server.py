@@ -39,7 +39,7 @@ __all__ = ["SERVER_METHODS", "serve", "main"]
 
 #: Methods the client may call on a server's backend.
 SERVER_METHODS = frozenset(
-    {"score", "forward", "generate", "update", "token_logprobs", "save", "load", "trainable_parameters"}
+    {"score", "forward", "generate", "update", "token_logprobs", "save", "load", "trainable_parameters", "tokenizer"}
 )
 
 _LOST_CLIENT_EXIT = 3
@@ -173,6 +173,8 @@ class _Server:
             raise ValueError(f"unknown LLM server method {method!r}; expected one of {sorted(SERVER_METHODS)}")
         if method == "trainable_parameters":
             return [p.detach().cpu().clone() for p in self.backend.trainable_parameters()]
+        if method == "tokenizer":
+            return self.backend.tokenizer
         result = getattr(self.backend, method)(*args, **kwargs)
         if method == "update":
             return _to_cpu(result), fingerprint(list(self.backend.trainable_parameters()))

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+
+import llmgym.envs.babyai_text as babyai_text
+from llmgym.envs import TextSpace, check_text_env, list_envs, observation_text, register_envs
+from llmgym.envs.registration import _BABYAI_LEVELS, _GLAM_TRAIN
+from llmgym.errors import InputError, InvalidActionError
+
+ENV_IDS = [env_id for env_id, _ in list_envs()]
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_every_registered_env_passes_check_text_env(env_id):
+    check_text_env(gym.make(env_id), num_steps=25)
+
+
+def test_list_envs_has_one_line_descriptions():
+    assert len(ENV_IDS) == len(set(ENV_IDS))
+    for env_id, description in list_envs():
+        assert env_id.startswith("llmgym/") and env_id.endswith("-v0")
+        assert description and "\n" not in description
+
+
+def test_registration_is_idempotent_and_both_make_forms_work():
+    register_envs()
+    register_envs()
+    assert gym.make("llmgym/EchoWord-v0").unwrapped.__class__.__name__ == "EchoWordEnv"
+    assert gym.make("llmgym:llmgym/EchoWord-v0").unwrapped.__class__.__name__ == "EchoWordEnv"
+
+
+def test_registration_table_matches_babyai_module():
+    assert tuple(_BABYAI_LEVELS) == babyai_text.LEVELS
+    assert _GLAM_TRAIN == babyai_text.GLAM_TRAIN_LEVELS
+
+
+def test_import_llmgym_registers_without_heavy_imports():
+    code = (
+        "import sys, gymnasium as gym, llmgym; "
+        "assert 'llmgym/BabyAI-Text-GoToLocal-v0' in gym.registry; "
+        "assert 'minigrid' not in sys.modules and 'torch' not in sys.modules, "
+        "[m for m in ('minigrid', 'torch') if m in sys.modules]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_text_space_admits_prose():
+    space = TextSpace(32)
+    assert "Go to the red ball, now!\n" in space
+    assert "" in space
+    assert "x" * 33 not in space
+    assert "caf\u00e9" not in space
+    assert "caf\u00e9" in TextSpace(32, strict=False)
+    assert 3 not in space
+    assert space.sample() in space
+
+
+def test_observation_text():
+    assert observation_text("hello") == "hello"
+    assert observation_text({"text": "hi", "mission": "m"}) == "hi"
+    with pytest.raises(InputError, match="text observation"):
+        observation_text({"mission": "m"})
+
+
+def test_invalid_action_lists_valid_actions():
+    env = gym.make("llmgym/Countdown-v0")
+    env.reset(seed=0)
+    with pytest.raises(InvalidActionError) as info:
+        env.step("jump")
+    assert "'jump'" in str(info.value) and "'left'" in str(info.value) and "'right'" in str(info.value)
+    with pytest.raises(ValueError):
+        env.step(7)
+    with pytest.raises(InvalidActionError):
+        env.step(True)
+    obs, *_ = env.step("  LEFT ")  # case and blanks do not matter
+    assert isinstance(obs, str)
+
+
+def test_check_text_env_catches_nondeterminism():
+    from llmgym.envs.synthetic import EchoWordEnv
+
+    class Flaky(EchoWordEnv):
+        calls = 0
+
+        def reset(self, *, seed=None, options=None):
+            obs, info = super().reset(seed=None if seed is None else seed + Flaky.calls)
+            Flaky.calls += 1
+            return obs, info
+
+    with pytest.raises(AssertionError, match="not deterministic"):
+        check_text_env(Flaky(), check_gymnasium=False)

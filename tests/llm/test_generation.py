@@ -1,0 +1,84 @@
+"""generate(): batched, token ids and log-probs kept, stops at EOS / stop strings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llmgym.config import ModelConfig
+from llmgym.errors import InputError
+from llmgym.llm.generation import generated_length
+from llmgym.llm.local import LocalLLM
+
+PROMPTS = ["Goal: go to the", "You see a red ball 2 steps left and", "héllo"]
+
+
+@pytest.fixture(params=["tiny_llama", "tiny_gpt2", "tiny_t5"])
+def llm(request):
+    model, tok = request.getfixturevalue(request.param)
+    return LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+
+
+def test_raw_logprobs_equal_rescoring(llm):
+    torch.manual_seed(0)
+    gens = llm.generate(PROMPTS, max_new_tokens=6, do_sample=True, temperature=0.7, top_p=0.9, num_return_sequences=2)
+    assert [len(g) for g in gens] == [2, 2, 2]
+    flat = [g for group in gens for g in group]
+    rescored = llm.token_logprobs([g.prompt_ids for g in flat], [g.token_ids for g in flat], require_grad=False)
+    for g, r in zip(flat, rescored):
+        assert len(g.token_ids) == g.logprobs.shape[0] == g.raw_logprobs.shape[0] > 0
+        assert torch.allclose(g.raw_logprobs, r["logprobs"], atol=1e-4)
+        assert torch.all(torch.isfinite(g.logprobs)) and torch.all(g.logprobs <= 0)
+        assert g.text == llm.tokenizer.decode(g.token_ids, skip_special_tokens=True)
+
+
+def test_greedy_processed_equals_raw(tiny_llama):
+    model, tok = tiny_llama
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    gens = llm.generate(PROMPTS[:2], max_new_tokens=4, do_sample=False)
+    for group in gens:
+        assert torch.allclose(group[0].logprobs, group[0].raw_logprobs, atol=1e-6)
+    single = llm.generate(PROMPTS[1:2], max_new_tokens=4, do_sample=False)[0][0]
+    assert single.token_ids == gens[1][0].token_ids  # left padding changes nothing
+
+
+def test_untempered_sampling_logprobs_equal_raw(tiny_gpt2):
+    model, tok = tiny_gpt2
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    gens = llm.generate(PROMPTS, max_new_tokens=5, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+    for group in gens:
+        assert torch.allclose(group[0].logprobs, group[0].raw_logprobs, atol=1e-5)
+    tempered = llm.generate(PROMPTS[:1], max_new_tokens=5, do_sample=True, temperature=0.5, top_k=0)[0][0]
+    assert not torch.allclose(tempered.logprobs, tempered.raw_logprobs)
+
+
+def test_stops_at_eos_and_stop_strings(tiny_llama):
+    model, tok = tiny_llama
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    free = llm.generate(PROMPTS[:1], max_new_tokens=8, do_sample=False)[0][0]
+    eos_id = free.token_ids[2]
+    stopped = llm.generate(PROMPTS[:1], max_new_tokens=8, do_sample=False, eos_token_id=eos_id)[0][0]
+    assert stopped.token_ids == free.token_ids[:3]
+    stop = tok.decode(free.token_ids[:2])[-1]
+    by_string = llm.generate(PROMPTS, max_new_tokens=8, do_sample=False, stop_strings=[stop])[0][0]
+    assert stop in by_string.text and len(by_string.token_ids) <= 2
+
+
+def test_generated_length():
+    decode = lambda ids: "".join(chr(97 + i) for i in ids)  # noqa: E731
+    assert generated_length([1, 2, 9, 0, 0], {9}, 0, [], decode) == 3
+    assert generated_length([1, 2, 0, 0], {9}, 0, ["bc"], decode) == 2
+    assert generated_length([1, 2, 3, 4], {9}, 0, ["bc"], decode) == 4  # kept: tokens follow the stop
+    assert generated_length([1, 2, 3], set(), None, [], decode) == 3
+
+
+def test_generation_errors(tiny_llama):
+    model, tok = tiny_llama
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    with pytest.raises(InputError, match="num_beams"):
+        llm.generate(PROMPTS, num_beams=2)
+    with pytest.raises(InputError, match="output_scores"):
+        llm.generate(PROMPTS, output_scores=False)
+    with pytest.raises(InputError, match="single string"):
+        llm.generate("a prompt")
+    assert llm.generate([]) == []

@@ -92,3 +92,13 @@ def test_split_balanced_and_gather():
 def test_context_costs_count_candidates():
     assert context_costs(["abc"], [["x", "yy"]]) == [4 + (4 + 1) + (4 + 2)]
     assert context_costs(["abc", ""]) == [4, 1]
+
+
+def test_server_env():
+    from llmgym.llm.distributed.placement import cpu_threads_per_server, server_env
+
+    assert cpu_threads_per_server(2, 8) == 4 and cpu_threads_per_server(3, 2) == 1
+    env = server_env((2, 3), 2, {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "X": "1"})
+    assert env == {"CUDA_VISIBLE_DEVICES": "2,3", "X": "1"}
+    assert "OMP_NUM_THREADS" in server_env((), 2, {})
+    assert server_env((), 2, {"OMP_NUM_THREADS": "7"})["OMP_NUM_THREADS"] == "7"

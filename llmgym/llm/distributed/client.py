@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import Any, cast
 from llmgym.errors import BackendError, BackendTimeoutError, InputError
 from llmgym.llm.distributed import transport
 from llmgym.llm.distributed.balance import context_costs, gather_in_order, split_balanced
-from llmgym.llm.distributed.placement import Placement, assign_gpus, visible_gpus
+from llmgym.llm.distributed.placement import Placement, assign_gpus, server_env, visible_gpus
 
 __all__ = ["BackendFactory", "DistributedLLM", "ServerInfo"]
 
@@ -124,7 +123,7 @@ class DistributedLLM:
         listener = transport.listen(host, 0, transport.authkey_from_env())
         address = f"{host}:{listener.address[1]}"
         processes = [
-            _start_server(address, rank, gpus, timeout_s) for rank, gpus in enumerate(blocks)
+            _start_server(address, rank, gpus, num_servers, timeout_s) for rank, gpus in enumerate(blocks)
         ]
         return cls(listener, factory, num_servers, timeout_s, processes)
 
@@ -464,10 +463,10 @@ def _close(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return all(abs(x - y) <= _FINGERPRINT_RTOL * max(1.0, abs(x), abs(y)) for x, y in zip(a, b))
 
 
-def _start_server(address: str, rank: int, gpus: tuple[int, ...], timeout_s: float) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+def _start_server(
+    address: str, rank: int, gpus: tuple[int, ...], local_servers: int, timeout_s: float
+) -> subprocess.Popen[bytes]:
+    env = server_env(gpus, local_servers)
     command = [
         sys.executable, "-m", "llmgym.llm.distributed.server",
         "--connect", address, "--rank", str(rank), "--timeout-s", str(timeout_s),

@@ -33,7 +33,13 @@ from typing import Any
 
 from llmgym.config import DistributedConfig
 from llmgym.errors import ConfigError
-from llmgym.llm.distributed.placement import assign_gpus, first_server_rank, servers_per_node, visible_gpus
+from llmgym.llm.distributed.placement import (
+    assign_gpus,
+    first_server_rank,
+    server_env,
+    servers_per_node,
+    visible_gpus,
+)
 
 __all__ = ["LaunchInfo", "launch_info", "client_command", "build_parser", "launch_main"]
 
@@ -172,9 +178,7 @@ def _start(config: DistributedConfig, command: Sequence[str]) -> tuple[subproces
             })
             client = subprocess.Popen(client_command(command), env=env)
         for index, gpus in enumerate(blocks):
-            env = dict(os.environ)
-            if gpus:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+            env = server_env(gpus, local)
             servers.append(subprocess.Popen(_server_command(config, first + index, gpus), env=env))
     except BaseException:
         _stop([p for p in [client, *servers] if p is not None], signal.SIGTERM)

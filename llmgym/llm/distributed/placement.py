@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from llmgym.errors import ConfigError
 
-__all__ = ["Placement", "servers_per_node", "first_server_rank", "assign_gpus", "visible_gpus"]
+__all__ = [
+    "Placement", "servers_per_node", "first_server_rank", "assign_gpus", "visible_gpus", "cpu_threads_per_server", "server_env",
+]
 
 
 @dataclass(frozen=True)
@@ -153,3 +155,36 @@ def visible_gpus(environ: dict[str, str] | None = None, device_count: int | None
         device_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return list(range(device_count))
 
+
+
+def cpu_threads_per_server(local_servers: int, cpu_count: int) -> int:
+    """Split this machine's cores between its CPU servers (so N servers do not fight over them).
+
+    Args:
+        local_servers: LLM servers on this machine.
+        cpu_count: Cores available to the job.
+
+    Returns:
+        At least 1 thread per server.
+    """
+    return max(1, cpu_count // max(1, local_servers))
+
+
+def server_env(gpus: tuple[int, ...], local_servers: int, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Build the environment of one server process: its GPUs only, or its share of the CPU threads.
+
+    Args:
+        gpus: The server's physical GPU ids (empty on CPU).
+        local_servers: Servers on this machine.
+        environ: Base environment (default: ``os.environ``); ``OMP_NUM_THREADS`` set there wins.
+
+    Returns:
+        A copy of ``environ`` with ``CUDA_VISIBLE_DEVICES`` narrowed to ``gpus``, or, on CPU,
+        ``OMP_NUM_THREADS`` set to the server's share of the cores.
+    """
+    env = dict(os.environ if environ is None else environ)
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+    elif "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(cpu_threads_per_server(local_servers, os.cpu_count() or 1))
+    return env

@@ -1,10 +1,24 @@
-"""Distributed backend: one RL client, N LLM servers (see ``docs/distributed.md`` in the module docs below).
+"""Distributed backend: one RL client, N LLM servers, no hangs.
 
-* :mod:`.placement` — servers per node and GPUs per server (pure functions).
-* :mod:`.balance` — splitting a batch across servers and gathering answers in order.
-* :mod:`.transport` — the control plane: authenticated pickled messages over TCP.
-* :mod:`.gradients` — start broadcast and sample-weighted gradient all-reduce (gloo, servers only).
-* :mod:`.server` — a server process; :mod:`.client` — :class:`DistributedLLM`, the client side.
-* :mod:`.backend` — :func:`make_backend`, which ``LLM`` calls to pick local or distributed.
-* :mod:`.launch` — ``llmgym launch``.
+Design:
+
+* **Processes.** ``llmgym launch`` (:mod:`.launch`, one per machine) starts the user's command
+  as the RL client on node 0 and ``python -m llmgym.llm.distributed.server`` for each LLM server;
+  without a launcher, ``distributed.llm_processes > 1`` spawns the servers as child processes
+  (:meth:`DistributedLLM.spawn <.client.DistributedLLM.spawn>`). The user's script runs once, on
+  the client; the servers get the backend factory (model config, heads, updater, pickled with
+  cloudpickle so classes defined in the script travel too) over the control plane.
+* **Control plane** (:mod:`.transport`): one authenticated TCP connection per server to the
+  client, carrying pickled ``(kind, request id, ...)`` messages. Servers send heartbeats while they
+  work, so the client bounds every wait by ``timeout_s`` of silence; a dead server's connection
+  drops at once. Server exceptions travel back with rank, host, pid and traceback and are raised
+  as ``BackendError``.
+* **Data plane** (:mod:`.gradients`): a gloo process group of the servers only (the client is
+  never in a collective), rendezvous on a TCPStore hosted by the client, timeout ``timeout_s``:
+  server 0's trainable weights are broadcast at start, and ``sync_gradients(n)`` is a
+  sample-weighted all-reduce in which an idle server joins with weight 0.
+* **Dispatch** (:mod:`.balance`, :mod:`.client`): batches are split by size (characters as a
+  proxy for tokens) and answers gathered in the original order.
+* **Placement** (:mod:`.placement`): servers per node and GPU blocks per server, pure functions.
+* **Selection** (:mod:`.backend`): :func:`~.backend.make_backend` picks local, spawned or launched.
 """

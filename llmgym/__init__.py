@@ -37,7 +37,8 @@ _LAZY: dict[str, str] = {
     "make_vec": "llmgym.envs.vector",
     "TextVectorEnv": "llmgym.envs.vector",
     "check_text_env": "llmgym.envs.core",
-    "Agent": "llmgym.agents.base",
+    "Agent": "llmgym.agents.generative",
+    "BaseAgent": "llmgym.agents.base",
     "ScoringAgent": "llmgym.agents.scoring",
     "GenerativeAgent": "llmgym.agents.generative",
     "algorithms": "llmgym.algorithms",
@@ -61,8 +62,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from llmgym import algorithms
-    from llmgym.agents.base import Agent
-    from llmgym.agents.generative import GenerativeAgent
+    from llmgym.agents.base import BaseAgent
+    from llmgym.agents.generative import Agent, GenerativeAgent
     from llmgym.agents.scoring import ScoringAgent
     from llmgym.envs.core import check_text_env
     from llmgym.envs.vector import TextVectorEnv, make_vec

@@ -222,11 +222,15 @@ class AlgorithmConfig:
     kl_coef: float = _f(0.0, "Weight of the KL penalty to the reference policy (adapter disabled).")
     target_kl: Optional[float] = _f(None, "Stop the epoch loop when the approximate KL exceeds this.")
     max_grad_norm: Optional[float] = _f(0.5, "Clip the global gradient norm; null disables clipping.")
-    value_head: str = _f("shared", "shared (head on the LLM trunk) or separate (small critic network).")
+    value_head: str = _f(
+        "shared",
+        "shared (value loss also trains the LLM trunk/adapters) or detached (the critic reads the LLM's "
+        "hidden states but its loss does not train the LLM).",
+    )
 
     def __post_init__(self) -> None:
         _check_choice("algorithm", "name", self.name, ("ppo", "a2c"))
-        _check_choice("algorithm", "value_head", self.value_head, ("shared", "separate"))
+        _check_choice("algorithm", "value_head", self.value_head, ("shared", "detached"))
         for name in ("learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps"):
             _check_positive("algorithm", name, getattr(self, name))
         for name in ("head_learning_rate", "value_coef", "entropy_coef", "kl_coef"):

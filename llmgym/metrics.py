@@ -93,7 +93,7 @@ class RunLogger:
             import wandb
 
             self._wandb = wandb.init(
-                mode=config.wandb.mode,
+                mode=config.wandb.mode,  # type: ignore[arg-type]  # validated by WandbConfig
                 project=config.wandb.project,
                 entity=config.wandb.entity,
                 dir=str(self.run_dir),

@@ -1,0 +1,99 @@
+"""GenerativeAgent (LlamaGym): free-text generation parsed into an action by ``extract_action``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from llmgym.agents.base import BaseAgent, Decision
+from llmgym.agents.history import Prompt
+from llmgym.envs.core import normalize_action_text
+from llmgym.errors import InvalidActionError
+
+__all__ = ["GenerativeAgent", "Agent"]
+
+
+class GenerativeAgent(BaseAgent):
+    """Generates a response per step and parses it with :meth:`extract_action`.
+
+    The default :meth:`extract_action` maps the response onto the env's valid actions (exact
+    match first, then the first valid action the response contains). When the parsed action is
+    ``None`` (or not valid where valid actions are known), the ``agent.invalid_action`` policy
+    applies: ``"penalty"`` takes :meth:`fallback_action` and adds ``agent.invalid_action_penalty``
+    to that step's reward (counted in ``parse_failed``), ``"error"`` raises
+    :class:`~llmgym.errors.InvalidActionError`. The response's sampled token ids and log-probs are
+    kept for training; they are never re-tokenized.
+    """
+
+    #: The valid actions of the env whose response is being parsed (``None`` outside parsing).
+    current_valid_actions: Optional[list[str]] = None
+
+    def extract_action(self, response: str) -> Any:
+        """Map the response onto a valid action when the env lists them; else the stripped text."""
+        valid = self.current_valid_actions
+        text = normalize_action_text(response)
+        if not valid:
+            return response.strip() or None
+        by_norm = {normalize_action_text(v): v for v in valid}
+        if text in by_norm:
+            return by_norm[text]
+        hits = sorted((text.find(norm), v) for norm, v in by_norm.items() if norm and norm in text)
+        return hits[0][1] if hits else None
+
+    def fallback_action(self, candidates: Optional[list[str]]) -> Any:
+        """Action taken when the response cannot be parsed. Default: the first valid action."""
+        if not candidates:
+            raise InvalidActionError(
+                "the generated response could not be parsed and the env lists no valid actions to fall back "
+                "on; override GenerativeAgent.fallback_action or set agent.invalid_action=error."
+            )
+        return candidates[0]
+
+    def generation_kwargs(self, greedy: bool) -> dict[str, Any]:
+        """Keyword arguments of ``llm.generate`` for one step."""
+        kwargs: dict[str, Any] = {"max_new_tokens": self.config.max_new_tokens}
+        if greedy:
+            kwargs["do_sample"] = False
+        else:
+            kwargs.update(do_sample=True, temperature=self.config.temperature, top_k=0, top_p=1.0)
+        return kwargs
+
+    def _decide(
+        self, prompts: Sequence[Prompt], candidates: Sequence[Optional[list[str]]], greedy: bool
+    ) -> list[Decision]:
+        texts = [p.text for p in prompts]
+        generations = self.llm.generate(texts, **self.generation_kwargs(greedy))
+        values = self._values(texts)
+        decisions = []
+        for prompt, options, gens, value in zip(prompts, candidates, generations, values):
+            gen = gens[0]
+            self.current_valid_actions = options
+            action = self.extract_action(gen.text)
+            self.current_valid_actions = None
+            failed = action is None or (options is not None and isinstance(action, str) and action not in options)
+            if failed:
+                if self.config.invalid_action == "error":
+                    raise InvalidActionError(
+                        f"the response {gen.text!r} could not be parsed into an action (valid: {options}); "
+                        "fix extract_action or set agent.invalid_action=penalty."
+                    )
+                action = self.fallback_action(options)
+            decisions.append(
+                Decision(
+                    prompt=prompt.text,
+                    prompt_ids=list(gen.prompt_ids),
+                    action=action,
+                    response=gen.text,
+                    log_prob=float(gen.raw_logprobs.sum()),
+                    value=value,
+                    action_ids=list(gen.token_ids),
+                    token_log_probs=gen.raw_logprobs.detach().float(),
+                    parse_failed=failed,
+                )
+            )
+        return decisions
+
+
+#: LlamaGym's ``Agent``: subclass it and override ``get_system_prompt``, ``format_observation`` and
+#: ``extract_action``; it generates text and parses it into actions.
+Agent = GenerativeAgent

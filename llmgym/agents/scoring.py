@@ -1,0 +1,73 @@
+"""ScoringAgent (GLAM / SayCan): the policy is a softmax over the LLM's log-probs of the candidates."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional
+
+import torch
+
+from llmgym.agents.base import VALUE_KEY, BaseAgent, Decision
+from llmgym.agents.history import Prompt
+from llmgym.errors import InputError
+
+__all__ = ["ScoringAgent", "candidate_policy"]
+
+SCORE_KEY = "score"
+
+
+def candidate_policy(scores: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Log-probabilities of the candidate-action policy.
+
+    Args:
+        scores: ``[k]`` log p(candidate | prompt) from ``llm.score``.
+        temperature: Softmax temperature (> 0).
+
+    Returns:
+        ``[k]`` log-probs ``log_softmax(scores / temperature)``.
+    """
+    return torch.log_softmax(scores.float() / temperature, dim=-1)
+
+
+class ScoringAgent(BaseAgent):
+    """Chooses among the candidate actions (``info["valid_actions"]`` by default) by scoring them.
+
+    One forward pass per step gives both the candidates' log-probs and, when the LLM has a
+    ``"value"`` module function, the value of the prompt. Sampling uses the agent's seeded
+    generator; ``greedy=True`` takes the most likely candidate.
+    """
+
+    def _decide(
+        self, prompts: Sequence[Prompt], candidates: Sequence[Optional[list[str]]], greedy: bool
+    ) -> list[Decision]:
+        for i, options in enumerate(candidates):
+            if not options:
+                raise InputError(
+                    f"env {i} offers no candidate actions; ScoringAgent needs info['valid_actions'] from the env "
+                    "or an overridden get_candidates(observation, info)."
+                )
+        groups = [list(c or []) for c in candidates]
+        texts = [p.text for p in prompts]
+        keys = [SCORE_KEY, VALUE_KEY] if VALUE_KEY in self.llm.module_function_keys else [SCORE_KEY]
+        outputs = self.llm.forward(keys, contexts=texts, candidates=groups)
+        decisions = []
+        for prompt, options, out in zip(prompts, groups, outputs):
+            log_probs = candidate_policy(torch.as_tensor(out[SCORE_KEY]), self.config.temperature)
+            if greedy:
+                index = int(torch.argmax(log_probs))
+            else:
+                index = int(torch.multinomial(log_probs.exp(), 1, generator=self.generator))
+            value = float(torch.as_tensor(out[VALUE_KEY]).reshape(-1)[0]) if VALUE_KEY in out else 0.0
+            decisions.append(
+                Decision(
+                    prompt=prompt.text,
+                    prompt_ids=prompt.token_ids,
+                    action=options[index],
+                    response=options[index],
+                    log_prob=float(log_probs[index]),
+                    value=value,
+                    candidates=options,
+                    action_index=index,
+                )
+            )
+        return decisions

@@ -1,0 +1,376 @@
+"""Config-driven training: collect, update, log, evaluate, checkpoint, resume.
+
+``llmgym train CONFIG [overrides]`` calls :func:`run_training`; ``llmgym eval RUN_DIR`` calls
+:func:`evaluate_run`. A run directory holds ``config.yaml`` (the resolved config),
+``metrics.jsonl``, ``checkpoints/`` and, at the end, ``learning_curve.png``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import yaml
+
+from llmgym.agents.base import BaseAgent
+from llmgym.algorithms.on_policy import A2C, PPO, OnPolicyAlgorithm
+from llmgym.algorithms.updaters import A2CUpdater, PPOUpdater
+from llmgym.checkpoint import (
+    capture_rng_state,
+    latest_checkpoint,
+    load_trainer_state,
+    restore_rng_state,
+    save_checkpoint,
+)
+from llmgym.config import AlgorithmConfig, Config, config_to_dict, load_config, save_config
+from llmgym.errors import ConfigError
+from llmgym.llm.updater import Updater
+from llmgym.metrics import RunLogger, plot_learning_curve
+
+__all__ = [
+    "resolve_updater",
+    "build_llm",
+    "build_agent",
+    "make_envs",
+    "evaluate",
+    "Trainer",
+    "run_training",
+    "evaluate_run",
+]
+
+
+def resolve_updater(config: AlgorithmConfig) -> Updater:
+    """The updater named by the config: PPO/A2C, or a user class given as ``'module:Class'``.
+
+    A user class is instantiated with the algorithm config when its constructor accepts it,
+    else without arguments.
+    """
+    if config.updater is None:
+        return PPOUpdater(config) if config.name == "ppo" else A2CUpdater(config)
+    module_name, _, class_name = config.updater.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"algorithm.updater={config.updater!r} could not be imported ({exc}); give 'package.module:ClassName' "
+            "of an importable llmgym.Updater subclass."
+        ) from exc
+    if not (isinstance(cls, type) and issubclass(cls, Updater)):
+        raise ConfigError(f"algorithm.updater={config.updater!r} is not an llmgym.Updater subclass.")
+    try:
+        updater: Updater = cls(config)  # type: ignore[call-arg]  # user classes may take the config
+    except TypeError:
+        updater = cls()
+    return updater
+
+
+def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> Any:
+    """An :class:`llmgym.LLM` with a value head and the configured updater.
+
+    Args:
+        config: The run config (``model``, ``algorithm``).
+        model: Optional prebuilt transformers model (tests pass tiny models).
+        tokenizer: Its tokenizer.
+    """
+    from llmgym.llm.client import LLM
+    from llmgym.llm.modules import ValueHead
+
+    head = ValueHead(detach_input=config.algorithm.value_head == "detached")
+    return LLM(
+        config.model, module_functions={"value": head}, updater=resolve_updater(config.algorithm),
+        model=model, tokenizer=tokenizer,
+    )
+
+
+def build_agent(config: Config, llm: Any, num_envs: int, system_prompt: Optional[str] = None) -> BaseAgent:
+    """The agent named by ``agent.type`` (``scoring`` or ``generative``) for ``num_envs`` envs."""
+    from llmgym.agents.generative import GenerativeAgent
+    from llmgym.agents.scoring import ScoringAgent
+
+    agent_config = config.agent
+    if system_prompt is not None and agent_config.system_prompt is None:
+        agent_config = type(agent_config)(**{**config_to_dict(agent_config), "system_prompt": system_prompt})
+    if agent_config.type == "scoring":
+        return ScoringAgent(llm, agent_config, num_envs=num_envs, algorithm=config.algorithm, seed=config.train.seed)
+    if agent_config.type == "generative":
+        return GenerativeAgent(llm, agent_config, num_envs=num_envs, algorithm=config.algorithm, seed=config.train.seed)
+    raise ConfigError(f"agent.type={agent_config.type!r} is not supported by the trainer; use scoring or generative.")
+
+
+def make_envs(config: Config, num_envs: Optional[int] = None) -> Any:
+    """The vector env of the ``env`` section."""
+    from llmgym.envs.vector import make_vec
+
+    return make_vec(
+        config.env.id,
+        num_envs=num_envs or config.env.num_envs,
+        vectorization_mode=config.env.vectorization_mode,
+        env_kwargs=dict(config.env.kwargs),
+        max_episode_steps=config.env.max_episode_steps,
+    )
+
+
+def _env_instructions(config: Config) -> Optional[str]:
+    import gymnasium as gym
+
+    env = gym.make(config.env.id, **dict(config.env.kwargs))
+    try:
+        text = getattr(env.unwrapped, "instructions", None)
+    finally:
+        env.close()
+    return text if isinstance(text, str) else None
+
+
+def evaluate(agent: BaseAgent, config: Config, episodes: int, seed: int, greedy: bool = True) -> dict[str, float]:
+    """Run ``episodes`` seeded episodes (episode ``j`` uses seed ``seed + j``) with the agent.
+
+    Up to ``agent.num_envs`` episodes run side by side; each env is reset with its episode's seed,
+    so the result does not depend on the number of envs.
+
+    Returns:
+        ``success_rate``, ``episode_return`` and ``episode_length`` means.
+    """
+    import gymnasium as gym
+
+    kwargs: dict[str, Any] = dict(config.env.kwargs)
+    if config.env.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = config.env.max_episode_steps
+    width = agent.num_envs
+    envs = [gym.make(config.env.id, **kwargs) for _ in range(width)]
+    returns: list[float] = []
+    lengths: list[int] = []
+    successes: list[float] = []
+    try:
+        for start in range(0, episodes, width):
+            batch = list(range(start, min(start + width, episodes)))
+            state: dict[int, tuple[Any, dict[str, Any]]] = {}
+            totals = dict.fromkeys(range(len(batch)), 0.0)
+            steps = dict.fromkeys(range(len(batch)), 0)
+            for slot, episode in enumerate(batch):
+                agent.reset_env(slot)
+                state[slot] = envs[slot].reset(seed=seed + episode)
+            while state:
+                active = sorted(state)
+                actions = agent.act_batch(
+                    [state[i][0] for i in active], [state[i][1] for i in active], greedy=greedy, env_indices=active
+                )
+                failed = {i for i, d in zip(active, agent.last_decisions) if d.parse_failed}
+                for slot, action in zip(active, actions):
+                    obs, raw_reward, terminated, truncated, info = envs[slot].step(action)
+                    reward = float(raw_reward)
+                    totals[slot] += reward + (agent.config.invalid_action_penalty if slot in failed else 0.0)
+                    steps[slot] += 1
+                    if terminated or truncated:
+                        success = info.get("success")
+                        successes.append(float(bool(success if success is not None else reward > 0)))
+                        returns.append(totals[slot])
+                        lengths.append(steps[slot])
+                        agent.reset_env(slot)
+                        del state[slot]
+                    else:
+                        state[slot] = (obs, info)
+    finally:
+        for env in envs:
+            env.close()
+    n = max(1, len(returns))
+    return {
+        "success_rate": sum(successes) / n,
+        "episode_return": sum(returns) / n,
+        "episode_length": sum(lengths) / n,
+        "episodes": float(len(returns)),
+    }
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+class Trainer:
+    """Runs a config: builds LLM, envs and agent, then trains with logging, evaluation and checkpoints.
+
+    Args:
+        config: The run config.
+        run_dir: Run directory; default ``train.output_dir/train.run_name`` (or ``train.resume``).
+        model: Optional prebuilt model (tests); loaded from ``config.model`` otherwise.
+        tokenizer: Its tokenizer.
+    """
+
+    def __init__(self, config: Config, run_dir: Optional[str | Path] = None, *, model: Any = None, tokenizer: Any = None) -> None:
+        self.config = config
+        train = config.train
+        if run_dir is None:
+            if train.resume is not None:
+                run_dir = train.resume
+            else:
+                name = train.run_name or f"{config.env.id.split('/')[-1]}-{time.strftime('%Y%m%d-%H%M%S')}"
+                run_dir = Path(train.output_dir) / name
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(config, self.run_dir / "config.yaml")
+        _seed_everything(train.seed)
+        self.llm = build_llm(config, model=model, tokenizer=tokenizer)
+        self.system_prompt = _env_instructions(config)
+        self.envs = make_envs(config)
+        self.agent = build_agent(config, self.llm, self.envs.num_envs, self.system_prompt)
+        algorithm_cls = PPO if config.algorithm.name == "ppo" else A2C
+        self.algorithm: OnPolicyAlgorithm = algorithm_cls(self.agent, self.envs, config.algorithm, seed=train.seed)
+        self.eval_agent = build_agent(
+            config, self.llm, max(1, min(config.env.num_envs, train.eval_episodes or 1)), self.system_prompt
+        )
+        self.evaluations: list[dict[str, float]] = []
+        self._last_checkpoint_steps = 0
+        self._last_eval_steps = 0
+        if train.resume is not None:
+            self._resume()
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> Path:
+        """Write a checkpoint of everything resume needs (atomic)."""
+        rng_json, rng_tensors = capture_rng_state()
+        state = {
+            "algorithm": self.algorithm.state_dict(),
+            "rng": rng_json,
+            "evaluations": self.evaluations,
+            "last_eval_steps": self._last_eval_steps,
+        }
+        tensors = {**rng_tensors, **{f"gen_{k}": v for k, v in self.algorithm.generator_states().items()}}
+        config_yaml = yaml.safe_dump(config_to_dict(self.config), sort_keys=False)
+        folder = save_checkpoint(
+            self.run_dir, self.algorithm.env_steps, self.llm.save, json.loads(json.dumps(state, default=_jsonable)),
+            tensors, config_yaml,
+        )
+        self._last_checkpoint_steps = self.algorithm.env_steps
+        return folder
+
+    def _resume(self) -> None:
+        folder = latest_checkpoint(self.run_dir)
+        state, tensors = load_trainer_state(folder)
+        self.llm.load(folder / "llm")
+        generators = {k[len("gen_"):]: v for k, v in tensors.items() if k.startswith("gen_")}
+        self.algorithm.load_state_dict(state["algorithm"], generators)
+        self.evaluations = list(state["evaluations"])
+        self._last_eval_steps = int(state["last_eval_steps"])
+        self._last_checkpoint_steps = self.algorithm.env_steps
+        restore_rng_state(state["rng"], {k: v for k, v in tensors.items() if not k.startswith("gen_")})
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, label: str) -> dict[str, float]:
+        """Greedy evaluation on ``train.eval_episodes`` seeded episodes, logged as ``kind="eval"``."""
+        with torch.random.fork_rng(devices=[]):
+            result = evaluate(self.eval_agent, self.config, self.config.train.eval_episodes, seed=10_000 + self.config.train.seed)
+        result["env_steps"] = float(self.algorithm.env_steps)
+        result["label"] = label  # type: ignore[assignment]
+        self.evaluations.append(result)
+        self._last_eval_steps = self.algorithm.env_steps
+        return result
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> dict[str, Any]:
+        """Train until ``train.total_env_steps``; returns the summary (evaluations, paths)."""
+        cfg = self.config
+        logger = RunLogger(
+            self.run_dir, cfg.logging, config_to_dict(cfg), total_env_steps=cfg.train.total_env_steps,
+            initial_env_steps=self.algorithm.env_steps,
+        )
+        start = time.monotonic()
+        start_steps = self.algorithm.env_steps
+        try:
+            if cfg.train.eval_before and cfg.train.eval_episodes and not self.evaluations:
+                logger.log(self.algorithm.env_steps, self.evaluate("before"), kind="eval")
+            while self.algorithm.env_steps < cfg.train.total_env_steps:
+                metrics = self.algorithm.collect_rollout()
+                metrics.update(self.algorithm.update())
+                metrics.update(self.algorithm.episode_stats.summary())
+                elapsed = max(1e-9, time.monotonic() - start)
+                metrics["steps_per_s"] = (self.algorithm.env_steps - start_steps) / elapsed
+                if self.algorithm.updates % cfg.logging.log_every == 0:
+                    logger.log(self.algorithm.env_steps, metrics)
+                logger.progress(self.algorithm.env_steps, {
+                    "episodes": int(metrics.get("episodes", 0)),
+                    "success": metrics.get("success_rate", float("nan")),
+                    "return": metrics.get("episode_return", float("nan")),
+                })
+                steps = self.algorithm.env_steps
+                if cfg.train.eval_every and cfg.train.eval_episodes and steps - self._last_eval_steps >= cfg.train.eval_every:
+                    logger.log(steps, self.evaluate("periodic"), kind="eval")
+                if cfg.train.checkpoint_every and steps - self._last_checkpoint_steps >= cfg.train.checkpoint_every:
+                    self.save()
+            if cfg.train.eval_episodes and (not self.evaluations or self._last_eval_steps != self.algorithm.env_steps):
+                logger.log(self.algorithm.env_steps, self.evaluate("after"), kind="eval")
+            if self._last_checkpoint_steps != self.algorithm.env_steps or not (self.run_dir / "checkpoints").exists():
+                self.save()
+        finally:
+            logger.close()
+        png = None
+        if cfg.logging.plot:
+            png = plot_learning_curve(logger.path, self.run_dir / "learning_curve.png", title=cfg.env.id)
+        return {
+            "run_dir": str(self.run_dir),
+            "evaluations": self.evaluations,
+            "learning_curve": str(png) if png else None,
+            "wall_time_s": time.monotonic() - start,
+        }
+
+    def close(self) -> None:
+        """Release the envs and the LLM."""
+        self.envs.close()
+        self.llm.close()
+
+
+def run_training(config: Config, **kwargs: Any) -> dict[str, Any]:
+    """Train a config end to end and print success before vs after and the learning-curve path."""
+    trainer = Trainer(config, **kwargs)
+    try:
+        summary = trainer.train()
+    finally:
+        trainer.close()
+    evals = summary["evaluations"]
+    print(f"run directory: {summary['run_dir']}")
+    if evals:
+        first, last = evals[0], evals[-1]
+        print(
+            f"success rate: before {first['success_rate']:.3f} -> after {last['success_rate']:.3f} "
+            f"(mean return {first['episode_return']:.3f} -> {last['episode_return']:.3f}, "
+            f"{int(last['episodes'])} greedy episodes)"
+        )
+    if summary["learning_curve"]:
+        print(f"learning curve: {summary['learning_curve']}")
+    print(f"wall time: {summary['wall_time_s']:.1f} s")
+    return summary
+
+
+def evaluate_run(
+    run_dir: str | Path, episodes: int = 100, seed: int = 12345, overrides: tuple[str, ...] | list[str] = ()
+) -> dict[str, float]:
+    """Evaluate a run's latest checkpoint greedily and print success rate and mean return."""
+    folder = latest_checkpoint(run_dir)
+    config = load_config(folder / "config.yaml", list(overrides))
+    _seed_everything(seed)
+    llm = build_llm(config)
+    try:
+        llm.load(folder / "llm")
+        agent = build_agent(config, llm, max(1, min(config.env.num_envs, episodes)), _env_instructions(config))
+        result = evaluate(agent, config, episodes, seed=seed)
+    finally:
+        llm.close()
+    print(
+        f"{config.env.id}: success rate {result['success_rate']:.3f}, mean return {result['episode_return']:.3f} "
+        f"over {int(result['episodes'])} episodes (checkpoint {folder.name})"
+    )
+    return result

@@ -40,7 +40,8 @@ class LocalLLMFactory:
     """Builds a server's ``LocalLLM`` on that server's devices (pickled to the servers with cloudpickle).
 
     Attributes:
-        config: The model section; its ``device`` is replaced by the server's.
+        config: The model section (a name or ``None`` is turned into one); its ``device`` is
+            replaced by the server's.
         module_functions: Heads to attach (initialised on every server, then broadcast from server 0).
         updater: The Updater (instance or class).
         model: A prebuilt model (shipped to every server: only sensible for small models).
@@ -52,6 +53,11 @@ class LocalLLMFactory:
     updater: Any = None
     model: Any = None
     tokenizer: Any = None
+
+    def __post_init__(self) -> None:
+        from llmgym.llm.validation import as_model_config
+
+        self.config = as_model_config(self.config)
 
     def __call__(self, placement: Placement) -> Any:
         """Build the backend for ``placement``."""

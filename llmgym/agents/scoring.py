@@ -11,9 +11,20 @@ from llmgym.agents.base import VALUE_KEY, BaseAgent, Decision
 from llmgym.agents.history import Prompt
 from llmgym.errors import InputError
 
-__all__ = ["ScoringAgent", "candidate_policy"]
+__all__ = ["ScoringAgent", "candidate_policy", "scored_candidates"]
 
 SCORE_KEY = "score"
+
+
+def scored_candidates(prompt: str, candidates: list[str]) -> list[str]:
+    """The candidate strings as scored after ``prompt``.
+
+    A space is put between a prompt that does not end in whitespace and a candidate that does not
+    start with one, so ``"Action:"`` is followed by ``" go forward"`` as a model would write it.
+    """
+    if not prompt or prompt[-1].isspace():
+        return list(candidates)
+    return [c if c[:1].isspace() else " " + c for c in candidates]
 
 
 def candidate_policy(scores: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -46,12 +57,13 @@ class ScoringAgent(BaseAgent):
                     f"env {i} offers no candidate actions; ScoringAgent needs info['valid_actions'] from the env "
                     "or an overridden get_candidates(observation, info)."
                 )
-        groups = [list(c or []) for c in candidates]
         texts = [p.text for p in prompts]
+        options_per_env = [list(c or []) for c in candidates]
+        groups = [scored_candidates(text, options) for text, options in zip(texts, options_per_env)]
         keys = [SCORE_KEY, VALUE_KEY] if VALUE_KEY in self.llm.module_function_keys else [SCORE_KEY]
         outputs = self.llm.forward(keys, contexts=texts, candidates=groups)
         decisions = []
-        for prompt, options, out in zip(prompts, groups, outputs):
+        for prompt, options, scored, out in zip(prompts, options_per_env, groups, outputs):
             log_probs = candidate_policy(torch.as_tensor(out[SCORE_KEY]), self.config.temperature)
             if greedy:
                 index = int(torch.argmax(log_probs))
@@ -66,7 +78,7 @@ class ScoringAgent(BaseAgent):
                     response=options[index],
                     log_prob=float(log_probs[index]),
                     value=value,
-                    candidates=options,
+                    candidates=scored,
                     action_index=index,
                 )
             )

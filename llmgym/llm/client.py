@@ -65,6 +65,11 @@ class LLM:
         return self._backend.tokenizer
 
     @property
+    def module_function_keys(self) -> list[str]:
+        """Names of the module functions (heads) on the LLM, e.g. ``["value"]``."""
+        return list(self._backend.module_function_keys)
+
+    @property
     def config(self) -> ModelConfig:
         """The model config."""
         config: ModelConfig = self._backend.config

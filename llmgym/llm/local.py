@@ -340,6 +340,11 @@ class LocalLLM:
         with self.model.disable_adapter():
             yield
 
+    @property
+    def module_function_keys(self) -> list[str]:
+        """Names of the module functions (heads), e.g. ``["value"]``."""
+        return list(self.module_functions.keys())
+
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """Parameters that require gradients: adapters (or the full model) and module functions."""
         params = [p for p in self.model.parameters() if p.requires_grad]

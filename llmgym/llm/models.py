@@ -264,7 +264,7 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenize
     if config.load_in_4bit:
         model = _load_4bit(auto_cls, source.location, dtype, common)
     elif config.pretrained:
-        model = auto_cls.from_pretrained(source.location, dtype=dtype, **common).to(device)
+        model = auto_cls.from_pretrained(source.location, dtype=dtype, **common).to(device)  # type: ignore[arg-type]
     else:
         model = auto_cls.from_config(hf_config, dtype=dtype, trust_remote_code=config.trust_remote_code).to(device)
     if tokenizer.pad_token_id is None:

@@ -83,14 +83,17 @@ class ValueHead(ModuleFunction):
 
     Args:
         hidden_sizes: Widths of the hidden layers.
+        detach_input: Stop the value loss's gradient at the hidden state, so the critic does not
+            train the LLM (a critic on frozen features, sharing the forward pass).
 
     Returns (forward):
         ``[S]`` values, float32.
     """
 
-    def __init__(self, hidden_sizes: Sequence[int] = (256,)) -> None:
+    def __init__(self, hidden_sizes: Sequence[int] = (256,), detach_input: bool = False) -> None:
         super().__init__()
         self.hidden_sizes = tuple(hidden_sizes)
+        self.detach_input = detach_input
 
     def initialize(self) -> None:
         """Build the MLP ``H -> hidden_sizes -> 1``."""
@@ -101,6 +104,8 @@ class ValueHead(ModuleFunction):
     ) -> torch.Tensor:
         """Values ``[S]`` of the states in ``forward_outputs.context_hidden [S, H]``."""
         hidden = forward_outputs.context_hidden.to(next(self.net.parameters()).dtype)
+        if self.detach_input:
+            hidden = hidden.detach()
         return self.net(hidden).squeeze(-1)
 
 

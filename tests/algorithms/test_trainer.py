@@ -1,0 +1,79 @@
+"""Trainer: logs, evaluation, checkpoints, exact resume."""
+
+import json
+
+import pytest
+import torch
+
+from llmgym.algorithms.trainer import Trainer, evaluate_run
+from llmgym.errors import CheckpointError
+from llmgym.metrics import read_metrics
+from llmgym.testing import tiny_causal_lm
+from tests.algorithms.helpers import tiny_config
+
+COUNTDOWN = ["env.kwargs.length=2", "algorithm.rollout_steps=4", "env.num_envs=2"]
+
+
+def _trainer(config, run_dir=None):
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    return Trainer(config, run_dir, model=model, tokenizer=tokenizer)
+
+
+def _params(trainer):
+    return [p.detach().clone() for p in trainer.llm.backend.trainable_parameters()]
+
+
+def test_train_writes_config_metrics_eval_checkpoint_and_plot(tmp_path):
+    config = tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.total_env_steps=16", "train.run_name=r",
+                         "train.eval_episodes=4", "train.eval_before=true", "logging.plot=true", "train.eval_every=8")
+    trainer = _trainer(config)
+    summary = trainer.train()
+    trainer.close()
+    run = tmp_path / "r"
+    assert (run / "config.yaml").is_file() and (run / "checkpoints" / "latest").is_file()
+    records = read_metrics(run / "metrics.jsonl")
+    train = [r for r in records if r["kind"] == "train"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [r["env_steps"] for r in train] == [8, 16]
+    assert [r["env_steps"] for r in evals] == [0, 8, 16]
+    assert {"loss", "policy_loss", "value_loss", "entropy", "approx_kl", "steps_per_s"} <= train[-1].keys()
+    assert summary["learning_curve"] == str(run / "learning_curve.png")
+    assert (run / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_resume_equals_uninterrupted_training(tmp_path):
+    base = [*COUNTDOWN, "algorithm.epochs=2", "algorithm.minibatch_size=4"]
+    straight = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=32", "train.run_name=a"))
+    straight.train()
+    expected = _params(straight)
+    straight.close()
+
+    first = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=16", "train.run_name=b"))
+    first.train()
+    first.close()
+    resumed = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=32",
+                                   f"train.resume={tmp_path / 'b'}"))
+    assert resumed.algorithm.env_steps == 16
+    resumed.train()
+    got = _params(resumed)
+    resumed.close()
+    assert all(torch.allclose(a, b, atol=0, rtol=0) for a, b in zip(expected, got))
+    state = json.loads((tmp_path / "b" / "checkpoints" / "step-0000000032" / "trainer_state.json").read_text())
+    assert state["algorithm"]["env_steps"] == 32
+
+
+def test_resume_without_checkpoint_is_clear(tmp_path):
+    config = tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, f"train.resume={tmp_path / 'none'}")
+    with pytest.raises(CheckpointError, match="No checkpoint"):
+        _trainer(config)
+
+
+def test_evaluate_run_loads_the_checkpoint(tmp_path, tiny_model_dir, capsys):
+    config = tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.total_env_steps=8", "train.run_name=e",
+                         f"model.name={tiny_model_dir}")
+    trainer = Trainer(config)
+    trainer.train()
+    trainer.close()
+    result = evaluate_run(tmp_path / "e", episodes=6, seed=5)
+    assert result["episodes"] == 6.0 and 0.0 <= result["success_rate"] <= 1.0
+    assert "success rate" in capsys.readouterr().out

@@ -52,10 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=12345, help="seed of the first evaluation episode")
     ev.add_argument("overrides", nargs="*", help="dotted overrides applied to the run's config")
 
-    launch = sub.add_parser(
-        "launch", help="run a script or subcommand with N LLM server processes", add_help=False
+    sub.add_parser(
+        "launch",
+        help="run a script or subcommand with N LLM server processes (llmgym launch --help)",
+        add_help=False,
     )
-    launch.add_argument("launch_args", nargs=argparse.REMAINDER)
 
     sub.add_parser("envs", help="list the registered text environments")
 
@@ -148,6 +149,15 @@ def _cmd_bench(name: str, bench_args: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llmgym`` command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "launch":  # the launcher parses its own flags and passes the rest through
+        from llmgym.llm.distributed.launch import launch_main
+
+        try:
+            return launch_main(argv[1:])
+        except LLMGymError as exc:
+            print(f"llmgym launch: error: {exc}", file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
     try:
         if args.command == "train":
@@ -162,10 +172,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             evaluate_run(args.run_dir, episodes=args.episodes, seed=args.seed, overrides=args.overrides)
             return 0
-        if args.command == "launch":
-            from llmgym.llm.launch import launch_main
-
-            return launch_main(args.launch_args)
         if args.command == "envs":
             return _cmd_envs()
         if args.command == "play":

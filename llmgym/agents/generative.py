@@ -10,7 +10,7 @@ from llmgym.agents.history import Prompt
 from llmgym.envs.core import normalize_action_text
 from llmgym.errors import InvalidActionError
 
-__all__ = ["GenerativeAgent", "Agent"]
+__all__ = ["GenerativeAgent", "TokenAgent", "Agent"]
 
 
 class GenerativeAgent(BaseAgent):
@@ -89,6 +89,46 @@ class GenerativeAgent(BaseAgent):
                     action_ids=list(gen.token_ids),
                     token_log_probs=gen.raw_logprobs.detach().float(),
                     parse_failed=failed,
+                )
+            )
+        return decisions
+
+
+class TokenAgent(GenerativeAgent):
+    """Token-level agent for RLHF-style training: each generated token is one env action.
+
+    Pair it with a token-level env such as ``llmgym/TextGen-v0`` with ``mode="token"`` and
+    ``eos_token`` set to the tokenizer's EOS string. Each step samples exactly one token from the
+    current prompt; the decision keeps the prompt ids fed and the sampled id, so PPO trains on the
+    exact ids of every step (a per-token policy, per-token values and per-token KL). The env
+    receives the token's text (the EOS string for EOS).
+    """
+
+    def generation_kwargs(self, greedy: bool) -> dict[str, Any]:
+        """Sample (or take the argmax of) exactly one token."""
+        return {**super().generation_kwargs(greedy), "max_new_tokens": 1}
+
+    def _decide(
+        self, prompts: Sequence[Prompt], candidates: Sequence[Optional[list[str]]], greedy: bool
+    ) -> list[Decision]:
+        texts = [p.text for p in prompts]
+        generations = self.llm.generate(texts, **self.generation_kwargs(greedy))
+        values = self._values(texts)
+        tokenizer = self.llm.tokenizer
+        decisions = []
+        for prompt, gens, value in zip(prompts, generations, values):
+            gen = gens[0]
+            token = tokenizer.decode(gen.token_ids, skip_special_tokens=False)
+            decisions.append(
+                Decision(
+                    prompt=prompt.text,
+                    prompt_ids=list(gen.prompt_ids),
+                    action=token,
+                    response=token,
+                    log_prob=float(gen.raw_logprobs.sum()),
+                    value=value,
+                    action_ids=list(gen.token_ids),
+                    token_log_probs=gen.raw_logprobs.detach().float(),
                 )
             )
         return decisions

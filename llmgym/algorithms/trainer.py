@@ -84,13 +84,13 @@ def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> An
     head = ValueHead(detach_input=config.algorithm.value_head == "detached")
     return LLM(
         config.model, module_functions={"value": head}, updater=resolve_updater(config.algorithm),
-        model=model, tokenizer=tokenizer,
+        model=model, tokenizer=tokenizer, distributed=config.distributed,
     )
 
 
 def build_agent(config: Config, llm: Any, num_envs: int, system_prompt: Optional[str] = None) -> BaseAgent:
-    """The agent named by ``agent.type`` (``scoring`` or ``generative``) for ``num_envs`` envs."""
-    from llmgym.agents.generative import GenerativeAgent
+    """The agent named by ``agent.type`` (``scoring``, ``generative`` or ``token``) for ``num_envs`` envs."""
+    from llmgym.agents.generative import GenerativeAgent, TokenAgent
     from llmgym.agents.scoring import ScoringAgent
 
     agent_config = config.agent
@@ -98,9 +98,8 @@ def build_agent(config: Config, llm: Any, num_envs: int, system_prompt: Optional
         agent_config = type(agent_config)(**{**config_to_dict(agent_config), "system_prompt": system_prompt})
     if agent_config.type == "scoring":
         return ScoringAgent(llm, agent_config, num_envs=num_envs, algorithm=config.algorithm, seed=config.train.seed)
-    if agent_config.type == "generative":
-        return GenerativeAgent(llm, agent_config, num_envs=num_envs, algorithm=config.algorithm, seed=config.train.seed)
-    raise ConfigError(f"agent.type={agent_config.type!r} is not supported by the trainer; use scoring or generative.")
+    cls = {"generative": GenerativeAgent, "token": TokenAgent}[agent_config.type]
+    return cls(llm, agent_config, num_envs=num_envs, algorithm=config.algorithm, seed=config.train.seed)
 
 
 def make_envs(config: Config, num_envs: Optional[int] = None) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from llmgym.config import ModelConfig
+from llmgym.config import DistributedConfig, ModelConfig
 from llmgym.llm.generation import Generation
 from llmgym.llm.modules import ModuleFunction
 from llmgym.llm.updater import Updater
@@ -29,6 +29,8 @@ class LLM:
         updater: An :class:`~llmgym.llm.updater.Updater` instance or class.
         model: A prebuilt transformers model (skips loading; needs ``tokenizer``).
         tokenizer: The prebuilt model's tokenizer.
+        distributed: The ``distributed`` section: with ``llm_processes > 1`` (or inside
+            ``llmgym launch``) the LLM runs on that many server processes; ``None`` runs it in-process.
 
     Example:
         >>> llm = LLM(ModelConfig(name="SmolLM2-135M-Instruct"))  # doctest: +SKIP
@@ -44,10 +46,13 @@ class LLM:
         *,
         model: Any = None,
         tokenizer: Any = None,
+        distributed: DistributedConfig | None = None,
     ) -> None:
-        from llmgym.llm.local import LocalLLM
+        from llmgym.llm.distributed.backend import make_backend
 
-        self._backend: Any = LocalLLM(config, module_functions, updater, model=model, tokenizer=tokenizer)
+        self._backend: Any = make_backend(
+            config, module_functions, updater, model=model, tokenizer=tokenizer, distributed=distributed
+        )
 
     @property
     def backend(self) -> Any:

@@ -1,7 +1,6 @@
 """Learning checks on tiny envs with a fixed budget (tiny model, fixed seed)."""
 
 import pytest
-import torch
 
 from llmgym.algorithms.trainer import evaluate
 from tests.algorithms.helpers import build, tiny_config

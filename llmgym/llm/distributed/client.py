@@ -85,6 +85,7 @@ class DistributedLLM:
         self._closed = False
         self._store: Any = None
         self._config = getattr(factory, "config", None)
+        self._module_function_keys = list(getattr(factory, "module_functions", None) or {})
         self._tokenizer: Any = None
         try:
             self._start(listener, factory, num_servers)
@@ -188,6 +189,11 @@ class DistributedLLM:
     def config(self) -> Any:
         """The model config the servers were built from."""
         return self._config
+
+    @property
+    def module_function_keys(self) -> list[str]:
+        """Names of the module functions (heads) every server carries."""
+        return list(self._module_function_keys)
 
     @property
     def tokenizer(self) -> Any:

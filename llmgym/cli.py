@@ -76,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_config_arg(config: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
+    """``llmgym train a.b=1`` has no config file: the optional positional caught an override."""
+    if config is not None and "=" in config and not Path(config).is_file():
+        return None, [config, *overrides]
+    return config, overrides
+
+
 def _cmd_envs() -> int:
     from llmgym.envs.registration import list_envs
 
@@ -130,7 +137,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
     from llmgym.config import config_to_dict, load_config
 
-    config = load_config(args.config, args.overrides)
+    config = load_config(*_split_config_arg(args.config, args.overrides))
     print(yaml.safe_dump(config_to_dict(config), sort_keys=False), end="")
     return 0
 

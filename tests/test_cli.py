@@ -1,0 +1,88 @@
+"""Subprocess smoke runs of every CLI command and every config in configs/ (tiny model)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def run(*args, input_text=None, check=True):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmgym.cli", *args], capture_output=True, text=True, input=input_text,
+        env=env, cwd=ROOT, timeout=240,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_envs_lists_every_registered_env():
+    out = run("envs").stdout
+    assert "llmgym/BabyAI-Text-GoToRedBall-v0" in out and "llmgym/Blackjack-Text-v0" in out
+    assert all(len(line.split(None, 1)) == 2 for line in out.strip().splitlines())
+
+
+def test_train_help_shows_every_field_help():
+    out = run("train", "--help").stdout
+    assert "algorithm.learning_rate" in out and "Learning rate of the LLM" in out and "model.lora.r" in out
+
+
+def test_config_prints_resolved_yaml_and_reference(tmp_path):
+    out = run("config", str(CONFIGS[0]), "train.seed=9").stdout
+    assert "seed: 9" in out
+    markdown = run("config", "--markdown").stdout
+    assert markdown.startswith("# Config reference") and "| `env.num_envs` |" in markdown
+    assert (ROOT / "docs" / "config.md").read_text() == markdown, "docs/config.md is stale: llmgym config --markdown > docs/config.md"
+
+
+def test_bad_override_is_a_clear_error_not_a_traceback():
+    proc = run("train", str(CONFIGS[0]), "algorithm.learnin_rate=1", check=False)
+    assert proc.returncode == 2
+    assert "Did you mean 'algorithm.learning_rate'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_play_reads_actions_from_stdin():
+    out = run("play", "llmgym/EchoWord-v0", "--seed", "0", input_text="0\n").stdout
+    assert "Say the word" in out and "episode over" in out
+
+
+def test_launch_and_bench_usage_errors():
+    assert "--llm-processes" in run("launch", "--help").stdout
+    proc = run("bench", "no-such-benchmark", check=False)
+    assert proc.returncode == 2 and "Available:" in proc.stderr
+
+
+SMOKE = [
+    "train.total_env_steps=8", "env.num_envs=2", "algorithm.rollout_steps=4", "algorithm.epochs=1",
+    "algorithm.minibatch_size=4", "train.eval_episodes=2", "train.eval_every=null", "train.checkpoint_every=null",
+    "logging.progress=false", "agent.max_prompt_tokens=256", "agent.max_new_tokens=4", "model.minibatch_size=8",
+    "env.max_episode_steps=4",
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_every_config_trains_and_evaluates(config, tiny_model_dir, tmp_path):
+    run("train", str(config), f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path}", "train.run_name=run", *SMOKE)
+    run_dir = tmp_path / "run"
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["kind"] == "train" for r in records) and any(r["kind"] == "eval" for r in records)
+    assert (run_dir / "learning_curve.png").is_file()
+    out = run("eval", str(run_dir), "--episodes", "2").stdout
+    assert "success rate" in out
+
+
+def test_scripts_wrap_the_cli(tiny_model_dir, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = [f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path}", "train.run_name=s", "env.id=llmgym/EchoWord-v0",
+            *SMOKE]
+    subprocess.run([sys.executable, "scripts/train.py", *args], check=True, cwd=ROOT, env=env, capture_output=True, timeout=240)
+    proc = subprocess.run([sys.executable, "scripts/evaluate.py", str(tmp_path / "s"), "--episodes", "2"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0 and "success rate" in proc.stdout

@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from llmgym.algorithms.trainer import run_training
             from llmgym.config import load_config
 
-            config = load_config(args.config, args.overrides)
+            config = load_config(*_split_config_arg(args.config, args.overrides))
             run_training(config)
             return 0
         if args.command == "eval":

@@ -9,7 +9,7 @@ setup:
 	@bash scripts/setup.sh
 
 train: setup
-	$(VENV)/bin/llmgym train $(ARGS)
+	$(VENV)/bin/llmgym train configs/quickstart.yaml $(ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check llmgym tests benchmarks examples scripts
@@ -17,8 +17,9 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy llmgym
 
+# One torch thread per pytest-xdist worker, one worker per core: the tests use tiny models.
 unit: setup
-	$(PY) -m pytest -q --timeout=300 $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --timeout=600 --durations=15 $(PYTEST_ARGS)
 
 test: lint typecheck unit
 

@@ -50,7 +50,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return target
 
 
-def write_atomic_dir(target: str | Path, write: Callable[[Path], None]) -> Path:
+def write_atomic_dir(target: str | os.PathLike[str], write: Callable[[Path], None]) -> Path:
     """Build a folder with ``write(tmp_dir)`` and move it into place in one rename.
 
     An existing ``target`` is replaced only after the new folder is complete.

@@ -149,11 +149,13 @@ class BaseAgent(abc.ABC):
     def set_num_envs(self, num_envs: int) -> None:
         """Reset the agent for ``num_envs`` envs (new, empty histories)."""
         self.num_envs = num_envs
-        system = self.get_system_prompt()
-        self.histories = [
-            History.from_config(self.llm.tokenizer, self.config, system_prompt=system, overflow="truncate_left")
-            for _ in range(num_envs)
-        ]
+        self.histories = [self.make_history() for _ in range(num_envs)]
+
+    def make_history(self) -> History:
+        """A new history of one env (prompt rendering with the agent config's template and budget)."""
+        return History.from_config(
+            self.llm.tokenizer, self.config, system_prompt=self.get_system_prompt(), overflow="truncate_left"
+        )
 
     def _values(self, prompts: Sequence[str]) -> list[float]:
         if VALUE_KEY not in self.llm.module_function_keys:

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from llmgym.agents.base import BaseAgent, Decision
-from llmgym.agents.history import Prompt
+from llmgym.agents.history import History, PlainTemplate, Prompt
 from llmgym.envs.core import normalize_action_text
 from llmgym.errors import InvalidActionError
+from llmgym.llm.generation import Generation
 
 __all__ = ["GenerativeAgent", "TokenAgent", "Agent"]
 
@@ -58,6 +59,31 @@ class GenerativeAgent(BaseAgent):
             kwargs.update(do_sample=True, temperature=self.config.temperature, top_k=0, top_p=1.0)
         return kwargs
 
+    def response_text(self, generation: Generation) -> str:
+        """The text of a generation that :meth:`extract_action` parses (special tokens dropped)."""
+        return generation.text
+
+    def parse(self, response: str, options: Optional[list[str]]) -> tuple[Any, bool]:
+        """Turn a response into ``(action, parse_failed)`` with the ``agent.invalid_action`` policy.
+
+        Raises:
+            InvalidActionError: When parsing fails and ``agent.invalid_action`` is ``"error"``.
+        """
+        self.current_valid_actions = options
+        try:
+            action = self.extract_action(response)
+        finally:
+            self.current_valid_actions = None
+        failed = action is None or (options is not None and isinstance(action, str) and action not in options)
+        if not failed:
+            return action, False
+        if self.config.invalid_action == "error":
+            raise InvalidActionError(
+                f"the response {response!r} could not be parsed into an action (valid: {options}); "
+                "fix extract_action or set agent.invalid_action=penalty."
+            )
+        return self.fallback_action(options), True
+
     def _decide(
         self, prompts: Sequence[Prompt], candidates: Sequence[Optional[list[str]]], greedy: bool
     ) -> list[Decision]:
@@ -67,23 +93,14 @@ class GenerativeAgent(BaseAgent):
         decisions = []
         for prompt, options, gens, value in zip(prompts, candidates, generations, values):
             gen = gens[0]
-            self.current_valid_actions = options
-            action = self.extract_action(gen.text)
-            self.current_valid_actions = None
-            failed = action is None or (options is not None and isinstance(action, str) and action not in options)
-            if failed:
-                if self.config.invalid_action == "error":
-                    raise InvalidActionError(
-                        f"the response {gen.text!r} could not be parsed into an action (valid: {options}); "
-                        "fix extract_action or set agent.invalid_action=penalty."
-                    )
-                action = self.fallback_action(options)
+            text = self.response_text(gen)
+            action, failed = self.parse(text, options)
             decisions.append(
                 Decision(
                     prompt=prompt.text,
                     prompt_ids=list(gen.prompt_ids),
                     action=action,
-                    response=gen.text,
+                    response=text,
                     log_prob=float(gen.raw_logprobs.sum()),
                     value=value,
                     action_ids=list(gen.token_ids),
@@ -104,34 +121,30 @@ class TokenAgent(GenerativeAgent):
     receives the token's text (the EOS string for EOS).
     """
 
+    def make_history(self) -> History:
+        """The prompt is the observation itself (the text so far), after the system prompt if any."""
+        return History(
+            self.llm.tokenizer,
+            system_prompt=self.config.system_prompt,
+            max_turns=0,
+            max_prompt_tokens=self.config.max_prompt_tokens,
+            use_chat_template=False,
+            template=PlainTemplate(query="{observation}"),
+            overflow="truncate_left",
+        )
+
     def generation_kwargs(self, greedy: bool) -> dict[str, Any]:
         """Sample (or take the argmax of) exactly one token."""
         return {**super().generation_kwargs(greedy), "max_new_tokens": 1}
 
-    def _decide(
-        self, prompts: Sequence[Prompt], candidates: Sequence[Optional[list[str]]], greedy: bool
-    ) -> list[Decision]:
-        texts = [p.text for p in prompts]
-        generations = self.llm.generate(texts, **self.generation_kwargs(greedy))
-        values = self._values(texts)
-        tokenizer = self.llm.tokenizer
-        decisions = []
-        for prompt, gens, value in zip(prompts, generations, values):
-            gen = gens[0]
-            token = tokenizer.decode(gen.token_ids, skip_special_tokens=False)
-            decisions.append(
-                Decision(
-                    prompt=prompt.text,
-                    prompt_ids=list(gen.prompt_ids),
-                    action=token,
-                    response=token,
-                    log_prob=float(gen.raw_logprobs.sum()),
-                    value=value,
-                    action_ids=list(gen.token_ids),
-                    token_log_probs=gen.raw_logprobs.detach().float(),
-                )
-            )
-        return decisions
+    def response_text(self, generation: Generation) -> str:
+        """The token's text, special tokens included (EOS is sent to the env as its string)."""
+        text: str = self.llm.tokenizer.decode(generation.token_ids, skip_special_tokens=False)
+        return text
+
+    def extract_action(self, response: str) -> Any:
+        """Every token is an action, sent as it is (spaces included)."""
+        return response
 
 
 #: LlamaGym's ``Agent``: subclass it and override ``get_system_prompt``, ``format_observation`` and

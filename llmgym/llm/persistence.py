@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -57,10 +55,9 @@ def save_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[st
     Returns:
         The folder path.
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
-    try:
+    from llmgym.checkpoint import write_atomic_dir
+
+    def write(tmp: Path) -> None:
         kind, weights = _trainable_weights(model)
         if weights:
             _save_tensors(weights, tmp / "weights.safetensors")
@@ -70,16 +67,8 @@ def save_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[st
             torch.save(updater_state, tmp / "updater.pt")
         meta = {"format": _FORMAT, "weights": kind, "modules": sorted(modules)}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if target.exists():
-            old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old-"))
-            os.replace(target, old / "previous")
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    target = write_atomic_dir(path, write)
     return target
 
 

@@ -159,7 +159,7 @@ def tiny_seq2seq_lm(seed: int = 0, d_model: int = 32, num_layers: int = 2) -> tu
     from transformers import AutoModelForSeq2SeqLM, T5Config
 
     tok = tiny_tokenizer()
-    config = T5Config(
+    config = T5Config(  # type: ignore[call-arg]  # decoder_start_token_id goes to PretrainedConfig
         vocab_size=len(tok),
         d_model=d_model,
         d_kv=8,

@@ -198,3 +198,23 @@ def test_scoring_agent_on_eight_babyai_envs():
         observations, rewards, terminated, truncated, infos = envs.step(actions)
         agent.observe(rewards, terminated, truncated, infos)
     envs.close()
+
+
+def test_token_agent_sends_one_token_per_step_and_eos_ends_the_episode():
+    from llmgym.agents import TokenAgent
+
+    fake = FakeLLM("<|im_end|>")
+    agent = TokenAgent(fake, AgentConfig(use_chat_template=False, history_length=0, system_prompt=""))
+    env = gym.make("llmgym/TextGen-v0", datapool=["Write:"], reward="length_penalty", mode="token",
+                   eos_token="<|im_end|>", max_tokens=5)
+    obs, info = env.reset(seed=0)
+    action = agent.act_batch([obs], [info])[0]
+    decision = agent.last_decisions[0]
+    assert action == "<|im_end|>" and decision.action_ids == [fake.tokenizer.eos_token_id]
+    assert not decision.parse_failed and decision.prompt == "Write:"
+    _, _, terminated, truncated, _ = env.step(action)
+    assert terminated or truncated
+    fake.reply = " good"
+    agent.observe([0.0], [True], [False])
+    obs, info = env.reset(seed=1)
+    assert agent.act_batch([obs], [info]) == [" good"]  # the space is kept: tokens are sent verbatim

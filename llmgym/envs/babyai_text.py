@@ -39,6 +39,7 @@ import numpy as np
 from gymnasium.spaces import Dict, Discrete
 from gymnasium.utils import seeding
 
+from llmgym.envs._babyai_view import EgocentricView
 from llmgym.envs.core import TextEnv, TextSpace
 from llmgym.errors import ConfigError, require
 
@@ -218,6 +219,7 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         self.reward_scale = float(reward_scale)
         self.render_mode = render_mode
         self._inner = [_make_level(name, render_mode) for name in self.levels]
+        self._views = [EgocentricView(inner) for inner in self._inner]
         self._current = 0
         self.action_space = Discrete(len(BABYAI_ACTIONS))
         self.observation_space: gym.spaces.Space[Any] = Dict(
@@ -239,10 +241,13 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         """The underlying minigrid env of the current episode."""
         return self._inner[self._current]
 
-    def _observe(self, mission: str, image: np.ndarray) -> tuple[dict[str, str], dict[str, Any]]:
-        carried = self.minigrid_env.carrying
+    def _observe(self) -> tuple[dict[str, str], dict[str, Any]]:
+        inner = self.minigrid_env
+        carried = inner.carrying
+        image = self._views[self._current].image()
         descriptions = describe_view(image, (carried.color, carried.type) if carried is not None else None)
         view = ", ".join(descriptions)
+        mission = inner.mission
         obs = {"text": f"Goal of the agent: {mission}\n{view}", "mission": mission, "view": view}
         info = {
             "valid_actions": list(BABYAI_ACTIONS),
@@ -263,16 +268,16 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
             self._current = int(self.np_random.integers(len(self._inner)))
         # minigrid prints a line each time its level generator rejects a layout.
         with contextlib.redirect_stdout(io.StringIO()):
-            raw, _ = self.minigrid_env.reset()
-        return self._observe(raw["mission"], raw["image"])
+            self._views[self._current].reset()
+        return self._observe()
 
     def step(self, action: str | int) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
         """Take one of the 6 actions (string or index). See :meth:`gymnasium.Env.step`."""
-        raw, reward, terminated, truncated, _ = self.minigrid_env.step(self.parse_action(action))
-        obs, info = self._observe(raw["mission"], raw["image"])
+        reward, terminated, truncated = self._views[self._current].step(self.parse_action(action))
+        obs, info = self._observe()
         if terminated or truncated:
-            info["success"] = bool(reward > 0)
-        return obs, float(reward) * self.reward_scale, bool(terminated), bool(truncated), info
+            info["success"] = reward > 0
+        return obs, reward * self.reward_scale, terminated, truncated, info
 
     def render(self) -> Any:
         """Render the current level through minigrid (``render_mode="rgb_array"``)."""

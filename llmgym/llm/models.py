@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmgym.config import ModelConfig
 from llmgym.errors import ConfigError, ModelNotFoundError
+from llmgym.llm.adapters import check_quantization
 
 if TYPE_CHECKING:
     import torch
@@ -246,6 +247,7 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenize
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
+    check_quantization(config.load_in_4bit)
     source = resolve_model(config)
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype)
@@ -276,13 +278,6 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenize
 
 
 def _load_4bit(auto_cls: Any, location: str, dtype: torch.dtype, common: dict[str, Any]) -> Any:
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ConfigError(
-            "model.load_in_4bit=true needs a CUDA GPU (bitsandbytes 4-bit kernels) and none is available; "
-            "set model.load_in_4bit=false (LoRA still works in full precision on CPU)."
-        )
     from llmgym.errors import require
 
     require("bitsandbytes", "quantization", "model.load_in_4bit")

@@ -141,14 +141,14 @@ class EgocentricView:
         env, size = self.env, self.size
         indices = self._flat_offsets[env.agent_dir] + self._flat_index(*env.agent_pos)
         image = self._codes[indices]
-        if False:
+        if not env.see_through_walls:
             image *= self._visible(self._see[indices])[:, :, None]
         carried = env.carrying
         image[size // 2, size - 1] = _EMPTY if carried is None else carried.encode()
         return image
 
     def _visible(self, see: np.ndarray) -> np.ndarray:
-        """minigrid's ``Grid.process_vis`` from the agent's cell, one bit mask per view row.
+        """Visibility as ``Grid.process_vis`` computes it from the agent's cell, one bit mask per row.
 
         Args:
             see: ``see_behind()`` of each view cell, shape ``(size, size)`` indexed ``[x, y]``.

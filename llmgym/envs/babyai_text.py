@@ -21,6 +21,9 @@ returns stay in [0, 1] like every other llmgym env. The episode ends (``terminat
 mission is done or failed (e.g. the wrong object picked up) and is ``truncated`` at the level's
 ``max_steps``.
 
+Speed: minigrid's own observation (``gen_obs``) is skipped; the view is read from a NumPy mirror of
+the grid (:mod:`llmgym.envs._babyai_view`), equal to ``gen_obs()["image"]`` at every step.
+
 Seeding: ``reset(seed=s)`` on a single-level env gives the layout of ``BabyAI-<Level>-v0``
 reset with seed ``s``; a mixed env seeds its level ``k`` with ``s + k`` and draws the level of each
 episode from its own generator seeded with ``s``.
@@ -238,7 +241,10 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
 
     @property
     def minigrid_env(self) -> Any:
-        """The underlying minigrid env of the current episode."""
+        """The underlying minigrid env of the current episode.
+
+        Read its state freely; step it only through this env, which keeps its view mirror in sync.
+        """
         return self._inner[self._current]
 
     def _observe(self) -> tuple[dict[str, str], dict[str, Any]]:

@@ -154,8 +154,20 @@ def _cmd_bench(name: str, bench_args: list[str]) -> int:
     return subprocess.call([sys.executable, str(script), *bench_args])
 
 
+def _quiet_third_party_output() -> None:
+    """Hide transformers' weight-loading bars and PEFT's deprecation chatter from command output."""
+    import os
+    import warnings
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llmgym`` command; returns the exit status."""
+    _quiet_third_party_output()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "launch":  # the launcher parses its own flags and passes the rest through
         from llmgym.llm.distributed.launch import launch_main

@@ -179,6 +179,8 @@ def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: s
                 ax.plot(xs, ys, style, label=f"{kind} ({'greedy' if kind == 'eval' else 'rolling mean'})")
         ax.set_xlabel("env steps")
         ax.set_ylabel(label)
+        if key == "success_rate":
+            ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         ax.legend(loc="best")
     if title:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -312,18 +313,19 @@ def _valid_keys(node_type: type, prefix: str = "") -> list[str]:
     for f in dataclasses.fields(node_type):
         key = f"{prefix}{f.name}"
         keys.append(key)
-        sub = _dataclass_of(f)
+        sub = _section_type(node_type, f)
         if sub is not None:
             keys.extend(_valid_keys(sub, key + "."))
     return keys
 
 
-def _dataclass_of(f: dataclasses.Field[Any]) -> type | None:
-    default = f.default_factory if f.default_factory is not dataclasses.MISSING else None
-    if isinstance(default, type) and dataclasses.is_dataclass(default):
-        return default
-    hints = {"lora": LoRAConfig}
-    return hints.get(f.name) if f.name in hints else None
+def _section_type(owner: type, f: dataclasses.Field[Any]) -> type | None:
+    """The config dataclass a field holds (``Optional[...]`` unwrapped), or ``None`` for a plain value."""
+    hint = typing.get_type_hints(owner)[f.name]
+    for candidate in (hint, *typing.get_args(hint)):
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
+            return candidate
+    return None
 
 
 def _suggest(key: str) -> str:
@@ -429,12 +431,10 @@ def iter_field_help(node_type: type = Config, prefix: str = "") -> list[tuple[st
     instance = node_type()
     for f in dataclasses.fields(node_type):
         key = f"{prefix}{f.name}"
-        sub = _dataclass_of(f)
+        sub = _section_type(node_type, f)
         value = getattr(instance, f.name)
-        if sub is not None and f.name != "lora":
-            rows.extend(iter_field_help(sub, key + "."))
-        else:
+        if sub is None or value is None:  # a plain value, or an optional section (off by default)
             rows.append((key, f.metadata.get("help", ""), value))
-        if f.name == "lora":
-            rows.extend(iter_field_help(LoRAConfig, key + "."))
+        if sub is not None:
+            rows.extend(iter_field_help(sub, key + "."))
     return rows

@@ -154,8 +154,10 @@ class TextEncoder:
                 start = candidate_start(offs, len(contexts[owner])) + len(self.prefix_ids)
                 if start == 0:
                     raise InputError(
-                        f"contexts[{owner}] is empty and the tokenizer adds no BOS token, so the candidate's "
-                        "first token has nothing to be conditioned on; give a non-empty context."
+                        f"contexts[{owner}]={contexts[owner]!r} is empty or merges whole into the first token of "
+                        "its candidate when tokenized together, and the tokenizer adds no BOS token, so that "
+                        "token has nothing to be conditioned on; give a longer context or end it with a space "
+                        "or punctuation."
                     )
                 flat_ids.append(self.prefix_ids + ids + eos)
                 flat_starts.append(start)

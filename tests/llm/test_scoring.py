@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from llmgym.errors import InputError
 from llmgym.llm.scoring import score
 from llmgym.llm.tokenization import TextEncoder
 from tests.llm._reference import reference_score
@@ -78,9 +79,15 @@ def test_contexts_without_candidates_give_empty_tensors(tiny_llama):
 texts = st.text(alphabet=st.sampled_from(list("ab xyzé✓.:\n")), min_size=1, max_size=12)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(context=texts, candidates=st.lists(texts, min_size=1, max_size=3), minibatch_size=st.integers(1, 4))
 def test_score_property(tiny_gpt2, context, candidates, minibatch_size):
     model, tok = tiny_gpt2
-    scores = score(model, tok, [context, "Action:"], [candidates, candidates[:1]], minibatch_size=minibatch_size)
+    try:
+        scores = score(model, tok, [context, "Action:"], [candidates, candidates[:1]], minibatch_size=minibatch_size)
+    except InputError as exc:
+        # Documented refusal: the whole context merged into the candidate's first token (e.g. "a" + "y"
+        # -> "ay") and the tokenizer adds no BOS, so that token has nothing to be conditioned on.
+        assume("nothing to be conditioned on" not in str(exc))
+        raise
     _check(model, tok, [context, "Action:"], [candidates, candidates[:1]], scores)

@@ -12,7 +12,7 @@ a re-rendered history that no longer starts with the ids sent earlier.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -261,22 +261,31 @@ class History:
         ids = self.encode(text)
         if self._fits(ids):
             return Prompt(text, ids, lowest, total - lowest, False)
-        # Drop the oldest turns first: find the smallest start index whose prompt fits.
-        best: Optional[tuple[int, str, list[int]]] = None
-        lo, hi = lowest + 1, total
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            mid_text = self._text(self._turns[mid:], observation)
-            mid_ids = self.encode(mid_text)
-            if self._fits(mid_ids):
-                best = (mid, mid_text, mid_ids)
-                hi = mid - 1
-            else:
-                lo = mid + 1
+        # Drop the oldest turns first: the smallest start index whose prompt fits.
+        best = self._smallest_fitting(lowest + 1, total, lambda mid: self._text(self._turns[mid:], observation))
         if best is not None:
             first, text, ids = best
             return Prompt(text, ids, first, total - first, False)
         return self._truncate_observation(observation, total)
+
+    def _smallest_fitting(
+        self, lo: int, hi: int, render: Callable[[int], str]
+    ) -> Optional[tuple[int, str, list[int]]]:
+        """Binary search of the smallest ``i`` in ``[lo, hi]`` whose ``render(i)`` fits the budget.
+
+        ``render(i)`` must shrink as ``i`` grows. Returns ``(i, text, ids)``, or ``None`` if none fits.
+        """
+        best: Optional[tuple[int, str, list[int]]] = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            text = render(mid)
+            ids = self.encode(text)
+            if self._fits(ids):
+                best = (mid, text, ids)
+                hi = mid - 1
+            else:
+                lo = mid + 1
+        return best
 
     def _truncate_observation(self, observation: str, total: int) -> Prompt:
         bare_ids = self.encode(self._text([], observation))
@@ -294,18 +303,8 @@ class History:
                 "the system prompt."
             )
         # Keep the longest suffix of the observation that fits (smallest cut).
-        best = (len(observation), self._text([], ""), empty_ids)
-        lo, hi = 1, len(observation) - 1
-        while lo <= hi:
-            cut = (lo + hi) // 2
-            cut_text = self._text([], observation[cut:])
-            cut_ids = self.encode(cut_text)
-            if self._fits(cut_ids):
-                best = (cut, cut_text, cut_ids)
-                hi = cut - 1
-            else:
-                lo = cut + 1
-        _, text, ids = best
+        found = self._smallest_fitting(1, len(observation) - 1, lambda cut: self._text([], observation[cut:]))
+        _, text, ids = found if found is not None else (len(observation), self._text([], ""), empty_ids)
         return Prompt(text, ids, total, 0, True)
 
     def check_prefix_stable(self, previous: Prompt) -> bool:

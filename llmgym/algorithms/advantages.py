@@ -38,6 +38,17 @@ def _check_shape(name: str, tensor: Tensor, shape: tuple[int, ...], layout: str)
         )
 
 
+def _check_matrix(values: Tensor, layout: str) -> tuple[int, int]:
+    """The two sizes of ``values``, which must be a 2-D tensor laid out as ``layout``."""
+    if not isinstance(values, Tensor) or values.dim() != 2:
+        raise InputError(
+            f"values must be a 2-D tensor {layout}, got "
+            f"{list(values.shape) if isinstance(values, Tensor) else type(values).__name__}."
+        )
+    rows, cols = values.shape
+    return int(rows), int(cols)
+
+
 def compute_gae(
     rewards: Tensor,
     values: Tensor,
@@ -77,12 +88,7 @@ def compute_gae(
     """
     _check_unit("gamma", gamma)
     _check_unit("gae_lambda", gae_lambda)
-    if not isinstance(values, Tensor) or values.dim() != 2:
-        raise InputError(
-            f"values must be a 2-D tensor [T, N] (steps x envs), got "
-            f"{list(values.shape) if isinstance(values, Tensor) else type(values).__name__}."
-        )
-    num_steps, num_envs = values.shape
+    num_steps, num_envs = _check_matrix(values, "[T, N] (steps x envs)")
     for name, tensor in (("rewards", rewards), ("terminated", terminated), ("truncated", truncated)):
         _check_shape(name, tensor, (num_steps, num_envs), "[T, N]")
     _check_shape("last_values", last_values, (num_envs,), "[N]")
@@ -145,12 +151,7 @@ def compute_token_gae(
     """
     _check_unit("gamma", gamma)
     _check_unit("gae_lambda", gae_lambda)
-    if not isinstance(values, Tensor) or values.dim() != 2:
-        raise InputError(
-            f"values must be a 2-D tensor [B, L] (sequences x tokens), got "
-            f"{list(values.shape) if isinstance(values, Tensor) else type(values).__name__}."
-        )
-    batch, length = values.shape
+    batch, length = _check_matrix(values, "[B, L] (sequences x tokens)")
     _check_shape("rewards", rewards, (batch, length), "[B, L]")
     _check_shape("mask", mask, (batch, length), "[B, L]")
     dtype, device = values.dtype, values.device

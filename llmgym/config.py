@@ -77,6 +77,11 @@ class LoRAConfig:
     target_modules: Optional[list[str]] = _f(
         None, "Module names to adapt (e.g. [q_proj, v_proj]); null adapts all linear layers."
     )
+    layers: Optional[list[int]] = _f(
+        None,
+        "Transformer blocks to adapt, by index; negative counts from the top ([-4, -3, -2, -1]: the last "
+        "four, so backward stops there). null adapts every block.",
+    )
 
     def __post_init__(self) -> None:
         _check_positive("model.lora", "r", self.r)
@@ -256,6 +261,9 @@ class TrainConfig:
     run_name: Optional[str] = _f(None, "Name of the run directory; null makes one from env and time.")
     eval_every: Optional[int] = _f(None, "Evaluate every this many env steps; null only at the end.")
     eval_episodes: int = _f(20, "Greedy episodes per evaluation.")
+    eval_num_envs: Optional[int] = _f(
+        None, "Episodes evaluated side by side (one batched forward); null uses env.num_envs."
+    )
     eval_before: bool = _f(True, "Also evaluate before training (the zero-shot baseline).")
     checkpoint_every: Optional[int] = _f(None, "Checkpoint every this many env steps; null only at the end.")
     resume: Optional[str] = _f(None, "Run directory to resume from (its latest checkpoint).")
@@ -264,6 +272,7 @@ class TrainConfig:
         _check_positive("train", "total_env_steps", self.total_env_steps)
         _check_positive("train", "eval_every", self.eval_every)
         _check_positive("train", "eval_episodes", self.eval_episodes, allow_zero=True)
+        _check_positive("train", "eval_num_envs", self.eval_num_envs)
         _check_positive("train", "checkpoint_every", self.checkpoint_every)
 
 

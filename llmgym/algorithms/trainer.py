@@ -129,8 +129,9 @@ def _env_instructions(config: Config) -> Optional[str]:
 def evaluate(agent: BaseAgent, config: Config, episodes: int, seed: int, greedy: bool = True) -> dict[str, float]:
     """Run ``episodes`` seeded episodes (episode ``j`` uses seed ``seed + j``) with the agent.
 
-    Up to ``agent.num_envs`` episodes run side by side; each env is reset with its episode's seed,
-    so the result does not depend on the number of envs.
+    Up to ``agent.num_envs`` episodes run side by side, and a slot starts the next pending episode
+    as soon as its own ends, so every batched forward stays full. Each episode is reset with its
+    own seed and a fresh history, so the result does not depend on the number of envs.
 
     Returns:
         ``success_rate``, ``episode_return`` and ``episode_length`` means.
@@ -140,50 +141,62 @@ def evaluate(agent: BaseAgent, config: Config, episodes: int, seed: int, greedy:
     kwargs: dict[str, Any] = dict(config.env.kwargs)
     if config.env.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.env.max_episode_steps
-    width = agent.num_envs
+    width = max(1, min(agent.num_envs, episodes))
     envs = [gym.make(config.env.id, **kwargs) for _ in range(width)]
-    returns: list[float] = []
-    lengths: list[int] = []
-    successes: list[float] = []
+    returns: list[float] = [0.0] * episodes
+    lengths: list[int] = [0] * episodes
+    successes: list[float] = [0.0] * episodes
+    pending = iter(range(episodes))
+    running: dict[int, int] = {}  # slot -> episode
+    state: dict[int, tuple[Any, dict[str, Any]]] = {}
+
+    def start_next(slot: int) -> None:
+        episode = next(pending, None)
+        if episode is None:
+            running.pop(slot, None)
+            state.pop(slot, None)
+            return
+        running[slot] = episode
+        agent.reset_env(slot)
+        state[slot] = envs[slot].reset(seed=seed + episode)
+
     try:
-        for start in range(0, episodes, width):
-            batch = list(range(start, min(start + width, episodes)))
-            state: dict[int, tuple[Any, dict[str, Any]]] = {}
-            totals = dict.fromkeys(range(len(batch)), 0.0)
-            steps = dict.fromkeys(range(len(batch)), 0)
-            for slot, episode in enumerate(batch):
-                agent.reset_env(slot)
-                state[slot] = envs[slot].reset(seed=seed + episode)
-            while state:
-                active = sorted(state)
-                actions = agent.act_batch(
-                    [state[i][0] for i in active], [state[i][1] for i in active], greedy=greedy, env_indices=active
-                )
-                failed = {i for i, d in zip(active, agent.last_decisions) if d.parse_failed}
-                for slot, action in zip(active, actions):
-                    obs, raw_reward, terminated, truncated, info = envs[slot].step(action)
-                    reward = float(raw_reward)
-                    totals[slot] += reward + (agent.config.invalid_action_penalty if slot in failed else 0.0)
-                    steps[slot] += 1
-                    if terminated or truncated:
-                        success = info.get("success")
-                        successes.append(float(bool(success if success is not None else reward > 0)))
-                        returns.append(totals[slot])
-                        lengths.append(steps[slot])
-                        agent.reset_env(slot)
-                        del state[slot]
-                    else:
-                        state[slot] = (obs, info)
+        for slot in range(width):
+            start_next(slot)
+        while state:
+            active = sorted(state)
+            actions = agent.act_batch(
+                [state[i][0] for i in active], [state[i][1] for i in active], greedy=greedy, env_indices=active
+            )
+            failed = {i for i, d in zip(active, agent.last_decisions) if d.parse_failed}
+            for slot, action in zip(active, actions):
+                obs, raw_reward, terminated, truncated, info = envs[slot].step(action)
+                reward = float(raw_reward)
+                episode = running[slot]
+                returns[episode] += reward + (agent.config.invalid_action_penalty if slot in failed else 0.0)
+                lengths[episode] += 1
+                if terminated or truncated:
+                    success = info.get("success")
+                    successes[episode] = float(bool(success if success is not None else reward > 0))
+                    start_next(slot)
+                else:
+                    state[slot] = (obs, info)
     finally:
         for env in envs:
             env.close()
-    n = max(1, len(returns))
+    n = max(1, episodes)
     return {
         "success_rate": sum(successes) / n,
         "episode_return": sum(returns) / n,
         "episode_length": sum(lengths) / n,
-        "episodes": float(len(returns)),
+        "episodes": float(episodes),
     }
+
+
+def _eval_width(config: Config, episodes: int) -> int:
+    """Envs evaluated side by side: ``train.eval_num_envs`` (default ``env.num_envs``), at most ``episodes``."""
+    width = config.train.eval_num_envs or config.env.num_envs
+    return max(1, min(width, episodes))
 
 
 def _seed_everything(seed: int) -> None:
@@ -229,9 +242,7 @@ class Trainer:
         self.agent = build_agent(config, self.llm, self.envs.num_envs, self.system_prompt)
         algorithm_cls = PPO if config.algorithm.name == "ppo" else A2C
         self.algorithm: OnPolicyAlgorithm = algorithm_cls(self.agent, self.envs, config.algorithm, seed=train.seed)
-        self.eval_agent = build_agent(
-            config, self.llm, max(1, min(config.env.num_envs, train.eval_episodes or 1)), self.system_prompt
-        )
+        self.eval_agent = build_agent(config, self.llm, _eval_width(config, train.eval_episodes), self.system_prompt)
         self.evaluations: list[dict[str, float]] = []
         self._last_checkpoint_steps = 0
         self._last_eval_steps = 0
@@ -364,7 +375,7 @@ def evaluate_run(
     llm = build_llm(config)
     try:
         llm.load(folder / "llm")
-        agent = build_agent(config, llm, max(1, min(config.env.num_envs, episodes)), _env_instructions(config))
+        agent = build_agent(config, llm, _eval_width(config, episodes), _env_instructions(config))
         result = evaluate(agent, config, episodes, seed=seed)
     finally:
         llm.close()

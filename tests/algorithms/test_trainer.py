@@ -77,3 +77,14 @@ def test_evaluate_run_loads_the_checkpoint(tmp_path, tiny_model_dir, capsys):
     result = evaluate_run(tmp_path / "e", episodes=6, seed=5)
     assert result["episodes"] == 6.0 and 0.0 <= result["success_rate"] <= 1.0
     assert "success rate" in capsys.readouterr().out
+
+
+def test_evaluate_does_not_depend_on_the_number_of_envs(tmp_path):
+    from llmgym.algorithms.trainer import build_agent, build_llm, evaluate
+
+    config = tiny_config(tmp_path, "llmgym/Countdown-v0", "env.kwargs.length=3")
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    llm = build_llm(config, model=model, tokenizer=tokenizer)
+    results = [evaluate(build_agent(config, llm, width), config, episodes=7, seed=5) for width in (1, 3, 8)]
+    assert results[0] == results[1] == results[2]
+    assert results[0]["episodes"] == 7.0

@@ -111,6 +111,26 @@ def test_lora_gpt2_all_linear_excludes_lm_head():
     assert llm.score(CONTEXTS[:1], CANDIDATES[:1])[0].shape == (2,)
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_lora_layers_adapt_only_the_chosen_blocks_and_stop_backward_there(arch):
+    model, tok = tiny_causal_lm(arch, seed=1, num_layers=3)
+    llm = LLM(ModelConfig(name="tiny", lora=LoRAConfig(r=2, layers=[-1])), model=model, tokenizer=tok)
+    names = [n for n, p in llm.model.named_parameters() if p.requires_grad]
+    block = "layers.2." if arch == "llama" else "h.2."
+    assert names and all(block in n and "lora_" in n for n in names)
+    out = llm.forward(["score"], CONTEXTS[:1], CANDIDATES[:1], require_grad=True)
+    out[0]["score"].sum().backward()
+    assert all(p.grad is not None for n, p in llm.model.named_parameters() if p.requires_grad)
+
+
+def test_lora_layers_out_of_range_is_a_config_error():
+    model, tok = tiny_causal_lm("llama", seed=1, num_layers=2)
+    with pytest.raises(ConfigError, match=r"model.lora.layers contains 2.*\[-2, 1\]"):
+        LLM(ModelConfig(name="tiny", lora=LoRAConfig(layers=[2])), model=model, tokenizer=tok)
+    with pytest.raises(ConfigError, match="selects no linear module"):
+        LLM(ModelConfig(name="tiny", lora=LoRAConfig(layers=[0], target_modules=["nope"])), model=model, tokenizer=tok)
+
+
 def test_reference_needs_an_adapter(tiny_llama):
     model, tok = tiny_llama
     with pytest.raises(ConfigError, match="model.lora"), LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok).reference():

@@ -16,7 +16,10 @@ and ``"view"`` (the descriptions joined by ``", "``, as in GLAM's prompts); ``in
 end of an episode, ``"success"``.
 
 Reward: minigrid's success-discounted ``1 - 0.9 * step_count / max_steps`` on success, 0 otherwise,
-times ``reward_scale``. GLAM trained with ``reward_scale=20``; the default here is 1 so that
+times ``reward_scale``, plus, when ``reward_shaping`` is set on a "go to" level, potential-based shaping:
+``reward_shaping * (d(s) - d(s'))`` where ``d`` counts the actions left on a shortest path to facing
+the target (:mod:`llmgym.envs._babyai_shaping`). It rewards every step towards the goal and leaves
+the optimal policies unchanged; ``info["success"]`` and evaluations are unaffected. GLAM trained with ``reward_scale=20``; the default here is 1 so that
 returns stay in [0, 1] like every other llmgym env. The episode ends (``terminated``) when the
 mission is done or failed (e.g. the wrong object picked up) and is ``truncated`` at the level's
 ``max_steps``.
@@ -42,6 +45,7 @@ import numpy as np
 from gymnasium.spaces import Dict, Discrete
 from gymnasium.utils import seeding
 
+from llmgym.envs._babyai_shaping import actions_to_goal, has_goto_mission
 from llmgym.envs._babyai_view import EgocentricView
 from llmgym.envs.core import TextEnv, TextSpace
 from llmgym.errors import ConfigError, require
@@ -199,11 +203,13 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         level: A BabyAI level name (``"GoToLocal"`` for ``BabyAI-GoToLocal-v0``) or several, one
             drawn uniformly per episode.
         reward_scale: Factor applied to minigrid's reward (GLAM used 20).
+        reward_shaping: Weight of the potential-based shaping reward per action of progress towards
+            the target ("go to" missions only; 0 disables it).
         render_mode: Passed to minigrid (``"rgb_array"`` or ``None``).
 
     Raises:
         MissingDependencyError: If minigrid is not installed (``pip install 'llmgym[babyai]'``).
-        ConfigError: If a level is unknown.
+        ConfigError: If a level is unknown, or shaping is asked for on a mission that is not "go to".
     """
 
     description = "BabyAI level in words (GLAM): reach the mission's goal with 6 navigation actions."
@@ -215,11 +221,18 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         level: str | Sequence[str] = "GoToLocal",
         *,
         reward_scale: float = 1.0,
+        reward_shaping: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
         require("minigrid", "babyai", "BabyAI-Text")
         self.levels = _resolve_levels(level)
         self.reward_scale = float(reward_scale)
+        if reward_shaping < 0:
+            raise ConfigError(
+                f"reward_shaping={reward_shaping!r} must be >= 0 (0 disables shaping); e.g. reward_shaping=0.1."
+            )
+        self.reward_shaping = float(reward_shaping)
+        self._distance: int | None = None
         self.render_mode = render_mode
         self._inner = [_make_level(name, render_mode) for name in self.levels]
         self._views = [EgocentricView(inner) for inner in self._inner]
@@ -275,6 +288,14 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         # minigrid prints a line each time its level generator rejects a layout.
         with contextlib.redirect_stdout(io.StringIO()):
             self._views[self._current].reset()
+        if self.reward_shaping:
+            if not has_goto_mission(self.minigrid_env):
+                raise ConfigError(
+                    f"reward_shaping={self.reward_shaping} needs a 'go to' mission, but level "
+                    f"{self.levels[self._current]!r} asks {self.minigrid_env.mission!r}; use a GoTo level "
+                    "(GoToRedBall, GoToLocal, ...) or reward_shaping=0."
+                )
+            self._distance = actions_to_goal(self.minigrid_env)
         return self._observe()
 
     def step(self, action: str | int) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
@@ -283,7 +304,19 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         obs, info = self._observe()
         if terminated or truncated:
             info["success"] = reward > 0
-        return obs, reward * self.reward_scale, terminated, truncated, info
+        total = reward * self.reward_scale
+        if self.reward_shaping:
+            shaping = self._shaping_reward(0 if reward > 0 else actions_to_goal(self.minigrid_env))
+            info["shaping_reward"] = shaping
+            total += shaping
+        return obs, total, terminated, truncated, info
+
+    def _shaping_reward(self, distance: int | None) -> float:
+        """``reward_shaping`` times the actions of progress since the last step (0 when unreachable)."""
+        previous, self._distance = self._distance, distance
+        if previous is None or distance is None:
+            return 0.0
+        return self.reward_shaping * (previous - distance)
 
     def render(self) -> Any:
         """Render the current level through minigrid (``render_mode="rgb_array"``)."""

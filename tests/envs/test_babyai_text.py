@@ -148,3 +148,52 @@ def test_missing_minigrid_gives_missing_dependency_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "minigrid", None)
     with pytest.raises(MissingDependencyError, match=r"llmgym\[babyai\]"):
         BabyAITextEnv("GoToLocal")
+
+
+def _greedy_shortest_action(env: BabyAITextEnv) -> int:
+    """The turn/forward action that lowers the distance to the goal (by simulation on a copy)."""
+    import copy
+
+    from llmgym.envs._babyai_shaping import actions_to_goal
+
+    inner = env.minigrid_env
+    for action in (2, 0, 1):
+        clone = copy.deepcopy(inner)
+        clone.step(action)
+        if actions_to_goal(clone) == actions_to_goal(inner) - 1:
+            return action
+    raise AssertionError("no action makes progress")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_shaping_rewards_each_step_towards_the_goal_and_telescopes(seed):
+    from llmgym.envs._babyai_shaping import actions_to_goal
+
+    env = BabyAITextEnv("GoToRedBallNoDists", reward_shaping=0.1)
+    env.reset(seed=seed)
+    start = actions_to_goal(env.minigrid_env)
+    assert start is not None and start > 0
+    _, reward, *_ = env.step("toggle")  # no progress, no shaping
+    assert reward == 0.0
+    _, reward, *_ = env.step("turn left")
+    total, steps, terminated = reward, 1, False
+    while not terminated:
+        _, reward, terminated, truncated, info = env.step(_greedy_shortest_action(env))
+        total += reward
+        steps += 1
+        assert not truncated
+        if not terminated:
+            assert reward == pytest.approx(0.1)
+    assert info["success"]
+    success_reward = total - 0.1 * start  # shaping telescopes to weight * (d(s0) - 0)
+    plain = BabyAITextEnv("GoToRedBallNoDists")
+    plain.reset(seed=seed)
+    max_steps = plain.minigrid_env.max_steps
+    assert success_reward == pytest.approx(1 - 0.9 * (steps + 1) / max_steps)
+
+
+def test_shaping_needs_a_goto_mission_and_a_non_negative_weight():
+    with pytest.raises(ConfigError, match="needs a 'go to' mission"):
+        BabyAITextEnv("PickupLocal", reward_shaping=0.1).reset(seed=0)
+    with pytest.raises(ConfigError, match="reward_shaping=-1"):
+        BabyAITextEnv("GoToRedBall", reward_shaping=-1)

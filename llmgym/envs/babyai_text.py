@@ -12,8 +12,9 @@ door reads "You see an open ... door" where GLAM's code writes "a open".
 
 Observation: a dict with ``"text"`` (``"Goal of the agent: <mission>"``, a newline, then the view), ``"mission"``
 and ``"view"`` (the descriptions joined by ``", "``, as in GLAM's prompts); ``info`` holds
-``"valid_actions"`` (the 6 GLAM actions), ``"descriptions"`` (the list), ``"level"`` and, at the
-end of an episode, ``"success"``.
+``"valid_actions"`` (the 6 GLAM actions), ``"descriptions"`` (the list), ``"level"`` and
+``"success"`` (at every step, ``True`` on the step that accomplishes the mission, so that it stays
+right when a ``TimeLimit`` wrapper truncates the episode and with shaped rewards).
 
 Reward: minigrid's success-discounted ``1 - 0.9 * step_count / max_steps`` on success, 0 otherwise,
 times ``reward_scale``, plus, when ``reward_shaping`` is set on a "go to" level, potential-based shaping:
@@ -296,14 +297,15 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
                     "(GoToRedBall, GoToLocal, ...) or reward_shaping=0."
                 )
             self._distance = actions_to_goal(self.minigrid_env)
-        return self._observe()
+        obs, info = self._observe()
+        info["success"] = False
+        return obs, info
 
     def step(self, action: str | int) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
         """Take one of the 6 actions (string or index). See :meth:`gymnasium.Env.step`."""
         reward, terminated, truncated = self._views[self._current].step(self.parse_action(action))
         obs, info = self._observe()
-        if terminated or truncated:
-            info["success"] = reward > 0
+        info["success"] = reward > 0
         total = reward * self.reward_scale
         if self.reward_shaping:
             shaping = self._shaping_reward(0 if reward > 0 else actions_to_goal(self.minigrid_env))

@@ -197,3 +197,14 @@ def test_shaping_needs_a_goto_mission_and_a_non_negative_weight():
         BabyAITextEnv("PickupLocal", reward_shaping=0.1).reset(seed=0)
     with pytest.raises(ConfigError, match="reward_shaping=-1"):
         BabyAITextEnv("GoToRedBall", reward_shaping=-1)
+
+
+def test_success_is_false_when_a_time_limit_truncates_a_shaped_episode():
+    env = gym.make("llmgym/BabyAI-Text-GoToRedBallNoDists-v0", max_episode_steps=2, reward_shaping=0.1)
+    _, info = env.reset(seed=0)
+    assert info["success"] is False
+    truncated = False
+    while not truncated:
+        _, reward, terminated, truncated, info = env.step("turn left")
+        assert not terminated
+    assert info["success"] is False

@@ -26,6 +26,7 @@ def reference_observation(env: BabyAITextEnv, raw: dict[str, Any]) -> tuple[dict
         "valid_actions": list(BABYAI_ACTIONS),
         "descriptions": descriptions,
         "level": env.levels[env._current],
+        "success": False,
     }
     return obs, info
 
@@ -36,8 +37,7 @@ def reference_step(
     """One step through minigrid's full ``step`` (observation from ``gen_obs``)."""
     raw, reward, terminated, truncated, _ = env.minigrid_env.step(action)
     obs, info = reference_observation(env, raw)
-    if terminated or truncated:
-        info["success"] = bool(reward > 0)
+    info["success"] = bool(reward > 0)
     return obs, float(reward), bool(terminated), bool(truncated), info
 
 

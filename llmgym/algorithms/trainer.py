@@ -134,7 +134,8 @@ def evaluate(agent: BaseAgent, config: Config, episodes: int, seed: int, greedy:
     own seed and a fresh history, so the result does not depend on the number of envs.
 
     Returns:
-        ``success_rate``, ``episode_return`` and ``episode_length`` means.
+        ``success_rate``, ``episode_return`` (the task's return: ``info["shaping_reward"]`` is left
+        out) and ``episode_length`` means.
     """
     import gymnasium as gym
 
@@ -171,7 +172,7 @@ def evaluate(agent: BaseAgent, config: Config, episodes: int, seed: int, greedy:
             failed = {i for i, d in zip(active, agent.last_decisions) if d.parse_failed}
             for slot, action in zip(active, actions):
                 obs, raw_reward, terminated, truncated, info = envs[slot].step(action)
-                reward = float(raw_reward)
+                reward = float(raw_reward) - float(info.get("shaping_reward", 0.0))
                 episode = running[slot]
                 returns[episode] += reward + (agent.config.invalid_action_penalty if slot in failed else 0.0)
                 lengths[episode] += 1

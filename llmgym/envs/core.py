@@ -5,7 +5,9 @@ A *text env* is a :class:`gymnasium.Env` whose observation is a ``str`` or a ``d
 lists the legal action strings when the action set is finite, and whose :meth:`~gymnasium.Env.step`
 takes an action string (or, where the action space is :class:`~gymnasium.spaces.Discrete`, its
 index). ``info["success"]`` is a ``bool`` on the last step of an episode wherever success is
-defined. An action outside the valid ones raises :class:`~llmgym.errors.InvalidActionError`.
+defined. Where part of a step's reward is shaping (a training aid, not the task's reward), the
+env reports it as ``info["shaping_reward"]``: training uses the whole reward, evaluations report the
+return without it. An action outside the valid ones raises :class:`~llmgym.errors.InvalidActionError`.
 """
 
 from __future__ import annotations

@@ -88,3 +88,17 @@ def test_evaluate_does_not_depend_on_the_number_of_envs(tmp_path):
     results = [evaluate(build_agent(config, llm, width), config, episodes=7, seed=5) for width in (1, 3, 8)]
     assert results[0] == results[1] == results[2]
     assert results[0]["episodes"] == 7.0
+
+
+def test_evaluate_reports_the_task_return_without_shaping(tmp_path):
+    pytest.importorskip("minigrid")
+    from llmgym.algorithms.trainer import build_agent, build_llm, evaluate
+
+    env = ["env.id=llmgym/BabyAI-Text-GoToRedBallNoDists-v0", "env.max_episode_steps=12", "agent.temperature=100"]
+    plain = tiny_config(tmp_path, "x", *env)
+    shaped = tiny_config(tmp_path, "x", *env, "env.kwargs.reward_shaping=0.5")
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    llm = build_llm(plain, model=model, tokenizer=tokenizer)
+    # Near-uniform sampled actions (the same draws in both runs) move the agent, so the shaping is not zero.
+    results = [evaluate(build_agent(config, llm, 2), config, 6, seed=0, greedy=False) for config in (plain, shaped)]
+    assert results[0] == pytest.approx(results[1])

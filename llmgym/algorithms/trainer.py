@@ -305,8 +305,12 @@ class Trainer:
             if cfg.train.eval_before and cfg.train.eval_episodes and not self.evaluations:
                 logger.log(self.algorithm.env_steps, self.evaluate("before"), kind="eval")
             while self.algorithm.env_steps < cfg.train.total_env_steps:
+                tick = time.monotonic()
                 metrics = self.algorithm.collect_rollout()
+                metrics["collect_s"] = time.monotonic() - tick
+                tick = time.monotonic()
                 metrics.update(self.algorithm.update())
+                metrics["update_s"] = time.monotonic() - tick
                 metrics.update(self.algorithm.episode_stats.summary())
                 elapsed = max(1e-9, time.monotonic() - start)
                 metrics["steps_per_s"] = (self.algorithm.env_steps - start_steps) / elapsed

@@ -63,6 +63,7 @@ def test_score_forward_generate_keep_order(two_servers):
     want = local.forward(["v"], CONTEXTS)
     assert [torch.equal(g["v"], w["v"].detach()) for g, w in zip(got, want)] == [True] * len(CONTEXTS)
     assert two_servers.generate(CONTEXTS) == local.generate(CONTEXTS)
+    assert two_servers.tokenizer is None  # the fake has none: dispatch balanced by characters
 
 
 @pytest.mark.timeout(60)

@@ -1,7 +1,13 @@
 import pytest
 
 from llmgym.errors import ConfigError
-from llmgym.llm.distributed.balance import context_costs, gather_in_order, split_balanced
+from llmgym.llm.distributed.balance import (
+    character_lengths,
+    context_costs,
+    gather_in_order,
+    split_balanced,
+    token_lengths,
+)
 from llmgym.llm.distributed.placement import (
     Placement,
     assign_gpus,
@@ -89,9 +95,43 @@ def test_split_balanced_and_gather():
     assert values == [f"v{i}" for i in range(6)]
 
 
-def test_context_costs_count_candidates():
-    assert context_costs(["abc"], [["x", "yy"]]) == [4 + (4 + 1) + (4 + 2)]
+class WordTokenizer:
+    """One token per space-separated word; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        assert not add_special_tokens
+        self.calls.append(text)
+        return {"input_ids": list(range(len(text.split())))}
+
+
+def test_context_costs_count_the_context_once_and_each_candidate():
+    # The backend packs a context with its candidates into one row: the context is computed once.
+    assert context_costs(["abc"], [["x", "yy"]]) == [3 + 1 + 2 + 1]
     assert context_costs(["abc", ""]) == [4, 1]
+    assert context_costs([[5, 6, 7]], [["x"]]) == [3 + 1 + 1]  # token ids: one unit per id
+    assert context_costs([], []) == []
+
+
+def test_context_costs_in_tokens():
+    tokenizer = WordTokenizer()
+    costs = context_costs(["go to the key", "x"], [["turn left", "drop"], ["turn left"]], token_lengths(tokenizer))
+    assert costs == [4 + 2 + 1 + 1, 1 + 2 + 1]
+    assert sorted(tokenizer.calls) == sorted(["go to the key", "x", "turn left", "drop"])  # each text once
+
+
+def test_split_by_tokens_balances_what_characters_do_not():
+    # Long words: 120 characters but 10 tokens; short words: 40 characters but 20 tokens.
+    contexts = ["abcdefghijk " * 10, "a b " * 10, "a b " * 10, "a b " * 10]
+    candidates = [["x"]] * 4
+    tokens = context_costs(contexts, candidates, token_lengths(WordTokenizer()))
+    assert tokens == [12, 22, 22, 22]
+    by_chars = split_balanced(context_costs(contexts, candidates, character_lengths), 2)
+    by_tokens = split_balanced(tokens, 2)
+    assert by_chars == [[0], [1, 2, 3]]  # 122 vs 3 x 42 characters, but 12 vs 66 tokens
+    assert sorted(sum(tokens[i] for i in share) for share in by_tokens) == [34, 44]  # the best split
 
 
 def test_server_env():

@@ -1,39 +1,75 @@
-"""Split a batch of contexts across servers, balanced by size, and put the answers back in order."""
+"""Split a batch of contexts across servers, balanced by token count, and put the answers back in order."""
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from llmgym.errors import BackendError
 
-__all__ = ["context_costs", "split_balanced", "gather_in_order"]
+__all__ = ["LengthFn", "character_lengths", "token_lengths", "context_costs", "split_balanced", "gather_in_order"]
 
 T = TypeVar("T")
 
+#: Measures texts: one length per text, in the same units for all (tokens or characters).
+LengthFn = Callable[[Sequence[str]], list[int]]
 
-def context_costs(contexts: Sequence[Any], candidates: Sequence[Sequence[str]] | None = None) -> list[int]:
-    """Return the cost of each context: its characters plus those of its candidates, each scored with it.
 
-    Characters stand in for tokens: the client holds no tokenizer (it loads no model), and for one
-    tokenizer the two are proportional to within a few percent on natural text. Non-string
-    contexts (token id lists) count one unit per element.
+def character_lengths(texts: Sequence[str]) -> list[int]:
+    """Return the number of characters of each text (the fallback when no tokenizer is known)."""
+    return [len(text) for text in texts]
+
+
+def token_lengths(tokenizer: Any) -> LengthFn:
+    """Return a :data:`LengthFn` counting tokens as the backend encodes them (no special tokens).
+
+    Each distinct text is encoded once and on its own: batch encoding would start the fast
+    tokenizer's thread pool in the RL client, which then warns on every later ``fork``.
+
+    Args:
+        tokenizer: A Hugging Face tokenizer (callable returning ``input_ids``).
+
+    Returns:
+        The measuring function.
+    """
+
+    def measure(texts: Sequence[str]) -> list[int]:
+        counts: dict[str, int] = {}
+        for text in texts:
+            if text not in counts:
+                counts[text] = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        return [counts[text] for text in texts]
+
+    return measure
+
+
+def context_costs(
+    contexts: Sequence[Any],
+    candidates: Sequence[Sequence[str]] | None = None,
+    lengths: LengthFn = character_lengths,
+) -> list[int]:
+    """Return the cost of each context: its tokens plus those of its candidates, plus one.
+
+    This is the length of the row a backend computes for the context: the context is encoded
+    once and its candidates follow it (a packed row with a shared prefix, or one encoder pass and
+    short decoder rows), so the context is not counted once per candidate. The ``+ 1`` keeps
+    every cost positive. Non-string contexts (token id lists) count one unit per element.
 
     Args:
         contexts: Context strings (or token id sequences).
-        candidates: Candidates per context; each is scored with the context, so it adds the
-            context's length again plus its own.
+        candidates: Candidates per context, scored after it.
+        lengths: Measures strings; :func:`token_lengths` for token counts, characters by default.
 
     Returns:
         One positive cost per context.
     """
-    costs = []
-    for i, context in enumerate(contexts):
-        length = len(context) + 1
-        options = candidates[i] if candidates is not None else ()
-        costs.append(length + sum(length + len(option) for option in options))
-    return costs
+    options = [list(candidates[i]) if candidates is not None else [] for i in range(len(contexts))]
+    texts = [context for context in contexts if isinstance(context, str)]
+    texts += [option for group in options for option in group]
+    measured = iter(lengths(texts))
+    context_units = [next(measured) if isinstance(context, str) else len(context) for context in contexts]
+    return [units + 1 + sum(next(measured) for _ in group) for units, group in zip(context_units, options)]
 
 
 def split_balanced(costs: Sequence[int], num_shares: int) -> list[list[int]]:

@@ -1,10 +1,11 @@
 """The RL client's side of the distributed backend: one object with the backend API, N servers behind it.
 
 :class:`DistributedLLM` holds one control connection per LLM server. ``score``, ``forward``,
-``generate`` and ``token_logprobs`` split their batch across the servers (balanced by size, see
-:mod:`~llmgym.llm.distributed.balance`) and return the answers in the original order; ``update``
-sends every server its share with ``_current_batch_ids`` (the indices of its share in the batch)
-plus the full keyword arguments, and returns one result per server. Every wait is bounded: a
+``generate`` and ``token_logprobs`` split their batch across the servers (balanced by token count,
+counted with a copy of server 0's tokenizer, see :mod:`~llmgym.llm.distributed.balance`) and
+return the answers in the original order; ``update`` sends every server its share with
+``_current_batch_ids`` (the indices of its share in the batch) plus the full keyword arguments,
+and returns one result per server. Every wait is bounded: a
 server must answer or send a heartbeat at least every ``timeout_s`` seconds, and a closed
 connection (a dead server) is reported at once.
 """
@@ -24,7 +25,14 @@ from typing import Any, cast
 
 from llmgym.errors import BackendError, BackendTimeoutError, InputError
 from llmgym.llm.distributed import transport
-from llmgym.llm.distributed.balance import context_costs, gather_in_order, split_balanced
+from llmgym.llm.distributed.balance import (
+    LengthFn,
+    character_lengths,
+    context_costs,
+    gather_in_order,
+    split_balanced,
+    token_lengths,
+)
 from llmgym.llm.distributed.placement import Placement, assign_gpus, server_env, visible_gpus
 
 __all__ = ["BackendFactory", "DistributedLLM", "ServerInfo"]
@@ -87,6 +95,7 @@ class DistributedLLM:
         self._config = getattr(factory, "config", None)
         self._module_function_keys = list(getattr(factory, "module_functions", None) or {})
         self._tokenizer: Any = None
+        self._lengths: LengthFn | None = None
         try:
             self._start(listener, factory, num_servers)
         except BaseException:
@@ -173,6 +182,8 @@ class DistributedLLM:
         for conn in self._conns:
             transport.send(conn, ("init", payload, store_address, num_servers))
         self._gather(0, "start", range(num_servers), expect="ready")
+        if num_servers > 1:
+            self._measure()  # fetch the tokenizer now, so that no call pays (or fails on) the extra round trip
 
     # ----------------------------------------------------------------- backend API
     @property
@@ -197,9 +208,11 @@ class DistributedLLM:
 
     @property
     def tokenizer(self) -> Any:
-        """A copy of server 0's tokenizer (fetched once; prompts and chat templates need it)."""
-        if self._tokenizer is None:
-            self._tokenizer = self._request({0: ("tokenizer", (), {})})[0]
+        """A copy of server 0's tokenizer (fetched once; prompts, chat templates and dispatch need it).
+
+        ``None`` when the servers' backend has no ``tokenizer``.
+        """
+        self._measure()
         return self._tokenizer
 
     @property
@@ -262,7 +275,7 @@ class DistributedLLM:
         _check_lengths("update", contexts, candidates)
         if "_current_batch_ids" in kwargs:
             raise InputError("update(): _current_batch_ids is set by the distributed backend; do not pass it.")
-        shares = split_balanced(context_costs(contexts, candidates), self.num_servers)
+        shares = self._shares(contexts, candidates)
         calls = {
             rank: (
                 "update",
@@ -341,7 +354,7 @@ class DistributedLLM:
         leading: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> list[Any]:
-        shares = split_balanced(context_costs(contexts, candidates), self.num_servers)
+        shares = self._shares(contexts, candidates)
         calls = {}
         for rank, idx in enumerate(shares):
             if not idx:
@@ -352,6 +365,19 @@ class DistributedLLM:
             calls[rank] = (method, args, kwargs)
         results = self._request(calls)
         return gather_in_order([shares[r] for r in calls], [results[r] for r in calls], len(contexts))
+
+    def _shares(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None) -> list[list[int]]:
+        """Context indices of each server, balanced by token count (one server: no measuring)."""
+        if self.num_servers == 1:
+            return [list(range(len(contexts)))]
+        return split_balanced(context_costs(contexts, candidates, self._measure()), self.num_servers)
+
+    def _measure(self) -> LengthFn:
+        """How dispatch measures texts: tokens with server 0's tokenizer (fetched once), else characters."""
+        if self._lengths is None:
+            self._tokenizer = self._request({0: ("tokenizer", (), {})})[0]
+            self._lengths = character_lengths if self._tokenizer is None else token_lengths(self._tokenizer)
+        return self._lengths
 
     def _request(
         self, calls: dict[int, tuple[str, tuple[Any, ...], dict[str, Any]]], collective: bool = False

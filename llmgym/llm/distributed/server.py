@@ -174,7 +174,7 @@ class _Server:
         if method == "trainable_parameters":
             return [p.detach().cpu().clone() for p in self.backend.trainable_parameters()]
         if method == "tokenizer":
-            return self.backend.tokenizer
+            return getattr(self.backend, "tokenizer", None)  # None: the client balances by characters
         result = getattr(self.backend, method)(*args, **kwargs)
         if method == "update":
             return _to_cpu(result), fingerprint(list(self.backend.trainable_parameters()))

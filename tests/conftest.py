@@ -55,7 +55,10 @@ def tiny_t5():
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
-    """A folder holding a saved tiny llama model + tokenizer, loadable by path."""
+    """A folder holding a saved tiny llama model + tokenizer, loadable by path.
+
+    Four blocks, so that configs adapting the top four with LoRA (``model.lora.layers``) run on it.
+    """
     from llmgym.testing import save_tiny_model
 
-    return save_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-llama"), num_layers=4)

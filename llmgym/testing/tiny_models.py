@@ -176,20 +176,24 @@ def tiny_seq2seq_lm(seed: int = 0, d_model: int = 32, num_layers: int = 2) -> tu
     return model.eval(), tok
 
 
-def save_tiny_model(path: str | Path, kind: str = "llama", seed: int = 0) -> Path:
+def save_tiny_model(path: str | Path, kind: str = "llama", seed: int = 0, num_layers: int = 2) -> Path:
     """Write a tiny model and its tokenizer to a folder loadable by ``llmgym.llm.load_model``.
 
     Args:
         path: Destination folder (created).
         kind: ``"llama"``, ``"gpt2"`` or ``"t5"``.
         seed: Seed of the weight initialisation.
+        num_layers: Transformer blocks (per stack for ``"t5"``).
 
     Returns:
         The folder path.
     """
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    model, tok = tiny_seq2seq_lm(seed=seed) if kind == "t5" else tiny_causal_lm(arch=kind, seed=seed)
+    if kind == "t5":
+        model, tok = tiny_seq2seq_lm(seed=seed, num_layers=num_layers)
+    else:
+        model, tok = tiny_causal_lm(arch=kind, seed=seed, num_layers=num_layers)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out

@@ -5,7 +5,8 @@ arrays) and NumPy arrays of rewards and flags. It handles autoreset itself with 
 semantics, so no LLM call is spent on a reset step: when episode ``i`` ends, ``observations[i]``
 is already the first observation of the next episode, and ``infos[i]`` (the new episode's info)
 also holds ``"final_observation"``, ``"final_info"`` and ``"episode"`` =
-``{"return", "length", "success"}`` (``success`` is ``None`` where the env does not define it).
+``{"return", "length", "success"}`` (``success`` is ``None`` where the env does not define it; the
+return is the task's, without the ``info["shaping_reward"]`` parts of the step rewards).
 
 ``"sync"`` mode steps the envs in this process; ``"async"`` mode spreads them over worker
 processes (contiguous chunks, one pipe each, no shared memory) running the very same per-env code,
@@ -66,7 +67,7 @@ class _Slot:
 
     def step(self, action: Any) -> _StepResult:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self.episode_return += float(reward)
+        self.episode_return += float(reward) - float(info.get("shaping_reward", 0.0))
         self.episode_length += 1
         if terminated or truncated:
             episode = {

@@ -156,3 +156,19 @@ def test_plain_gymnasium_envs_work_too():
         envs.reset()
         _, rewards, *_ = envs.step([0, 1])
         assert rewards.tolist() == [1.0, 1.0] and envs.candidates == [None, None]
+
+
+def test_episode_return_leaves_out_shaping_but_step_rewards_keep_it():
+    pytest.importorskip("minigrid")
+    envs = make_vec(
+        "llmgym/BabyAI-Text-GoToRedBallNoDists-v0", num_envs=1, seed=0, max_episode_steps=4,
+        env_kwargs={"reward_shaping": 0.5},
+    )
+    envs.reset()
+    rewards = []
+    for action in ["turn left", "go forward", "turn right", "turn right"]:
+        _, reward, _, truncated, infos = envs.step([action])
+        rewards.append(float(reward[0]))
+    assert truncated[0] and any(rewards)
+    assert infos[0]["episode"]["return"] == 0.0  # no success: the task's return is 0
+    envs.close()

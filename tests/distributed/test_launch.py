@@ -25,9 +25,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _interactive_sigint() -> None:
+    # A launcher typed at a terminal gets Ctrl-C; one started in the background by a script
+    # inherits SIGINT ignored (as this test run may be), so restore the terminal's disposition.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _launcher(*args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "llmgym.llm.distributed.launch", *args], cwd=ROOT, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "llmgym.llm.distributed.launch", *args], cwd=ROOT, env=env,
+        preexec_fn=_interactive_sigint,
+    )
 
 
 def _wait_file(path: Path, within_s: float) -> dict:

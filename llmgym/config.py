@@ -116,6 +116,11 @@ class ModelConfig:
         "What to do with a context over max_context_tokens: truncate_left (warn) or error.",
     )
     seed: int = _f(0, "Seed used to initialise module functions (heads) identically everywhere.")
+    trunk_cache_mb: int = _f(
+        1024,
+        "Memory for the frozen-trunk cache: with LoRA on the top blocks only, updates reuse the "
+        "activations of the frozen blocks below from the collection's forward passes; 0 disables it.",
+    )
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -126,6 +131,7 @@ class ModelConfig:
         _check_choice("model", "context_overflow", self.context_overflow, ("truncate_left", "error"))
         _check_positive("model", "minibatch_size", self.minibatch_size)
         _check_positive("model", "max_context_tokens", self.max_context_tokens)
+        _check_positive("model", "trunk_cache_mb", self.trunk_cache_mb, allow_zero=True)
         if isinstance(self.lora, dict):
             self.lora = LoRAConfig(**self.lora)
 

@@ -21,6 +21,7 @@ from llmgym.llm.modules import ModuleFunction
 from llmgym.llm.persistence import load_llm_state, save_llm_state
 from llmgym.llm.scoring import Minibatch, forward_items, reduce_token_scores, score_items
 from llmgym.llm.tokenization import TextEncoder, model_window
+from llmgym.llm.trunk_cache import TrunkCache
 from llmgym.llm.updater import Updater
 from llmgym.llm.validation import (
     as_model_config,
@@ -94,6 +95,8 @@ class LocalLLM:
             module.bind(model.config, hidden_size, config.seed, key)
             self.module_functions[key] = module.to(self.device)
         self.updater = updater() if isinstance(updater, type) else updater
+        self.trunk_cache = TrunkCache(config.trunk_cache_mb * 2**20)
+        self._in_update = False
         self._closed = False
         if self.updater is not None:
             self.updater.bind(self)
@@ -137,7 +140,8 @@ class LocalLLM:
             for plan in plans:
                 chosen = [items[i] for i in plan]
                 outputs, input_ids, position_ids = forward_items(
-                    self.model, chosen, self.pad_token_id, is_seq2seq=self.is_seq2seq, token_mode=token_mode
+                    self.model, chosen, self.pad_token_id, is_seq2seq=self.is_seq2seq, token_mode=token_mode,
+                    trunk_cache=self.trunk_cache, reuse_trunk=self._in_update,
                 )
                 counts = [len(item.candidate_ids) for item in chosen]
                 states = [sum(len(ids) - s for ids, s in zip(i.candidate_ids, i.candidate_starts)) for i in chosen] if token_mode else [1] * len(chosen)
@@ -322,7 +326,11 @@ class LocalLLM:
         contexts = check_contexts(contexts)
         groups = check_candidates(candidates, len(contexts)) if candidates is not None else None
         batch_ids = list(_current_batch_ids) if _current_batch_ids is not None else list(range(len(contexts)))
-        return [self.updater.perform_update(contexts, groups, batch_ids, **kwargs)]
+        self._in_update = True
+        try:
+            return [self.updater.perform_update(contexts, groups, batch_ids, **kwargs)]
+        finally:
+            self._in_update = False
 
     @contextlib.contextmanager
     def reference(self) -> Iterator[None]:
@@ -364,6 +372,7 @@ class LocalLLM:
         """Load what :meth:`save` wrote (same model, adapter setup and module names)."""
         self._check_open()
         state = load_llm_state(path, self.model, dict(self.module_functions.items()))
+        self.trunk_cache.clear()
         if state is not None and self.updater is not None:
             self.updater.load_state_dict(state)
 
@@ -372,6 +381,7 @@ class LocalLLM:
         if self._closed:
             return
         self._closed = True
+        self.trunk_cache.clear()
         self.model = None
         self.module_functions = torch.nn.ModuleDict()
         if torch.cuda.is_available():

@@ -11,6 +11,7 @@ contexts in one batch against the (index-selected) encoder states.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ import torch
 
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_item, plan_minibatches, prefix_sharing_mask
 from llmgym.llm.tokenization import TextEncoder, model_window
+from llmgym.llm.trunk_cache import TrunkCache
 from llmgym.llm.validation import check_candidates, check_contexts, check_minibatch_size, check_normalize
 
 __all__ = [
@@ -114,16 +116,20 @@ def split_causal_lm(model: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
     return getattr(base, base.base_model_prefix), base.get_output_embeddings()
 
 
-def _forward_causal(model: Any, items: Sequence[ItemSpec], pad_token_id: int, token_mode: bool) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor]:
+def _forward_causal(
+    model: Any, items: Sequence[ItemSpec], pad_token_id: int, token_mode: bool, trunk_cache: TrunkCache | None, reuse_trunk: bool
+) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor]:
     backbone, head = split_causal_lm(model)
     device = next(model.parameters()).device
     rows = [pack_item(item) for item in items]
     batch = collate_rows(rows, pad_token_id, device)
     dtype = next(head.parameters()).dtype
     mask = prefix_sharing_mask(batch, dtype)
-    hidden = backbone(
-        input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=False
-    ).last_hidden_state
+    trunk = trunk_cache.around(backbone, items, batch.pad, reuse=reuse_trunk) if trunk_cache is not None else contextlib.nullcontext()
+    with trunk:
+        hidden = backbone(
+            input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=False
+        ).last_hidden_state
     length = hidden.shape[1]
     flat = hidden.reshape(-1, hidden.shape[-1])
     predict: list[int] = []
@@ -203,7 +209,14 @@ def _forward_seq2seq(model: Any, items: Sequence[ItemSpec], pad_token_id: int, t
 
 
 def forward_items(
-    model: Any, items: Sequence[ItemSpec], pad_token_id: int, *, is_seq2seq: bool, token_mode: bool = False
+    model: Any,
+    items: Sequence[ItemSpec],
+    pad_token_id: int,
+    *,
+    is_seq2seq: bool,
+    token_mode: bool = False,
+    trunk_cache: TrunkCache | None = None,
+    reuse_trunk: bool = False,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor | None]:
     """Run one forward pass over items (under the caller's grad mode).
 
@@ -214,12 +227,16 @@ def forward_items(
         is_seq2seq: Whether the model is an encoder-decoder.
         token_mode: States are the positions predicting each candidate token instead of the last
             context token (used by ``token_logprobs``).
+        trunk_cache: Frozen-trunk activation cache of causal models (``None``: no cache).
+        reuse_trunk: Run from the cached trunk states when every row has them (inside an update);
+            otherwise the forward records them.
 
     Returns:
         ``(outputs, input_ids [R, L], position_ids [R, L] or None)``.
     """
-    run = _forward_seq2seq if is_seq2seq else _forward_causal
-    return run(model, items, pad_token_id, token_mode)
+    if is_seq2seq:
+        return _forward_seq2seq(model, items, pad_token_id, token_mode)
+    return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, reuse_trunk)
 
 
 def score_items(

@@ -93,3 +93,21 @@ def test_custom_updater_by_import_path(tmp_path):
     stats = algorithm.learn(total_env_steps=8)
     envs.close()
     assert CountingUpdater.calls == 4 * 1 and stats["seen"] == 8.0  # 4 epochs of one update, 8 samples
+
+
+def test_trunk_cache_gives_the_same_training(tmp_path):
+    """PPO with LoRA on the top block: updates from the frozen-trunk cache equal full-model updates."""
+    results = []
+    for cache_mb in (0, 64):
+        config = tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "model.lora.r=4", "model.lora.layers=[-1]",
+                             "algorithm.rollout_steps=4", "algorithm.epochs=2", f"model.trunk_cache_mb={cache_mb}")
+        llm, envs, _, algorithm = build(config)
+        metrics = algorithm.learn(total_env_steps=32)
+        envs.close()
+        results.append((metrics, [p.detach().clone() for p in llm.backend.trainable_parameters()], llm.backend.trunk_cache))
+    (plain, plain_params, plain_cache), (cached, cached_params, cache) = results
+    assert plain_cache.hits == 0 and len(plain_cache) == 0
+    assert cache.hits > 0 and cache.misses == 0  # every update forward ran from the collection's states
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(plain_params, cached_params))
+    assert plain["policy_loss"] == pytest.approx(cached["policy_loss"], abs=1e-5)
+

@@ -1,7 +1,15 @@
-"""Batched sampling that keeps the sampled token ids and their log-probs (no re-tokenization)."""
+"""Batched sampling that keeps the sampled token ids and their log-probs (no re-tokenization).
+
+Prompts of an RL batch usually start with the same tokens (system prompt, action list, chat
+template). For causal models the common token prefix is computed once and its KV cache is shared
+by every sequence: each row is laid out as ``prefix, padding, own tokens`` with the attention mask
+at 0 on the padding (transformers derives the positions from the mask's cumulative sum), so each
+sequence gets exactly the positions and attention of its own unpadded prompt.
+"""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -9,11 +17,17 @@ from typing import Any
 import torch
 
 from llmgym.errors import InputError
+from llmgym.llm.layout import common_prefix_length
 from llmgym.llm.tokenization import TextEncoder
 
-__all__ = ["Generation", "generated_length", "generate"]
+__all__ = ["Generation", "generated_length", "generate", "shared_prefix_length"]
 
-_OWNED_KWARGS = ("return_dict_in_generate", "output_scores", "output_logits", "input_ids", "attention_mask")
+_OWNED_KWARGS = (
+    "return_dict_in_generate", "output_scores", "output_logits", "input_ids", "attention_mask", "cache", "past_key_values",
+)
+
+#: Shortest common prefix (in tokens) worth a separate prefix forward pass.
+MIN_SHARED_PREFIX = 8
 
 
 @dataclass
@@ -71,6 +85,37 @@ def generated_length(
     return len(tokens)
 
 
+def shared_prefix_length(prompts: Sequence[Sequence[int]], rows: int) -> int:
+    """Tokens of the prompts' common prefix to compute once (0: no sharing).
+
+    Every prompt keeps at least its last token outside the prefix (generation starts from it).
+    Sharing needs at least two generated rows and a prefix of ``MIN_SHARED_PREFIX`` tokens.
+
+    Args:
+        prompts: Token ids of each prompt.
+        rows: Sequences generated in total (prompts x ``num_return_sequences``).
+    """
+    if rows < 2 or not prompts:
+        return 0
+    length = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
+    return length if length >= MIN_SHARED_PREFIX else 0
+
+
+def _cache_kwarg(model: Any) -> str:
+    """Name of the KV-cache argument of the model's forward (``cache`` in transformers >= 5.x)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _prefix_cache(model: Any, prefix: Sequence[int], rows: int, device: torch.device) -> Any:
+    """KV cache of ``prefix`` computed once and repeated for ``rows`` sequences."""
+    ids = torch.tensor([list(prefix)], dtype=torch.long, device=device)
+    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+    cache = getattr(out, "cache", None) or out.past_key_values
+    cache.batch_repeat_interleave(rows)
+    return cache
+
+
 def _step_logprobs(step_scores: Sequence[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
     """Log-probs ``[N, T]`` of ``tokens [N, T]`` under per-step scores (``T`` tensors ``[N, V]``)."""
     columns = [torch.log_softmax(s.float(), -1).gather(-1, tokens[:, t, None])[:, 0] for t, s in enumerate(step_scores)]
@@ -108,14 +153,24 @@ def generate(
     device = next(model.parameters()).device
     prompts = encoder.encode_contexts(encoder.fit_contexts(contexts))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    width = max(len(p) for p in prompts)
-    input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=device)
-    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device)
     kwargs = dict(generation_kwargs)
     kwargs.setdefault("pad_token_id", pad_id)
     if kwargs.get("stop_strings"):
         kwargs.setdefault("tokenizer", tokenizer)
+    seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+    rows = len(prompts) * int(kwargs.get("num_return_sequences") or 1)
+    shared = 0 if seq2seq else shared_prefix_length(prompts, rows)
+    width = max(len(p) for p in prompts) - shared
+    input_ids = torch.tensor(
+        [p[:shared] + [pad_id] * (width - len(p) + shared) + p[shared:] for p in prompts], dtype=torch.long, device=device
+    )
+    attention_mask = torch.tensor(
+        [[1] * shared + [0] * (width - len(p) + shared) + [1] * (len(p) - shared) for p in prompts],
+        dtype=torch.long, device=device,
+    )
     with torch.inference_mode():
+        if shared:
+            kwargs[_cache_kwarg(model)] = _prefix_cache(model, prompts[0][:shared], rows, device)
         out = model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,

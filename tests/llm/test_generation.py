@@ -82,3 +82,43 @@ def test_generation_errors(tiny_llama):
     with pytest.raises(InputError, match="single string"):
         llm.generate("a prompt")
     assert llm.generate([]) == []
+
+
+SHARED = "Possible actions of the agent: turn left, turn right, go forward.\nGoal of the agent: go to the red ball\n"
+SHARED_PROMPTS = [SHARED + "You see a wall 2 steps forward\nAction:", SHARED + "You see a red ball 1 step left\nAction:", SHARED + "Action:"]
+
+
+@pytest.mark.parametrize("arch", ["tiny_llama", "tiny_gpt2"])
+def test_shared_prefix_is_computed_once_and_changes_nothing(arch, request, monkeypatch):
+    from llmgym.llm import generation
+
+    model, tok = request.getfixturevalue(arch)
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    prompts = [tok(p)["input_ids"] for p in SHARED_PROMPTS]
+    assert generation.shared_prefix_length(prompts, rows=3) >= generation.MIN_SHARED_PREFIX
+    prefixes = []
+    original = generation._prefix_cache
+    monkeypatch.setattr(generation, "_prefix_cache", lambda m, prefix, rows, device: prefixes.append(len(prefix)) or original(m, prefix, rows, device))
+    batched = llm.generate(SHARED_PROMPTS, max_new_tokens=6, do_sample=False)
+    assert len(prefixes) == 1 and prefixes[0] == generation.shared_prefix_length(prompts, rows=3)
+    for prompt, group in zip(SHARED_PROMPTS, batched):
+        alone = llm.generate([prompt], max_new_tokens=6, do_sample=False)[0][0]  # one row: no sharing
+        assert group[0].token_ids == alone.token_ids and group[0].prompt_ids == alone.prompt_ids
+        assert torch.allclose(group[0].raw_logprobs, alone.raw_logprobs, atol=1e-5)
+    torch.manual_seed(0)
+    samples = llm.generate(SHARED_PROMPTS[:1], max_new_tokens=5, do_sample=True, num_return_sequences=4)[0]
+    assert len(prefixes) == 2  # one prompt sampled 4 times shares all but its last token
+    rescored = llm.token_logprobs([g.prompt_ids for g in samples], [g.token_ids for g in samples], require_grad=False)
+    for g, r in zip(samples, rescored):
+        assert torch.allclose(g.raw_logprobs, r["logprobs"], atol=1e-4)
+
+
+def test_shared_prefix_length_rules():
+    from llmgym.llm.generation import MIN_SHARED_PREFIX, shared_prefix_length
+
+    long = list(range(20))
+    assert shared_prefix_length([long, long[:15] + [99]], rows=2) == 15
+    assert shared_prefix_length([long, long], rows=2) == 19  # each keeps its last token
+    assert shared_prefix_length([long], rows=1) == 0  # nothing to share with
+    assert shared_prefix_length([long], rows=3) == 19  # num_return_sequences=3
+    assert shared_prefix_length([long, long[: MIN_SHARED_PREFIX - 1] + [99]], rows=2) == 0  # too short to pay off

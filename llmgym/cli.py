@@ -177,7 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except LLMGymError as exc:
             print(f"llmgym launch: error: {exc}", file=sys.stderr)
             return 2
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse stops filling ``overrides`` at the first option: ``llmgym eval RUN --episodes 5 key=value``
+        # leaves ``key=value`` over; it is an override all the same.
+        if getattr(args, "overrides", None) is None or any(e.startswith("-") or "=" not in e for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     try:
         if args.command == "train":
             from llmgym.algorithms.trainer import run_training

@@ -57,6 +57,8 @@ def test_launch_and_bench_usage_errors():
     assert "--llm-processes" in run("launch", "--help").stdout
     proc = run("bench", "no-such-benchmark", check=False)
     assert proc.returncode == 2 and "Available:" in proc.stderr
+    proc = run("eval", "some-run", "--episodes", "2", "not-an-override", check=False)
+    assert proc.returncode == 2 and "unrecognized arguments: not-an-override" in proc.stderr
 
 
 SMOKE = [
@@ -74,7 +76,7 @@ def test_every_config_trains_and_evaluates(config, tiny_model_dir, tmp_path):
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(r["kind"] == "train" for r in records) and any(r["kind"] == "eval" for r in records)
     assert (run_dir / "learning_curve.png").is_file()
-    out = run("eval", str(run_dir), "--episodes", "2").stdout
+    out = run("eval", str(run_dir), "--episodes", "2", "env.max_episode_steps=3").stdout  # overrides after options
     assert "success rate" in out
 
 

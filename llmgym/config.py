@@ -117,9 +117,9 @@ class ModelConfig:
     )
     seed: int = _f(0, "Seed used to initialise module functions (heads) identically everywhere.")
     trunk_cache_mb: int = _f(
-        1024,
-        "Memory for the frozen-trunk cache: with LoRA on the top blocks only, updates reuse the "
-        "activations of the frozen blocks below from the collection's forward passes; 0 disables it.",
+        0,
+        "Memory for the frozen-trunk cache (0: off): with LoRA on the top blocks only, updates reuse the "
+        "activations of the frozen blocks below from the collection's forward passes (e.g. 1024).",
     )
 
     def __post_init__(self) -> None:

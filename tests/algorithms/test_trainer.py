@@ -42,7 +42,9 @@ def test_train_writes_config_metrics_eval_checkpoint_and_plot(tmp_path):
 
 
 # The second case trains LoRA on the top block only, so updates run from the frozen-trunk cache.
-@pytest.mark.parametrize("model", [[], ["model.lora.r=4", "model.lora.layers=[-1]"]], ids=["full", "lora-top"])
+@pytest.mark.parametrize(
+    "model", [[], ["model.lora.r=4", "model.lora.layers=[-1]", "model.trunk_cache_mb=64"]], ids=["full", "lora-top"]
+)
 def test_resume_equals_uninterrupted_training(tmp_path, model):
     base = [*COUNTDOWN, "algorithm.epochs=2", "algorithm.minibatch_size=4", *model]
     straight = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=32", "train.run_name=a"))

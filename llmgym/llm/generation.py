@@ -111,7 +111,7 @@ def _prefix_cache(model: Any, prefix: Sequence[int], rows: int, device: torch.de
     """KV cache of ``prefix`` computed once and repeated for ``rows`` sequences."""
     ids = torch.tensor([list(prefix)], dtype=torch.long, device=device)
     out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
-    cache = getattr(out, "cache", None) or out.past_key_values
+    cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     cache.batch_repeat_interleave(rows)
     return cache
 
@@ -160,12 +160,13 @@ def generate(
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
     rows = len(prompts) * int(kwargs.get("num_return_sequences") or 1)
     shared = 0 if seq2seq else shared_prefix_length(prompts, rows)
-    width = max(len(p) for p in prompts) - shared
+    longest = max(len(p) for p in prompts)
+    pads = [longest - len(p) for p in prompts]
     input_ids = torch.tensor(
-        [p[:shared] + [pad_id] * (width - len(p) + shared) + p[shared:] for p in prompts], dtype=torch.long, device=device
+        [p[:shared] + [pad_id] * pad + p[shared:] for p, pad in zip(prompts, pads)], dtype=torch.long, device=device
     )
     attention_mask = torch.tensor(
-        [[1] * shared + [0] * (width - len(p) + shared) + [1] * (len(p) - shared) for p in prompts],
+        [[1] * shared + [0] * pad + [1] * (len(p) - shared) for p, pad in zip(prompts, pads)],
         dtype=torch.long, device=device,
     )
     with torch.inference_mode():

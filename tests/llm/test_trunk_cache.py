@@ -39,7 +39,7 @@ class Probe(Updater):
         }
 
 
-def _llm(arch: str, cache_mb: int, layers: list[int] | None = (-1,)) -> LLM:  # type: ignore[assignment]
+def _llm(arch: str, cache_mb: int, layers: tuple[int, ...] | None = (-1,)) -> LLM:
     model, tok = tiny_causal_lm(arch, seed=1, num_layers=3)
     torch.manual_seed(0)
     lora = LoRAConfig(r=2, layers=list(layers) if layers is not None else None)

@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("run_dir", help="run directory written by llmgym train")
     ev.add_argument("--episodes", type=int, default=100, help="number of evaluation episodes")
     ev.add_argument("--seed", type=int, default=12345, help="seed of the first evaluation episode")
+    ev.add_argument(
+        "--sample", action="store_true",
+        help="sample actions from the policy (at agent.temperature) instead of taking the most likely one",
+    )
     ev.add_argument("overrides", nargs="*", help="dotted overrides applied to the run's config")
 
     sub.add_parser(
@@ -196,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "eval":
             from llmgym.algorithms.trainer import evaluate_run
 
-            evaluate_run(args.run_dir, episodes=args.episodes, seed=args.seed, overrides=args.overrides)
+            evaluate_run(args.run_dir, episodes=args.episodes, seed=args.seed, overrides=args.overrides, greedy=not args.sample)
             return 0
         if args.command == "envs":
             return _cmd_envs()

@@ -77,7 +77,7 @@ def test_every_config_trains_and_evaluates(config, tiny_model_dir, tmp_path):
     assert any(r["kind"] == "train" for r in records) and any(r["kind"] == "eval" for r in records)
     assert (run_dir / "learning_curve.png").is_file()
     out = run("eval", str(run_dir), "--episodes", "2", "env.max_episode_steps=3").stdout  # overrides after options
-    assert "success rate" in out
+    assert "success rate" in out and "greedy" in out
 
 
 def test_scripts_wrap_the_cli(tiny_model_dir, tmp_path):
@@ -85,6 +85,6 @@ def test_scripts_wrap_the_cli(tiny_model_dir, tmp_path):
     args = [f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path}", "train.run_name=s", "env.id=llmgym/EchoWord-v0",
             *SMOKE]
     subprocess.run([sys.executable, "scripts/train.py", *args], check=True, cwd=ROOT, env=env, capture_output=True, timeout=240)
-    proc = subprocess.run([sys.executable, "scripts/evaluate.py", str(tmp_path / "s"), "--episodes", "2"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "scripts/evaluate.py", str(tmp_path / "s"), "--episodes", "2", "--sample"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0 and "success rate" in proc.stdout
+    assert proc.returncode == 0 and "success rate" in proc.stdout and "sampled at temperature" in proc.stdout

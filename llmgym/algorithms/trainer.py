@@ -371,9 +371,22 @@ def run_training(config: Config, **kwargs: Any) -> dict[str, Any]:
 
 
 def evaluate_run(
-    run_dir: str | Path, episodes: int = 100, seed: int = 12345, overrides: tuple[str, ...] | list[str] = ()
+    run_dir: str | Path,
+    episodes: int = 100,
+    seed: int = 12345,
+    overrides: tuple[str, ...] | list[str] = (),
+    greedy: bool = True,
 ) -> dict[str, float]:
-    """Evaluate a run's latest checkpoint greedily and print success rate and mean return."""
+    """Evaluate a run's latest checkpoint and print success rate and mean return.
+
+    Args:
+        run_dir: Run directory written by ``llmgym train``.
+        episodes: Number of seeded episodes (episode ``j`` uses seed ``seed + j``).
+        seed: Seed of the first episode (and of the policy's sampling).
+        overrides: Dotted overrides applied to the run's config.
+        greedy: Take the most likely action (``False``: sample at ``agent.temperature``, the
+            policy PPO optimises).
+    """
     folder = latest_checkpoint(run_dir)
     config = load_config(folder / "config.yaml", list(overrides))
     _seed_everything(seed)
@@ -381,11 +394,12 @@ def evaluate_run(
     try:
         llm.load(folder / "llm")
         agent = build_agent(config, llm, _eval_width(config, episodes), _env_instructions(config))
-        result = evaluate(agent, config, episodes, seed=seed)
+        result = evaluate(agent, config, episodes, seed=seed, greedy=greedy)
     finally:
         llm.close()
+    policy = "greedy" if greedy else f"sampled at temperature {config.agent.temperature:g}"
     print(
         f"{config.env.id}: success rate {result['success_rate']:.3f}, mean return {result['episode_return']:.3f} "
-        f"over {int(result['episodes'])} episodes (checkpoint {folder.name})"
+        f"over {int(result['episodes'])} episodes, {policy} (checkpoint {folder.name})"
     )
     return result

@@ -1,10 +1,11 @@
 """Batched sampling that keeps the sampled token ids and their log-probs (no re-tokenization).
 
 Prompts of an RL batch usually start with the same tokens (system prompt, action list, chat
-template). For causal models the common token prefix is computed once and its KV cache is shared
-by every sequence: each row is laid out as ``prefix, padding, own tokens`` with the attention mask
-at 0 on the padding (transformers derives the positions from the mask's cumulative sum), so each
-sequence gets exactly the positions and attention of its own unpadded prompt.
+template) and differ in length. For causal models every prompt but its last token is prefilled in
+packed prefix-sharing rows (:mod:`llmgym.llm.layout`: a token prefix shared by several prompts is
+computed once, and no padding is computed). The KV states are then gathered into the left-padded
+cache ``generate`` expects, and decoding starts from each prompt's last token. Each sequence gets
+exactly the positions and attention of its own unpadded prompt.
 """
 
 from __future__ import annotations
@@ -17,17 +18,15 @@ from typing import Any
 import torch
 
 from llmgym.errors import InputError
-from llmgym.llm.layout import common_prefix_length
+from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows, prefix_sharing_mask
+from llmgym.llm.scoring import ROW_TOKENS, split_causal_lm
 from llmgym.llm.tokenization import TextEncoder
 
-__all__ = ["Generation", "generated_length", "generate", "shared_prefix_length"]
+__all__ = ["Generation", "generated_length", "generate", "packed_prompt_cache"]
 
 _OWNED_KWARGS = (
     "return_dict_in_generate", "output_scores", "output_logits", "input_ids", "attention_mask", "cache", "past_key_values",
 )
-
-#: Shortest common prefix (in tokens) worth a separate prefix forward pass.
-MIN_SHARED_PREFIX = 8
 
 
 @dataclass
@@ -85,34 +84,61 @@ def generated_length(
     return len(tokens)
 
 
-def shared_prefix_length(prompts: Sequence[Sequence[int]], rows: int) -> int:
-    """Tokens of the prompts' common prefix to compute once (0: no sharing).
-
-    Every prompt keeps at least its last token outside the prefix (generation starts from it).
-    Sharing needs at least two generated rows and a prefix of ``MIN_SHARED_PREFIX`` tokens.
-
-    Args:
-        prompts: Token ids of each prompt.
-        rows: Sequences generated in total (prompts x ``num_return_sequences``).
-    """
-    if rows < 2 or not prompts:
-        return 0
-    length = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
-    return length if length >= MIN_SHARED_PREFIX else 0
-
-
 def _cache_kwarg(model: Any) -> str:
     """Name of the KV-cache argument of the model's forward (``cache`` in transformers >= 5.x)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
-def _prefix_cache(model: Any, prefix: Sequence[int], rows: int, device: torch.device) -> Any:
-    """KV cache of ``prefix`` computed once and repeated for ``rows`` sequences."""
-    ids = torch.tensor([list(prefix)], dtype=torch.long, device=device)
-    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+def packed_prompt_cache(model: Any, prompts: Sequence[Sequence[int]], pad_token_id: int) -> Any | None:
+    """KV cache of every prompt but its last token, computed in packed prefix-sharing rows.
+
+    The prompts (less their last token) are laid out as token tries (:func:`pack_items`), so a
+    prefix several prompts share is computed once and no padding is computed; the backbone runs
+    without its LM head. The key and value states are then gathered, per prompt, into a cache
+    left-padded to the longest prompt less one token, the layout of ``generate``'s own prefill.
+
+    Args:
+        model: A transformers causal LM (optionally PEFT-wrapped).
+        prompts: Token ids of each prompt.
+        pad_token_id: Id used on padding positions.
+
+    Returns:
+        A ``DynamicCache`` with ``len(prompts)`` rows of ``max(len(p)) - 1`` positions, or ``None``
+        when there is nothing to prefill or the model's cache is not a plain dynamic cache (sliding
+        windows, linear attention...), where ``generate`` prefills as usual.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    heads = [list(p[:-1]) for p in prompts]
+    width = max(len(h) for h in heads)
+    if width == 0:
+        return None
+    items = [ItemSpec(h, [], []) for h in heads]
+    groups = plan_rows(items, [len(h) for h in heads], ROW_TOKENS)
+    rows = [pack_items([items[i] for i in group]) for group in groups]
+    device = next(model.parameters()).device
+    batch = collate_rows(rows, pad_token_id, device)
+    backbone, head = split_causal_lm(model)
+    mask = prefix_sharing_mask(batch, next(head.parameters()).dtype)
+    out = backbone(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=True)
     cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-    cache.batch_repeat_interleave(rows)
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    length = batch.input_ids.shape[1]
+    source = [[0] * width for _ in heads]
+    for r, group in enumerate(groups):
+        for slot, index in enumerate(group):
+            start = width - len(heads[index])
+            for j in range(len(heads[index])):
+                source[index][start + j] = r * length + batch.pad[r] + rows[r].locate(slot, 0, j)
+    gather = torch.tensor(source, dtype=torch.long, device=device)
+    for layer in layers:
+        for name in ("keys", "values"):
+            states = getattr(layer, name)  # [R, heads, L, d]
+            flat = states.transpose(1, 2).reshape(-1, states.shape[1], states.shape[3])
+            setattr(layer, name, flat[gather].transpose(1, 2).contiguous())
     return cache
 
 
@@ -123,7 +149,13 @@ def _step_logprobs(step_scores: Sequence[torch.Tensor], tokens: torch.Tensor) ->
 
 
 def generate(
-    model: Any, tokenizer: Any, encoder: TextEncoder, contexts: Sequence[str], **generation_kwargs: Any
+    model: Any,
+    tokenizer: Any,
+    encoder: TextEncoder,
+    contexts: Sequence[str],
+    *,
+    packed_prefill: bool = True,
+    **generation_kwargs: Any,
 ) -> list[list[Generation]]:
     """Sample continuations of all contexts in one batched ``model.generate`` call.
 
@@ -132,6 +164,8 @@ def generate(
         tokenizer: Its tokenizer.
         encoder: Tokenization settings of the model (special tokens, overflow policy).
         contexts: ``B`` prompt strings (already validated).
+        packed_prefill: Prefill causal models' prompts in packed prefix-sharing rows
+            (:func:`packed_prompt_cache`); ``False`` leaves the padded prefill to ``generate``.
         **generation_kwargs: Any ``transformers`` generation argument (``max_new_tokens``,
             ``do_sample``, ``temperature``, ``top_p``, ``num_return_sequences``, ``stop_strings``...).
 
@@ -158,20 +192,17 @@ def generate(
     if kwargs.get("stop_strings"):
         kwargs.setdefault("tokenizer", tokenizer)
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
-    rows = len(prompts) * int(kwargs.get("num_return_sequences") or 1)
-    shared = 0 if seq2seq else shared_prefix_length(prompts, rows)
+    repeats = int(kwargs.get("num_return_sequences") or 1)
     longest = max(len(p) for p in prompts)
     pads = [longest - len(p) for p in prompts]
-    input_ids = torch.tensor(
-        [p[:shared] + [pad_id] * pad + p[shared:] for p, pad in zip(prompts, pads)], dtype=torch.long, device=device
-    )
-    attention_mask = torch.tensor(
-        [[1] * shared + [0] * pad + [1] * (len(p) - shared) for p, pad in zip(prompts, pads)],
-        dtype=torch.long, device=device,
-    )
+    input_ids = torch.tensor([[pad_id] * pad + p for p, pad in zip(prompts, pads)], dtype=torch.long, device=device)
+    attention_mask = torch.tensor([[0] * pad + [1] * len(p) for p, pad in zip(prompts, pads)], dtype=torch.long, device=device)
     with torch.inference_mode():
-        if shared:
-            kwargs[_cache_kwarg(model)] = _prefix_cache(model, prompts[0][:shared], rows, device)
+        cache = packed_prompt_cache(model, prompts, pad_id) if packed_prefill and not seq2seq else None
+        if cache is not None:
+            if repeats > 1:
+                cache.batch_repeat_interleave(repeats)
+            kwargs[_cache_kwarg(model)] = cache
         out = model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,

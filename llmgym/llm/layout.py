@@ -1,11 +1,13 @@
 """Pure token-level layout of scoring batches: candidate spans, shared prefixes, packed rows.
 
-Nothing here runs a model. A context with ``k`` candidates becomes one *packed row*: the tokens
-all candidates share (their longest common token prefix) once, followed by each candidate's
-remaining tokens as a *segment*. A prefix-sharing attention mask lets every segment see the
-shared prefix and itself only, and explicit position ids restart each segment where it leaves the
-prefix, so every token gets exactly the hidden state it would get in a plain forward pass of its
-own sequence.
+Nothing here runs a model. The sequences of a forward pass (each context alone and joined to
+each of its candidates) are laid out in *packed rows*: a row holds one or more items as a token
+trie, so a token prefix that sequences share (the context under its candidates, or a system
+prompt that several contexts start with) is computed once. A prefix-sharing attention mask lets
+every token see exactly the earlier tokens of its own sequences, and explicit position ids give
+each token its position in them, so every token gets the hidden state it would get in a plain
+forward pass of its own sequence. Items are grouped into rows of similar size, so little padding
+is computed.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ __all__ = [
     "PackedBatch",
     "candidate_start",
     "common_prefix_length",
-    "pack_item",
+    "pack_items",
+    "item_length",
     "collate_rows",
     "prefix_sharing_mask",
+    "plan_rows",
     "plan_minibatches",
 ]
 
@@ -78,65 +82,87 @@ def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
 
 @dataclass(frozen=True)
 class PackedRow:
-    """One item laid out as a shared prefix followed by segments.
+    """Several items laid out as one token trie, depth first.
 
-    Sequence 0 is the context alone; sequence ``j + 1`` is candidate ``j`` joined to the context.
+    Every sequence of every item (sequence 0: the context alone; sequence ``j + 1``: candidate
+    ``j`` joined to the context) is a root-to-node path of the trie, so a token prefix shared by
+    sequences, of one item or of several, is computed once. Nodes are laid out depth first with
+    children in token-id order: a node's descendants then follow it contiguously, and a token may
+    attend to exactly the nodes whose subtree holds it (its ancestors and itself).
 
     Attributes:
-        input_ids: Token ids of the row (prefix, then each sequence's own tail).
-        position_ids: Position of each token within its own sequence.
-        segment_ids: 0 for prefix tokens, ``s + 1`` for tokens of sequence ``s``'s tail.
-        visible_prefix: For each token, how many prefix tokens it may attend to.
-        attach: For each sequence, how many prefix tokens it shares.
-        offsets: For each sequence, the row index where its tail starts.
+        input_ids: Token id of each node.
+        position_ids: Depth of each node: its position in every sequence through it.
+        subtree_end: For each node, one past the last row index of its subtree; the tokens at
+            ``[i, subtree_end[i])`` may attend to node ``i``.
+        paths: For each item of the row, for each of its sequences, the row index of each token.
+        item_nodes: For each item, the sorted row indices of all its nodes. The order depends on
+            the item alone (depth first, children by token id), not on the other items of the row.
     """
 
     input_ids: list[int]
     position_ids: list[int]
-    segment_ids: list[int]
-    visible_prefix: list[int]
-    attach: list[int]
-    offsets: list[int]
+    subtree_end: list[int]
+    paths: list[list[list[int]]]
+    item_nodes: list[list[int]]
 
-    def locate(self, sequence: int, index: int) -> int:
-        """Row index holding token ``index`` of sequence ``sequence`` (0: the context alone)."""
-        if index < self.attach[sequence]:
-            return index
-        return self.offsets[sequence] + index - self.attach[sequence]
+    def locate(self, item: int, sequence: int, index: int) -> int:
+        """Row index holding token ``index`` of sequence ``sequence`` (0: the context alone) of ``item``."""
+        return self.paths[item][sequence][index]
 
 
-def pack_item(item: ItemSpec) -> PackedRow:
-    """Lay one item out as a prefix-shared row.
-
-    The prefix is the longest common token prefix of the candidates' joint tokenizations (the
-    context alone when there are no candidates); each sequence adds its tokens past the part
-    it shares with the prefix.
+def pack_items(items: Sequence[ItemSpec]) -> PackedRow:
+    """Lay items out as one prefix-shared row (a token trie, depth first).
 
     Args:
-        item: The context and candidate token ids.
+        items: The items of the row, as token ids.
 
     Returns:
-        The packed row.
+        The packed row; item ``i`` of the row is ``items[i]``.
     """
-    sequences = [item.context_ids, *item.candidate_ids]
-    reference = item.candidate_ids if item.candidate_ids else [item.context_ids]
-    prefix = list(reference[0][: common_prefix_length(reference)])
-    input_ids = list(prefix)
-    position_ids = list(range(len(prefix)))
-    segment_ids = [0] * len(prefix)
-    visible = [p + 1 for p in position_ids]
-    attach: list[int] = []
-    offsets: list[int] = []
-    for number, sequence in enumerate(sequences):
-        shared = common_prefix_length([prefix, sequence])
-        tail = sequence[shared:]
-        attach.append(shared)
-        offsets.append(len(input_ids))
-        input_ids.extend(tail)
-        position_ids.extend(range(shared, shared + len(tail)))
-        segment_ids.extend([number + 1] * len(tail))
-        visible.extend([shared] * len(tail))
-    return PackedRow(input_ids, position_ids, segment_ids, visible, attach, offsets)
+    tokens: list[int] = [-1]  # node 0 is the virtual root
+    parents: list[int] = [-1]
+    children: list[dict[int, int]] = [{}]
+    node_paths: list[list[list[int]]] = []
+    for item in items:
+        item_paths: list[list[int]] = []
+        for sequence in (item.context_ids, *item.candidate_ids):
+            node, path = 0, []
+            for token in sequence:
+                child = children[node].get(token)
+                if child is None:
+                    child = len(tokens)
+                    tokens.append(token)
+                    parents.append(node)
+                    children.append({})
+                    children[node][token] = child
+                node = child
+                path.append(node)
+            item_paths.append(path)
+        node_paths.append(item_paths)
+    sizes = [1] * len(tokens)
+    for node in range(len(tokens) - 1, 0, -1):
+        sizes[parents[node]] += sizes[node]
+    where = [-1] * len(tokens)
+    input_ids: list[int] = []
+    position_ids: list[int] = []
+    subtree_end: list[int] = []
+    stack = [(child, 0) for _, child in sorted(children[0].items(), reverse=True)]
+    while stack:
+        node, depth = stack.pop()
+        where[node] = len(input_ids)
+        input_ids.append(tokens[node])
+        position_ids.append(depth)
+        subtree_end.append(len(input_ids) - 1 + sizes[node])
+        stack.extend((child, depth + 1) for _, child in sorted(children[node].items(), reverse=True))
+    paths = [[[where[n] for n in path] for path in item_paths] for item_paths in node_paths]
+    item_nodes = [sorted({i for path in item_paths for i in path}) for item_paths in paths]
+    return PackedRow(input_ids, position_ids, subtree_end, paths, item_nodes)
+
+
+def item_length(item: ItemSpec) -> int:
+    """Number of tokens of an item laid out alone (its distinct sequence prefixes)."""
+    return len(pack_items([item]).input_ids)
 
 
 @dataclass(frozen=True)
@@ -146,15 +172,13 @@ class PackedBatch:
     Attributes:
         input_ids: ``[R, L]`` token ids (pad id on the left).
         position_ids: ``[R, L]`` explicit positions (0 on padding).
-        segment_ids: ``[R, L]`` segment of each token, -1 on padding.
-        visible_prefix: ``[R, L]`` number of prefix tokens each token may attend to.
+        subtree_end: ``[R, L]`` one past the last index of each token's subtree (padding: itself).
         pad: ``[R]`` number of left-padding tokens of each row.
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    segment_ids: torch.Tensor
-    visible_prefix: torch.Tensor
+    subtree_end: torch.Tensor
     pad: list[int]
 
 
@@ -176,11 +200,11 @@ def collate_rows(rows: Sequence[PackedRow], pad_token_id: int, device: torch.dev
         data = [[fill] * p + v for p, v in zip(pads, values)]
         return torch.tensor(data, dtype=torch.long, device=device)
 
+    ends = [list(range(1, p + 1)) + [e + p for e in r.subtree_end] for p, r in zip(pads, rows)]
     return PackedBatch(
         input_ids=padded([r.input_ids for r in rows], pad_token_id),
         position_ids=padded([r.position_ids for r in rows], 0),
-        segment_ids=padded([r.segment_ids for r in rows], -1),
-        visible_prefix=padded([r.visible_prefix for r in rows], 0),
+        subtree_end=torch.tensor(ends, dtype=torch.long, device=device),
         pad=pads,
     )
 
@@ -188,9 +212,10 @@ def collate_rows(rows: Sequence[PackedRow], pad_token_id: int, device: torch.dev
 def prefix_sharing_mask(batch: PackedBatch, dtype: torch.dtype) -> torch.Tensor:
     """Additive 4D attention mask of packed rows.
 
-    A prefix token attends to earlier prefix tokens; a segment token attends to the prefix tokens
-    its sequence shares and to earlier tokens of its own segment; a padding token attends only to
-    itself (so no row of the softmax is empty) and nobody attends to it.
+    Query ``q`` may attend to key ``k`` when ``k <= q < subtree_end[k]``: ``k`` is ``q`` or one of
+    its ancestors in the row's trie, i.e. an earlier token of every sequence through ``q``. A
+    padding token's subtree is itself, so it attends only to itself (no row of the softmax is
+    empty) and nobody attends to it.
 
     Args:
         batch: Collated rows.
@@ -199,18 +224,51 @@ def prefix_sharing_mask(batch: PackedBatch, dtype: torch.dtype) -> torch.Tensor:
     Returns:
         ``[R, 1, L, L]`` mask holding 0 where attention is allowed and the dtype's minimum elsewhere.
     """
-    seg = batch.segment_ids
-    length = seg.shape[1]
-    index = torch.arange(length, device=seg.device)
-    seg_q, seg_k = seg[:, :, None], seg[:, None, :]
-    in_prefix = (seg_k == 0) & (batch.position_ids[:, None, :] < batch.visible_prefix[:, :, None])
-    causal = index[None, :, None] >= index[None, None, :]
-    same_segment = (seg_q == seg_k) & (seg_q > 0) & causal
-    diagonal = (index[:, None] == index[None, :])[None]
-    allowed = in_prefix | same_segment | diagonal
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=seg.device)
+    length = batch.subtree_end.shape[1]
+    index = torch.arange(length, device=batch.subtree_end.device)
+    queries = index[None, :, None]
+    allowed = (index[None, None, :] <= queries) & (queries < batch.subtree_end[:, None, :])
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[:, None]
+
+
+def plan_rows(items: Sequence[ItemSpec], lengths: Sequence[int], row_tokens: int) -> list[list[int]]:
+    """Group the items of one forward pass into balanced rows of about ``row_tokens`` tokens.
+
+    The pass gets as many rows as its tokens fill at ``max(row_tokens, longest item)`` tokens each
+    (a prefix common to all contexts counted once per row); items, longest first, each join the
+    row that is shortest after adding them, counting the context prefix they share with that
+    row's first item once. Balanced rows leave little padding, and the row length bounds the
+    quadratic cost of attention over a row.
+
+    Args:
+        items: The items of the pass.
+        lengths: Each item's length laid out alone (:func:`item_length`).
+        row_tokens: Target row length in tokens (0: the longest item's).
+
+    Returns:
+        Item indices (into ``items``) of each non-empty row.
+    """
+    if not items:
+        return []
+    capacity = max([row_tokens, *lengths])
+    shared = common_prefix_length([item.context_ids for item in items])
+    count = max(1, -(-sum(length - shared for length in lengths) // max(capacity - shared, 1)))
+    order = sorted(range(len(items)), key=lambda i: (-lengths[i], i))
+    rows: list[list[int]] = [[] for _ in range(count)]
+    loads = [0] * count
+
+    def cost(number: int, index: int) -> int:
+        row = rows[number]
+        shared = common_prefix_length([items[row[0]].context_ids, items[index].context_ids]) if row else 0
+        return lengths[index] - shared
+
+    for index in order:
+        number = min(range(count), key=lambda n: (loads[n] + cost(n, index), n))
+        loads[number] += cost(number, index)
+        rows[number].append(index)
+    return [row for row in rows if row]
 
 
 def plan_minibatches(sizes: Sequence[int], lengths: Sequence[int], minibatch_size: int) -> list[list[int]]:

@@ -16,7 +16,7 @@ from llmgym.config import ModelConfig
 from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
 from llmgym.llm.generation import Generation, generate
-from llmgym.llm.layout import ItemSpec, pack_item, plan_minibatches
+from llmgym.llm.layout import ItemSpec, item_length, plan_minibatches
 from llmgym.llm.modules import ModuleFunction
 from llmgym.llm.persistence import load_llm_state, save_llm_state
 from llmgym.llm.scoring import Minibatch, forward_items, reduce_token_scores, score_items
@@ -133,7 +133,7 @@ class LocalLLM:
         extra_key: str | None = None,
     ) -> list[dict[str, Any]]:
         results: list[dict[str, Any]] = [{} for _ in items]
-        lengths = [len(pack_item(item).input_ids) for item in items]
+        lengths = [item_length(item) for item in items]
         plans = plan_minibatches([len(item.candidate_ids) for item in items], lengths, minibatch_size)
         grad_mode = torch.enable_grad() if require_grad else torch.no_grad()
         with grad_mode:

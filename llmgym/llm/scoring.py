@@ -18,7 +18,15 @@ from typing import Any
 
 import torch
 
-from llmgym.llm.layout import ItemSpec, collate_rows, pack_item, plan_minibatches, prefix_sharing_mask
+from llmgym.llm.layout import (
+    ItemSpec,
+    collate_rows,
+    item_length,
+    pack_items,
+    plan_minibatches,
+    plan_rows,
+    prefix_sharing_mask,
+)
 from llmgym.llm.tokenization import TextEncoder, model_window
 from llmgym.llm.trunk_cache import TrunkCache
 from llmgym.llm.validation import check_candidates, check_contexts, check_minibatch_size, check_normalize
@@ -116,39 +124,57 @@ def split_causal_lm(model: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
     return getattr(base, base.base_model_prefix), base.get_output_embeddings()
 
 
+ROW_TOKENS = 512
+"""Target length of a packed row: short items share rows up to it, longer ones get a row alone."""
+
+
 def _forward_causal(
-    model: Any, items: Sequence[ItemSpec], pad_token_id: int, token_mode: bool, trunk_cache: TrunkCache | None, reuse_trunk: bool
+    model: Any,
+    items: Sequence[ItemSpec],
+    pad_token_id: int,
+    token_mode: bool,
+    trunk_cache: TrunkCache | None,
+    reuse_trunk: bool,
+    row_tokens: int,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor]:
     backbone, head = split_causal_lm(model)
     device = next(model.parameters()).device
-    rows = [pack_item(item) for item in items]
+    groups = plan_rows(items, [item_length(item) for item in items], row_tokens)
+    rows = [pack_items([items[i] for i in group]) for group in groups]
     batch = collate_rows(rows, pad_token_id, device)
     dtype = next(head.parameters()).dtype
     mask = prefix_sharing_mask(batch, dtype)
-    trunk = trunk_cache.around(backbone, items, batch.pad, reuse=reuse_trunk) if trunk_cache is not None else contextlib.nullcontext()
+    trunk = (
+        trunk_cache.around(backbone, items, groups, rows, batch.pad, reuse=reuse_trunk)
+        if trunk_cache is not None
+        else contextlib.nullcontext()
+    )
     with trunk:
         hidden = backbone(
             input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=False
         ).last_hidden_state
     length = hidden.shape[1]
     flat = hidden.reshape(-1, hidden.shape[-1])
+    where = {index: (r, slot) for r, group in enumerate(groups) for slot, index in enumerate(group)}
     predict: list[int] = []
     targets: list[int] = []
     counts: list[int] = []
     last: list[int] = []
     states: list[int] = []
-    for r, (item, row) in enumerate(zip(items, rows)):
+    for number, item in enumerate(items):
+        r, slot = where[number]
+        row = rows[r]
         base = r * length + batch.pad[r]
         for j, (ids, start) in enumerate(zip(item.candidate_ids, item.candidate_starts)):
-            positions = [base + row.locate(j + 1, i - 1) for i in range(start, len(ids))]
+            positions = [base + row.locate(slot, j + 1, i - 1) for i in range(start, len(ids))]
             predict.extend(positions)
             targets.extend(ids[start:])
             counts.append(len(ids) - start)
-            last.append(base + row.locate(j + 1, len(ids) - 1))
+            last.append(base + row.locate(slot, j + 1, len(ids) - 1))
             if token_mode:
                 states.extend(positions)
         if not token_mode:
-            states.append(base + row.locate(0, len(item.context_ids) - 1))
+            states.append(base + row.locate(slot, 0, len(item.context_ids) - 1))
     index = torch.tensor(predict, dtype=torch.long, device=device)
     unique, inverse = torch.unique(index, return_inverse=True)
     logits = head(flat[unique])
@@ -217,6 +243,7 @@ def forward_items(
     token_mode: bool = False,
     trunk_cache: TrunkCache | None = None,
     reuse_trunk: bool = False,
+    row_tokens: int = ROW_TOKENS,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor | None]:
     """Run one forward pass over items (under the caller's grad mode).
 
@@ -230,13 +257,15 @@ def forward_items(
         trunk_cache: Frozen-trunk activation cache of causal models (``None``: no cache).
         reuse_trunk: Run from the cached trunk states when every row has them (inside an update);
             otherwise the forward records them.
+        row_tokens: Target length of a packed row (causal models): short items share a row up to
+            this many tokens.
 
     Returns:
         ``(outputs, input_ids [R, L], position_ids [R, L] or None)``.
     """
     if is_seq2seq:
         return _forward_seq2seq(model, items, pad_token_id, token_mode)
-    return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, reuse_trunk)
+    return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, reuse_trunk, row_tokens)
 
 
 def score_items(
@@ -262,7 +291,7 @@ def score_items(
         Per item, a float32 CPU tensor ``[k]`` of candidate log-probs.
     """
     results: list[torch.Tensor] = [torch.zeros(0) for _ in items]
-    lengths = [len(pack_item(item).input_ids) for item in items]
+    lengths = [item_length(item) for item in items]
     plans = plan_minibatches([len(item.candidate_ids) for item in items], lengths, minibatch_size)
     with torch.inference_mode():
         for plan in plans:

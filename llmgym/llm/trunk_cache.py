@@ -2,15 +2,16 @@
 
 With LoRA on the top blocks only (``model.lora.layers``), every block below the lowest trainable
 one computes exactly the same activations when a rollout is collected and in every epoch of the
-update on it. :class:`TrunkCache` keeps, for each packed row, the hidden states entering the lowest
-trainable block (``[L_row, H]``, the row's real tokens only). Forward passes outside an update run
-the whole model and refresh the entries of their rows; forward passes inside an update whose rows
-are all cached run only the trainable top blocks, from the cached states.
+update on it. :class:`TrunkCache` keeps, for each item (a context and its candidates), the hidden
+states entering the lowest trainable block at each of the item's tokens (``[N_item, H]``, in the
+item's own order: :attr:`PackedRow.item_nodes`). Forward passes outside an update run the whole
+model and refresh the entries of their items; forward passes inside an update whose items are all
+cached run only the trainable top blocks, from the cached states scattered into the pass's rows.
 
-Why reuse is exact: a row's hidden states at its real tokens do not depend on the other rows of
-the batch or on left padding (the prefix-sharing mask hides padding and position ids are explicit),
-and the blocks below the boundary have no trainable parameter and no dropout (the model stays in
-eval mode), so their output is a function of the row alone.
+Why reuse is exact: a token's hidden state depends only on the tokens of its own sequences (the
+prefix-sharing mask hides everything else, including padding and the other items of its row, and
+position ids are explicit), and the blocks below the boundary have no trainable parameter and no
+dropout (the model stays in eval mode), so their output at a token is a function of the item alone.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 
-from llmgym.llm.layout import ItemSpec
+from llmgym.llm.layout import ItemSpec, PackedRow
 
 __all__ = ["TrunkCache", "decoder_blocks", "frozen_depth", "row_key"]
 
@@ -30,7 +31,7 @@ RowKey = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]
 
 
 def row_key(item: ItemSpec) -> RowKey:
-    """Hashable identity of an item's packed row (its context and candidate token ids)."""
+    """Hashable identity of an item (its context and candidate token ids)."""
     return tuple(item.context_ids), tuple(tuple(ids) for ids in item.candidate_ids)
 
 
@@ -93,10 +94,10 @@ def _input_hidden(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor
 
 
 class TrunkCache:
-    """LRU store of per-row hidden states at the input of the lowest trainable block.
+    """LRU store of per-item hidden states at the input of the lowest trainable block.
 
     Args:
-        max_bytes: Memory budget of the stored states; least recently used rows are dropped
+        max_bytes: Memory budget of the stored states; least recently used items are dropped
             first. 0 disables the cache.
     """
 
@@ -118,7 +119,7 @@ class TrunkCache:
         return self._bytes
 
     def clear(self) -> None:
-        """Drop every stored row (after the frozen weights change, e.g. on ``load``)."""
+        """Drop every stored item (after the frozen weights change, e.g. on ``load``)."""
         self._rows.clear()
         self._bytes = 0
 
@@ -137,16 +138,25 @@ class TrunkCache:
 
     @contextlib.contextmanager
     def around(
-        self, backbone: torch.nn.Module, items: Sequence[ItemSpec], pads: Sequence[int], *, reuse: bool
+        self,
+        backbone: torch.nn.Module,
+        items: Sequence[ItemSpec],
+        groups: Sequence[Sequence[int]],
+        rows: Sequence[PackedRow],
+        pads: Sequence[int],
+        *,
+        reuse: bool,
     ) -> Iterator[None]:
         """Wrap one backbone forward over packed rows: run from cached states, or record them.
 
         Args:
             backbone: The model without its LM head.
-            items: The items of the forward pass, one packed row each.
+            items: The items of the forward pass.
+            groups: For each row, the indices in ``items`` of the items it holds.
+            rows: The packed rows (item ``s`` of row ``r`` is ``items[groups[r][s]]``).
             pads: Left padding of each row.
-            reuse: Run only the trainable blocks when every row is cached (inside an update);
-                otherwise run the whole model and store every row's states.
+            reuse: Run only the trainable blocks when every item is cached (inside an update);
+                otherwise run the whole model and store every item's states.
         """
         blocks = decoder_blocks(backbone) if self.max_bytes > 0 else None
         depth = frozen_depth(backbone, blocks) if blocks is not None else 0
@@ -158,25 +168,29 @@ class TrunkCache:
             self._depth = depth
         keys = [row_key(item) for item in items]
         cached = [self._rows.get(key) for key in keys]
-        if reuse and all(states is not None for states in cached):
+        spots = [(r, pads[r], row.item_nodes[slot], groups[r][slot]) for r, row in enumerate(rows) for slot in range(len(groups[r]))]
+        present = [states for states in cached if states is not None]
+        if reuse and len(present) == len(cached):
             self.hits += len(keys)
             for key in keys:
                 self._rows.move_to_end(key)
-            with self._run_from(blocks, depth, [s for s in cached if s is not None], pads):
+            width = len(rows[0].input_ids) + pads[0]
+            hidden = present[0].new_zeros((len(rows), width, present[0].shape[-1]))
+            for r, pad, nodes, index in spots:
+                hidden[r, torch.tensor(nodes, dtype=torch.long, device=hidden.device) + pad] = present[index]
+            with self._run_from(blocks, depth, hidden):
                 yield
             return
         self.misses += len(keys) if reuse else 0
-        with self._record(blocks, depth, keys, pads):
+        seen: list[torch.Tensor] = []
+        with self._record(blocks, depth, seen):
             yield
+        if seen:
+            for r, pad, nodes, index in spots:
+                self._store(keys[index], seen[0][r, torch.tensor(nodes, dtype=torch.long, device=seen[0].device) + pad].clone())
 
     @contextlib.contextmanager
-    def _run_from(self, blocks: torch.nn.ModuleList, depth: int, states: list[torch.Tensor], pads: Sequence[int]) -> Iterator[None]:
-        width = max(len(s) + p for s, p in zip(states, pads))
-        first = states[0]
-        hidden = first.new_zeros((len(states), width, first.shape[-1]))
-        for row, (part, pad) in enumerate(zip(states, pads)):
-            hidden[row, pad:] = part
-
+    def _run_from(self, blocks: torch.nn.ModuleList, depth: int, hidden: torch.Tensor) -> Iterator[None]:
         def feed(_module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
             return _replace_hidden(args, kwargs, hidden)
 
@@ -192,9 +206,7 @@ class TrunkCache:
             handle.remove()
 
     @contextlib.contextmanager
-    def _record(self, blocks: torch.nn.ModuleList, depth: int, keys: list[RowKey], pads: Sequence[int]) -> Iterator[None]:
-        seen: list[torch.Tensor] = []
-
+    def _record(self, blocks: torch.nn.ModuleList, depth: int, seen: list[torch.Tensor]) -> Iterator[None]:
         def grab(_module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             seen.append(_input_hidden(args, kwargs).detach())
 
@@ -210,6 +222,3 @@ class TrunkCache:
         finally:
             for handle in handles:
                 handle.remove()
-        if seen:
-            for key, row, pad in zip(keys, seen[0], pads):
-                self._store(key, row[pad:].clone())

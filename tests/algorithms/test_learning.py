@@ -6,7 +6,9 @@ from llmgym.algorithms.trainer import evaluate
 from tests.algorithms.helpers import build, tiny_config
 
 # Single-token words of the tiny tokenizer: multi-token words start far less likely and are barely explored.
-ECHO = ["env.kwargs.words=[banana,cherry,dog,cat]"]
+# At learning rate 3e-3 full fine-tuning of the tiny model is unstable on this env (greedy success
+# 0.28-1.0 over seeds, and worse with more steps); 1e-3 reaches 1.0 on seeds 0-5.
+ECHO = ["env.kwargs.words=[banana,cherry,dog,cat]", "algorithm.learning_rate=1e-3", "algorithm.head_learning_rate=1e-3"]
 
 
 @pytest.mark.slow

@@ -89,36 +89,39 @@ SHARED_PROMPTS = [SHARED + "You see a wall 2 steps forward\nAction:", SHARED + "
 
 
 @pytest.mark.parametrize("arch", ["tiny_llama", "tiny_gpt2"])
-def test_shared_prefix_is_computed_once_and_changes_nothing(arch, request, monkeypatch):
+def test_packed_prefill_computes_each_prefix_once_and_changes_nothing(arch, request, monkeypatch):
     from llmgym.llm import generation
 
     model, tok = request.getfixturevalue(arch)
     llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
     prompts = [tok(p)["input_ids"] for p in SHARED_PROMPTS]
-    assert generation.shared_prefix_length(prompts, rows=3) >= generation.MIN_SHARED_PREFIX
-    prefixes = []
-    original = generation._prefix_cache
-    monkeypatch.setattr(generation, "_prefix_cache", lambda m, prefix, rows, device: prefixes.append(len(prefix)) or original(m, prefix, rows, device))
+    assert len({len(p) for p in prompts}) == 3  # the cache is left-padded
+    computed = []
+    original = generation.collate_rows
+    monkeypatch.setattr(generation, "collate_rows", lambda rows, *a: computed.append(sum(len(r.input_ids) for r in rows)) or original(rows, *a))
     batched = llm.generate(SHARED_PROMPTS, max_new_tokens=6, do_sample=False)
-    assert len(prefixes) == 1 and prefixes[0] == generation.shared_prefix_length(prompts, rows=3)
+    distinct = {tuple(p[: i + 1]) for p in prompts for i in range(len(p) - 1)}
+    assert computed == [len(distinct)] and len(distinct) < sum(len(p) - 1 for p in prompts)
     for prompt, group in zip(SHARED_PROMPTS, batched):
-        alone = llm.generate([prompt], max_new_tokens=6, do_sample=False)[0][0]  # one row: no sharing
-        assert group[0].token_ids == alone.token_ids and group[0].prompt_ids == alone.prompt_ids
-        assert torch.allclose(group[0].raw_logprobs, alone.raw_logprobs, atol=1e-5)
+        plain = generation.generate(model, tok, llm.encoder, [prompt], packed_prefill=False, max_new_tokens=6, do_sample=False)[0][0]
+        assert group[0].token_ids == plain.token_ids and group[0].prompt_ids == plain.prompt_ids
+        assert torch.allclose(group[0].raw_logprobs, plain.raw_logprobs, atol=1e-5)
     torch.manual_seed(0)
-    samples = llm.generate(SHARED_PROMPTS[:1], max_new_tokens=5, do_sample=True, num_return_sequences=4)[0]
-    assert len(prefixes) == 2  # one prompt sampled 4 times shares all but its last token
-    rescored = llm.token_logprobs([g.prompt_ids for g in samples], [g.token_ids for g in samples], require_grad=False)
-    for g, r in zip(samples, rescored):
+    samples = llm.generate(SHARED_PROMPTS[:2], max_new_tokens=5, do_sample=True, num_return_sequences=3)
+    assert len(computed) == 2 and all(len(group) == 3 for group in samples)
+    flat = [g for group in samples for g in group]
+    rescored = llm.token_logprobs([g.prompt_ids for g in flat], [g.token_ids for g in flat], require_grad=False)
+    for g, r in zip(flat, rescored):
         assert torch.allclose(g.raw_logprobs, r["logprobs"], atol=1e-4)
 
 
-def test_shared_prefix_length_rules():
-    from llmgym.llm.generation import MIN_SHARED_PREFIX, shared_prefix_length
+def test_packed_prefill_skips_one_token_prompts(tiny_llama):
+    from llmgym.llm import generation
 
-    long = list(range(20))
-    assert shared_prefix_length([long, long[:15] + [99]], rows=2) == 15
-    assert shared_prefix_length([long, long], rows=2) == 19  # each keeps its last token
-    assert shared_prefix_length([long], rows=1) == 0  # nothing to share with
-    assert shared_prefix_length([long], rows=3) == 19  # num_return_sequences=3
-    assert shared_prefix_length([long, long[: MIN_SHARED_PREFIX - 1] + [99]], rows=2) == 0  # too short to pay off
+    model, tok = tiny_llama
+    assert generation.packed_prompt_cache(model, [[5], [7]], pad_token_id=0) is None
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    prompts = ["a", "a b c d"]
+    packed = generation.generate(model, tok, llm.encoder, prompts, max_new_tokens=3, do_sample=False)
+    plain = generation.generate(model, tok, llm.encoder, prompts, packed_prefill=False, max_new_tokens=3, do_sample=False)
+    assert [g[0].token_ids for g in packed] == [g[0].token_ids for g in plain]

@@ -9,8 +9,10 @@ from llmgym.llm.layout import (
     candidate_start,
     collate_rows,
     common_prefix_length,
-    pack_item,
+    item_length,
+    pack_items,
     plan_minibatches,
+    plan_rows,
     prefix_sharing_mask,
 )
 from llmgym.llm.scoring import gather_logprobs, reduce_token_scores
@@ -31,35 +33,76 @@ def test_common_prefix_length():
     assert common_prefix_length([]) == 0
 
 
-def test_pack_item_shares_prefix_and_locates_every_token():
+def test_pack_items_shares_prefix_and_locates_every_token():
     item = ItemSpec(context_ids=[1, 2, 3], candidate_ids=[[1, 2, 7, 8], [1, 2, 9]], candidate_starts=[2, 2])
-    row = pack_item(item)
+    row = pack_items([item])
     assert row.input_ids == [1, 2, 3, 7, 8, 9]
     assert row.position_ids == [0, 1, 2, 2, 3, 2]
+    assert row.subtree_end == [6, 6, 3, 5, 5, 6]
+    assert item_length(item) == 6
     sequences = [item.context_ids, *item.candidate_ids]
     for s, seq in enumerate(sequences):
         for i, token in enumerate(seq):
-            at = row.locate(s, i)
+            at = row.locate(0, s, i)
             assert row.input_ids[at] == token
             assert row.position_ids[at] == i
 
 
+def test_pack_items_shares_prefixes_across_items_and_keeps_each_items_order():
+    first = ItemSpec(context_ids=[5, 1, 2], candidate_ids=[[5, 1, 2, 3]], candidate_starts=[3])
+    second = ItemSpec(context_ids=[5, 1, 4], candidate_ids=[[5, 1, 4, 3], [5, 1, 4, 6]], candidate_starts=[3, 3])
+    row = pack_items([first, second])
+    # 5, 1 shared by both items; then 2 -> 3 and 4 -> {3, 6}
+    assert len(row.input_ids) == item_length(first) + item_length(second) - 2 == 7
+    for slot, item in enumerate([first, second]):
+        alone = pack_items([item])
+        # the item's nodes, in row order, are its own row's tokens in order
+        assert [row.input_ids[i] for i in row.item_nodes[slot]] == alone.input_ids
+        assert [row.position_ids[i] for i in row.item_nodes[slot]] == alone.position_ids
+        for s, seq in enumerate([item.context_ids, *item.candidate_ids]):
+            assert [row.input_ids[row.locate(slot, s, i)] for i in range(len(seq))] == seq
+    swapped = pack_items([second, first])
+    assert swapped.input_ids == row.input_ids
+
+
+def _visible_sets(row, items, pad, mask):
+    for slot, item in enumerate(items):
+        for s, seq in enumerate([item.context_ids, *item.candidate_ids]):
+            for i in range(len(seq)):
+                q = pad + row.locate(slot, s, i)
+                visible = {pad + row.locate(slot, s, j) for j in range(i + 1)}
+                assert set(torch.nonzero(mask[q]).flatten().tolist()) == visible
+
+
 def test_prefix_sharing_mask_matches_per_sequence_causality():
     item = ItemSpec(context_ids=[1, 2], candidate_ids=[[1, 2, 7, 8], [1, 2, 9]], candidate_starts=[2, 2])
-    rows = [pack_item(item), pack_item(ItemSpec([4], [], []))]
+    other = ItemSpec(context_ids=[1, 3], candidate_ids=[[1, 3, 7]], candidate_starts=[2])
+    rows = [pack_items([item, other]), pack_items([ItemSpec([4], [], [])])]
     batch = collate_rows(rows, pad_token_id=0, device=torch.device("cpu"))
     mask = prefix_sharing_mask(batch, torch.float32)[:, 0] == 0
-    row = rows[0]
-    for s, seq in enumerate([item.context_ids, *item.candidate_ids]):
-        for i in range(len(seq)):
-            q = batch.pad[0] + row.locate(s, i)
-            visible = {batch.pad[0] + row.locate(s, j) for j in range(i + 1)}
-            assert set(torch.nonzero(mask[0, q]).flatten().tolist()) == visible
+    _visible_sets(rows[0], [item, other], batch.pad[0], mask[0])
     # padding of the second row attends only to itself and nobody attends to it
     pad = batch.pad[1]
     assert pad > 0
     assert mask[1, :pad, :pad].equal(torch.eye(pad, dtype=torch.bool))
     assert not mask[1, pad:, :pad].any()
+
+
+def test_plan_rows_balances_rows_and_shares_prefixes():
+    items = [ItemSpec([9, 9, 9, 9, i], [], []) for i in range(6)] + [ItemSpec(list(range(20, 32)), [], [])]
+    lengths = [item_length(item) for item in items]
+    rows = plan_rows(items, lengths, row_tokens=10)
+    assert sorted(i for row in rows for i in row) == list(range(7))
+    # 42 tokens over rows of max(10, 12): 4 rows, the longest item alone, the short ones in pairs
+    assert rows == [[6], [0, 3], [1, 4], [2, 5]]
+    assert [len(pack_items([items[i] for i in row]).input_ids) for row in rows] == [12, 6, 6, 6]
+    # a prefix common to all items is counted once per row: 4 + 6 x 1 tokens fill one row of 10
+    short, short_lengths = items[:6], lengths[:6]
+    assert plan_rows(short, short_lengths, row_tokens=10) == [[0, 1, 2, 3, 4, 5]]
+    # target 0: rows as long as the longest item (5), one item each
+    assert plan_rows(short, short_lengths, row_tokens=0) == [[0], [1], [2], [3], [4], [5]]
+    assert plan_rows([], [], row_tokens=10) == []
+    assert plan_rows(short[:1] * 3, short_lengths[:1] * 3, row_tokens=0) == [[0, 1, 2]]  # identical items
 
 
 def test_plan_minibatches_bounds_sequences_and_covers_all():

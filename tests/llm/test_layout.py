@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmgym.llm.layout import (
     ItemSpec,
@@ -121,3 +123,25 @@ def test_gather_and_reduce():
     assert torch.allclose(lp, expected)
     assert torch.allclose(reduce_token_scores(lp, [1, 2], "sum"), torch.stack([lp[0], lp[1] + lp[2]]))
     assert torch.allclose(reduce_token_scores(lp, [1, 2], "mean"), torch.stack([lp[0], (lp[1] + lp[2]) / 2]))
+
+
+_tokens = st.lists(st.integers(1, 4), min_size=1, max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(_tokens, st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), max_size=3)), min_size=1, max_size=4))
+def test_packed_rows_give_every_token_exactly_its_own_sequence(raw):
+    items = [ItemSpec(ctx, [ctx + tail for tail in tails], [len(ctx)] * len(tails)) for ctx, tails in raw]
+    rows = [pack_items(items), pack_items(items[:1])]
+    batch = collate_rows(rows, pad_token_id=0, device=torch.device("cpu"))
+    mask = prefix_sharing_mask(batch, torch.float32)[:, 0] == 0
+    for slot, item in enumerate(items):
+        for s, seq in enumerate([item.context_ids, *item.candidate_ids]):
+            located = [rows[0].locate(slot, s, i) for i in range(len(seq))]
+            assert [rows[0].input_ids[at] for at in located] == seq
+            assert [rows[0].position_ids[at] for at in located] == list(range(len(seq)))
+    _visible_sets(rows[0], items, batch.pad[0], mask[0])
+    _visible_sets(rows[1], items[:1], batch.pad[1], mask[1])
+    # a token is computed once per distinct prefix, whatever the number of items sharing it
+    distinct = {tuple(seq[: i + 1]) for item in items for seq in (item.context_ids, *item.candidate_ids) for i in range(len(seq))}
+    assert len(rows[0].input_ids) == len(distinct)

@@ -121,6 +121,13 @@ class ModelConfig:
         "Memory for the frozen-trunk cache (0: off): with LoRA on the top blocks only, updates reuse the "
         "activations of the frozen blocks below from the collection's forward passes (e.g. 1024).",
     )
+    row_tokens: int = _f(
+        0,
+        "Causal models: pack several contexts per forward row, as a token trie of about this many tokens "
+        "(e.g. 512), so prefixes shared across contexts are computed once and rows are balanced instead of "
+        "padded; 0: one context per row (its candidates still share it). Scores agree either way within "
+        "rounding.",
+    )
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -132,6 +139,7 @@ class ModelConfig:
         _check_positive("model", "minibatch_size", self.minibatch_size)
         _check_positive("model", "max_context_tokens", self.max_context_tokens)
         _check_positive("model", "trunk_cache_mb", self.trunk_cache_mb, allow_zero=True)
+        _check_positive("model", "row_tokens", self.row_tokens, allow_zero=True)
         if isinstance(self.lora, dict):
             self.lora = LoRAConfig(**self.lora)
 

@@ -19,10 +19,13 @@ import torch
 
 from llmgym.errors import InputError
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows, prefix_sharing_mask
-from llmgym.llm.scoring import ROW_TOKENS, split_causal_lm
+from llmgym.llm.scoring import split_causal_lm
 from llmgym.llm.tokenization import TextEncoder
 
 __all__ = ["Generation", "generated_length", "generate", "packed_prompt_cache"]
+
+#: Target length of a prefill row: short prompts share a row up to it (see ``plan_rows``).
+PREFILL_ROW_TOKENS = 512
 
 _OWNED_KWARGS = (
     "return_dict_in_generate", "output_scores", "output_logits", "input_ids", "attention_mask", "cache", "past_key_values",
@@ -115,7 +118,7 @@ def packed_prompt_cache(model: Any, prompts: Sequence[Sequence[int]], pad_token_
     if width == 0:
         return None
     items = [ItemSpec(h, [], []) for h in heads]
-    groups = plan_rows(items, [len(h) for h in heads], ROW_TOKENS)
+    groups = plan_rows(items, [len(h) for h in heads], PREFILL_ROW_TOKENS)
     rows = [pack_items([items[i] for i in group]) for group in groups]
     device = next(model.parameters()).device
     batch = collate_rows(rows, pad_token_id, device)

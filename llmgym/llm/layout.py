@@ -1,13 +1,14 @@
 """Pure token-level layout of scoring batches: candidate spans, shared prefixes, packed rows.
 
 Nothing here runs a model. The sequences of a forward pass (each context alone and joined to
-each of its candidates) are laid out in *packed rows*: a row holds one or more items as a token
-trie, so a token prefix that sequences share (the context under its candidates, or a system
-prompt that several contexts start with) is computed once. A prefix-sharing attention mask lets
-every token see exactly the earlier tokens of its own sequences, and explicit position ids give
-each token its position in them, so every token gets the hidden state it would get in a plain
-forward pass of its own sequence. Items are grouped into rows of similar size, so little padding
-is computed.
+each of its candidates) are laid out in *packed rows*, trees of tokens in which a prefix that
+sequences share is computed once: one item per row (:func:`pack_item`: the candidates' common
+prefix, then each sequence's tail), or several items per row as a token trie (:func:`pack_items`:
+every shared prefix once, e.g. a system prompt that several contexts start with; items grouped
+into balanced rows by :func:`plan_rows`, so little padding is computed). A prefix-sharing
+attention mask lets every token see exactly the earlier tokens of its own sequences, and explicit
+position ids give each token its position in them, so every token gets the hidden state it would
+get in a plain forward pass of its own sequence.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "PackedBatch",
     "candidate_start",
     "common_prefix_length",
+    "pack_item",
     "pack_items",
     "item_length",
     "collate_rows",
@@ -82,27 +84,25 @@ def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
 
 @dataclass(frozen=True)
 class PackedRow:
-    """Several items laid out as one token trie, depth first.
+    """One or more items laid out as a tree of tokens.
 
     Every sequence of every item (sequence 0: the context alone; sequence ``j + 1``: candidate
-    ``j`` joined to the context) is a root-to-node path of the trie, so a token prefix shared by
-    sequences, of one item or of several, is computed once. Nodes are laid out depth first with
-    children in token-id order: a node's descendants then follow it contiguously, and a token may
-    attend to exactly the nodes whose subtree holds it (its ancestors and itself).
+    ``j`` joined to the context) is a root-to-node path, so a token prefix shared by sequences is
+    computed once, and a token attends to exactly its ancestors and itself: the earlier tokens of
+    its own sequences.
 
     Attributes:
         input_ids: Token id of each node.
         position_ids: Depth of each node: its position in every sequence through it.
-        subtree_end: For each node, one past the last row index of its subtree; the tokens at
-            ``[i, subtree_end[i])`` may attend to node ``i``.
+        parents: Row index of each node's parent (-1 for a first token).
         paths: For each item of the row, for each of its sequences, the row index of each token.
-        item_nodes: For each item, the sorted row indices of all its nodes. The order depends on
-            the item alone (depth first, children by token id), not on the other items of the row.
+        item_nodes: For each item, the sorted row indices of all its nodes. Their order depends on
+            the item alone, not on the other items of the row.
     """
 
     input_ids: list[int]
     position_ids: list[int]
-    subtree_end: list[int]
+    parents: list[int]
     paths: list[list[list[int]]]
     item_nodes: list[list[int]]
 
@@ -111,8 +111,41 @@ class PackedRow:
         return self.paths[item][sequence][index]
 
 
+def pack_item(item: ItemSpec) -> PackedRow:
+    """Lay one item out as a row: its candidates' common prefix once, then each sequence's tail.
+
+    The prefix is the longest common token prefix of the candidates' joint tokenizations (the
+    context alone when there are no candidates); each sequence adds its tokens past the part it
+    shares with the prefix, in order. Tails are not merged with each other.
+
+    Args:
+        item: The context and candidate token ids.
+
+    Returns:
+        The packed row (one item).
+    """
+    sequences = [item.context_ids, *item.candidate_ids]
+    reference = item.candidate_ids if item.candidate_ids else [item.context_ids]
+    prefix = list(reference[0][: common_prefix_length(reference)])
+    input_ids = list(prefix)
+    position_ids = list(range(len(prefix)))
+    parents = list(range(-1, len(prefix) - 1))
+    paths: list[list[int]] = []
+    for sequence in sequences:
+        shared = common_prefix_length([prefix, sequence])
+        tail = sequence[shared:]
+        start = len(input_ids)
+        input_ids.extend(tail)
+        position_ids.extend(range(shared, shared + len(tail)))
+        parents.extend([shared - 1] + list(range(start, start + len(tail) - 1)) if tail else [])
+        paths.append(list(range(shared)) + list(range(start, start + len(tail))))
+    return PackedRow(input_ids, position_ids, parents, [paths], [list(range(len(input_ids)))])
+
+
 def pack_items(items: Sequence[ItemSpec]) -> PackedRow:
-    """Lay items out as one prefix-shared row (a token trie, depth first).
+    """Lay items out as one row holding their token trie, depth first (children by token id).
+
+    Every prefix shared by sequences, of one item or of several, is computed once.
 
     Args:
         items: The items of the row, as token ids.
@@ -140,24 +173,21 @@ def pack_items(items: Sequence[ItemSpec]) -> PackedRow:
                 path.append(node)
             item_paths.append(path)
         node_paths.append(item_paths)
-    sizes = [1] * len(tokens)
-    for node in range(len(tokens) - 1, 0, -1):
-        sizes[parents[node]] += sizes[node]
     where = [-1] * len(tokens)
     input_ids: list[int] = []
     position_ids: list[int] = []
-    subtree_end: list[int] = []
+    row_parents: list[int] = []
     stack = [(child, 0) for _, child in sorted(children[0].items(), reverse=True)]
     while stack:
         node, depth = stack.pop()
         where[node] = len(input_ids)
         input_ids.append(tokens[node])
         position_ids.append(depth)
-        subtree_end.append(len(input_ids) - 1 + sizes[node])
+        row_parents.append(where[parents[node]])
         stack.extend((child, depth + 1) for _, child in sorted(children[node].items(), reverse=True))
     paths = [[[where[n] for n in path] for path in item_paths] for item_paths in node_paths]
     item_nodes = [sorted({i for path in item_paths for i in path}) for item_paths in paths]
-    return PackedRow(input_ids, position_ids, subtree_end, paths, item_nodes)
+    return PackedRow(input_ids, position_ids, row_parents, paths, item_nodes)
 
 
 def item_length(item: ItemSpec) -> int:
@@ -172,13 +202,14 @@ class PackedBatch:
     Attributes:
         input_ids: ``[R, L]`` token ids (pad id on the left).
         position_ids: ``[R, L]`` explicit positions (0 on padding).
-        subtree_end: ``[R, L]`` one past the last index of each token's subtree (padding: itself).
+        parents: ``[R, L]`` index of each token's parent; a first token or a padding token is its
+            own parent.
         pad: ``[R]`` number of left-padding tokens of each row.
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    subtree_end: torch.Tensor
+    parents: torch.Tensor
     pad: list[int]
 
 
@@ -200,11 +231,13 @@ def collate_rows(rows: Sequence[PackedRow], pad_token_id: int, device: torch.dev
         data = [[fill] * p + v for p, v in zip(pads, values)]
         return torch.tensor(data, dtype=torch.long, device=device)
 
-    ends = [list(range(1, p + 1)) + [e + p for e in r.subtree_end] for p, r in zip(pads, rows)]
+    parents = [
+        list(range(p)) + [p + (parent if parent >= 0 else i) for i, parent in enumerate(r.parents)] for p, r in zip(pads, rows)
+    ]
     return PackedBatch(
         input_ids=padded([r.input_ids for r in rows], pad_token_id),
         position_ids=padded([r.position_ids for r in rows], 0),
-        subtree_end=torch.tensor(ends, dtype=torch.long, device=device),
+        parents=torch.tensor(parents, dtype=torch.long, device=device),
         pad=pads,
     )
 
@@ -212,10 +245,9 @@ def collate_rows(rows: Sequence[PackedRow], pad_token_id: int, device: torch.dev
 def prefix_sharing_mask(batch: PackedBatch, dtype: torch.dtype) -> torch.Tensor:
     """Additive 4D attention mask of packed rows.
 
-    Query ``q`` may attend to key ``k`` when ``k <= q < subtree_end[k]``: ``k`` is ``q`` or one of
-    its ancestors in the row's trie, i.e. an earlier token of every sequence through ``q``. A
-    padding token's subtree is itself, so it attends only to itself (no row of the softmax is
-    empty) and nobody attends to it.
+    Query ``q`` may attend to key ``k`` when ``k`` is ``q`` or one of its ancestors: an earlier
+    token of every sequence through ``q``. A padding token is its own parent, so it attends only
+    to itself (no row of the softmax is empty) and nobody attends to it.
 
     Args:
         batch: Collated rows.
@@ -224,10 +256,16 @@ def prefix_sharing_mask(batch: PackedBatch, dtype: torch.dtype) -> torch.Tensor:
     Returns:
         ``[R, 1, L, L]`` mask holding 0 where attention is allowed and the dtype's minimum elsewhere.
     """
-    length = batch.subtree_end.shape[1]
-    index = torch.arange(length, device=batch.subtree_end.device)
-    queries = index[None, :, None]
-    allowed = (index[None, None, :] <= queries) & (queries < batch.subtree_end[:, None, :])
+    rows, length = batch.parents.shape
+    allowed = torch.zeros((rows, length, length), dtype=torch.bool, device=batch.parents.device)
+    node = torch.arange(length, device=batch.parents.device).expand(rows, length)
+    allowed.scatter_(2, node[..., None], True)
+    while True:  # climb one generation per step, as deep as the deepest token
+        parent = batch.parents.gather(1, node)
+        if torch.equal(parent, node):
+            break
+        node = parent
+        allowed.scatter_(2, node[..., None], True)
     mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[:, None]

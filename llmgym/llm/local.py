@@ -16,10 +16,10 @@ from llmgym.config import ModelConfig
 from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
 from llmgym.llm.generation import Generation, generate
-from llmgym.llm.layout import ItemSpec, item_length, plan_minibatches
+from llmgym.llm.layout import ItemSpec, plan_minibatches
 from llmgym.llm.modules import ModuleFunction
 from llmgym.llm.persistence import load_llm_state, save_llm_state
-from llmgym.llm.scoring import Minibatch, forward_items, reduce_token_scores, score_items
+from llmgym.llm.scoring import Minibatch, forward_items, reduce_token_scores, row_length, score_items
 from llmgym.llm.tokenization import TextEncoder, model_window
 from llmgym.llm.trunk_cache import TrunkCache
 from llmgym.llm.updater import Updater
@@ -133,7 +133,7 @@ class LocalLLM:
         extra_key: str | None = None,
     ) -> list[dict[str, Any]]:
         results: list[dict[str, Any]] = [{} for _ in items]
-        lengths = [item_length(item) for item in items]
+        lengths = [row_length(item, self.config.row_tokens) for item in items]
         plans = plan_minibatches([len(item.candidate_ids) for item in items], lengths, minibatch_size)
         grad_mode = torch.enable_grad() if require_grad else torch.no_grad()
         with grad_mode:
@@ -141,7 +141,7 @@ class LocalLLM:
                 chosen = [items[i] for i in plan]
                 outputs, input_ids, position_ids = forward_items(
                     self.model, chosen, self.pad_token_id, is_seq2seq=self.is_seq2seq, token_mode=token_mode,
-                    trunk_cache=self.trunk_cache, reuse_trunk=self._in_update,
+                    trunk_cache=self.trunk_cache, reuse_trunk=self._in_update, row_tokens=self.config.row_tokens,
                 )
                 counts = [len(item.candidate_ids) for item in chosen]
                 states = [sum(len(ids) - s for ids, s in zip(i.candidate_ids, i.candidate_starts)) for i in chosen] if token_mode else [1] * len(chosen)
@@ -208,7 +208,7 @@ class LocalLLM:
         items = self.encoder.encode_items(self.encoder.fit_contexts(contexts), groups, add_eos)
         return score_items(
             self.model, items, self.pad_token_id, is_seq2seq=self.is_seq2seq, normalize=normalize,
-            minibatch_size=self._minibatch_size(minibatch_size),
+            minibatch_size=self._minibatch_size(minibatch_size), row_tokens=self.config.row_tokens,
         )
 
     def forward(

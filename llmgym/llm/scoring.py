@@ -20,8 +20,10 @@ import torch
 
 from llmgym.llm.layout import (
     ItemSpec,
+    PackedRow,
     collate_rows,
     item_length,
+    pack_item,
     pack_items,
     plan_minibatches,
     plan_rows,
@@ -124,8 +126,25 @@ def split_causal_lm(model: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
     return getattr(base, base.base_model_prefix), base.get_output_embeddings()
 
 
-ROW_TOKENS = 512
-"""Target length of a packed row: short items share rows up to it, longer ones get a row alone."""
+
+
+def layout_rows(items: Sequence[ItemSpec], row_tokens: int) -> tuple[list[list[int]], list[PackedRow]]:
+    """Rows of one forward pass: the item indices each holds, and the packed rows.
+
+    Args:
+        items: The items of the pass.
+        row_tokens: 0 for one item per row (:func:`pack_item`); otherwise token-trie rows of about
+            this many tokens (:func:`plan_rows`, :func:`pack_items`).
+    """
+    if row_tokens <= 0:
+        return [[i] for i in range(len(items))], [pack_item(item) for item in items]
+    groups = plan_rows(items, [item_length(item) for item in items], row_tokens)
+    return groups, [pack_items([items[i] for i in group]) for group in groups]
+
+
+def row_length(item: ItemSpec, row_tokens: int) -> int:
+    """Tokens of an item laid out alone in the layout ``row_tokens`` selects (see :func:`layout_rows`)."""
+    return item_length(item) if row_tokens > 0 else len(pack_item(item).input_ids)
 
 
 def _forward_causal(
@@ -139,8 +158,7 @@ def _forward_causal(
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor]:
     backbone, head = split_causal_lm(model)
     device = next(model.parameters()).device
-    groups = plan_rows(items, [item_length(item) for item in items], row_tokens)
-    rows = [pack_items([items[i] for i in group]) for group in groups]
+    groups, rows = layout_rows(items, row_tokens)
     batch = collate_rows(rows, pad_token_id, device)
     dtype = next(head.parameters()).dtype
     mask = prefix_sharing_mask(batch, dtype)
@@ -243,7 +261,7 @@ def forward_items(
     token_mode: bool = False,
     trunk_cache: TrunkCache | None = None,
     reuse_trunk: bool = False,
-    row_tokens: int = ROW_TOKENS,
+    row_tokens: int = 0,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor | None]:
     """Run one forward pass over items (under the caller's grad mode).
 
@@ -257,8 +275,8 @@ def forward_items(
         trunk_cache: Frozen-trunk activation cache of causal models (``None``: no cache).
         reuse_trunk: Run from the cached trunk states when every row has them (inside an update);
             otherwise the forward records them.
-        row_tokens: Target length of a packed row (causal models): short items share a row up to
-            this many tokens.
+        row_tokens: Causal models: 0 lays each item out in a row of its own; a positive value
+            packs items into token-trie rows of about that many tokens (see :func:`layout_rows`).
 
     Returns:
         ``(outputs, input_ids [R, L], position_ids [R, L] or None)``.
@@ -276,6 +294,7 @@ def score_items(
     is_seq2seq: bool,
     normalize: str = "sum",
     minibatch_size: int = 64,
+    row_tokens: int = 0,
 ) -> list[torch.Tensor]:
     """Score tokenized items in minibatches, without gradients.
 
@@ -286,19 +305,20 @@ def score_items(
         is_seq2seq: Whether the model is an encoder-decoder.
         normalize: ``"sum"`` or ``"mean"`` over candidate tokens.
         minibatch_size: Maximum number of context-candidate sequences per forward pass.
+        row_tokens: Row layout of causal models (see :func:`layout_rows`).
 
     Returns:
         Per item, a float32 CPU tensor ``[k]`` of candidate log-probs.
     """
     results: list[torch.Tensor] = [torch.zeros(0) for _ in items]
-    lengths = [item_length(item) for item in items]
+    lengths = [row_length(item, row_tokens) for item in items]
     plans = plan_minibatches([len(item.candidate_ids) for item in items], lengths, minibatch_size)
     with torch.inference_mode():
         for plan in plans:
             chosen = [items[i] for i in plan if items[i].candidate_ids]
             if not chosen:
                 continue
-            outputs, _, _ = forward_items(model, chosen, pad_token_id, is_seq2seq=is_seq2seq)
+            outputs, _, _ = forward_items(model, chosen, pad_token_id, is_seq2seq=is_seq2seq, row_tokens=row_tokens)
             scores = reduce_token_scores(outputs.token_logprobs, outputs.token_counts, normalize).cpu()
             for index, part in zip([i for i in plan if items[i].candidate_ids], scores.split([len(c.candidate_ids) for c in chosen])):
                 results[index] = part.clone()
@@ -316,6 +336,7 @@ def score(
     minibatch_size: int = 64,
     max_context_tokens: int | None = None,
     context_overflow: str = "truncate_left",
+    row_tokens: int = 0,
 ) -> list[torch.Tensor]:
     """Score log p(candidate | context) for every candidate of every context.
 
@@ -329,6 +350,7 @@ def score(
         minibatch_size: Maximum number of context-candidate sequences per forward pass.
         max_context_tokens: Longest context in tokens; defaults to the model window.
         context_overflow: ``"truncate_left"`` (warn) or ``"error"`` for longer contexts.
+        row_tokens: Row layout of causal models (see :func:`layout_rows`).
 
     Returns:
         Per context, a float32 CPU tensor ``[k_i]``.
@@ -345,4 +367,6 @@ def score(
     encoder = TextEncoder(tokenizer, is_seq2seq, max_context_tokens or window, context_overflow, window)
     items = encoder.encode_items(encoder.fit_contexts(contexts), groups, add_eos)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return score_items(model, items, pad, is_seq2seq=is_seq2seq, normalize=normalize, minibatch_size=minibatch_size)
+    return score_items(
+        model, items, pad, is_seq2seq=is_seq2seq, normalize=normalize, minibatch_size=minibatch_size, row_tokens=row_tokens
+    )

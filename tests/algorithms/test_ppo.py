@@ -95,12 +95,18 @@ def test_custom_updater_by_import_path(tmp_path):
     assert CountingUpdater.calls == 4 * 1 and stats["seen"] == 8.0  # 4 epochs of one update, 8 samples
 
 
-def test_trunk_cache_gives_the_same_training(tmp_path):
-    """PPO with LoRA on the top block: updates from the frozen-trunk cache equal full-model updates."""
+@pytest.mark.parametrize("row_tokens", [0, 512])
+def test_trunk_cache_gives_the_same_training(tmp_path, row_tokens):
+    """PPO with LoRA on the top block: updates from the frozen-trunk cache equal full-model updates.
+
+    With ``row_tokens`` the contexts are packed several per row, composed differently at collection
+    and in each update minibatch.
+    """
     results = []
-    for cache_mb in (0, 64):
+    for cache_mb, rows in ((0, 0), (64, row_tokens)):
         config = tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "model.lora.r=4", "model.lora.layers=[-1]",
-                             "algorithm.rollout_steps=4", "algorithm.epochs=2", f"model.trunk_cache_mb={cache_mb}")
+                             "algorithm.rollout_steps=4", "algorithm.epochs=2", f"model.trunk_cache_mb={cache_mb}",
+                             f"model.row_tokens={rows}")
         llm, envs, _, algorithm = build(config)
         metrics = algorithm.learn(total_env_steps=32)
         envs.close()

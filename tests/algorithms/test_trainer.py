@@ -41,9 +41,11 @@ def test_train_writes_config_metrics_eval_checkpoint_and_plot(tmp_path):
     assert (run / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
-# The second case trains LoRA on the top block only, so updates run from the frozen-trunk cache.
+# The second case trains LoRA on the top block only, so updates run from the frozen-trunk cache,
+# with several contexts packed per row.
 @pytest.mark.parametrize(
-    "model", [[], ["model.lora.r=4", "model.lora.layers=[-1]", "model.trunk_cache_mb=64"]], ids=["full", "lora-top"]
+    "model", [[], ["model.lora.r=4", "model.lora.layers=[-1]", "model.trunk_cache_mb=64", "model.row_tokens=512"]],
+    ids=["full", "lora-top"],
 )
 def test_resume_equals_uninterrupted_training(tmp_path, model):
     base = [*COUNTDOWN, "algorithm.epochs=2", "algorithm.minibatch_size=4", *model]

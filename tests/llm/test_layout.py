@@ -12,6 +12,7 @@ from llmgym.llm.layout import (
     collate_rows,
     common_prefix_length,
     item_length,
+    pack_item,
     pack_items,
     plan_minibatches,
     plan_rows,
@@ -40,14 +41,24 @@ def test_pack_items_shares_prefix_and_locates_every_token():
     row = pack_items([item])
     assert row.input_ids == [1, 2, 3, 7, 8, 9]
     assert row.position_ids == [0, 1, 2, 2, 3, 2]
-    assert row.subtree_end == [6, 6, 3, 5, 5, 6]
+    assert row.parents == [-1, 0, 1, 1, 3, 1]
     assert item_length(item) == 6
+    assert pack_item(item) == row  # one item whose candidate tails share nothing: both layouts agree
     sequences = [item.context_ids, *item.candidate_ids]
     for s, seq in enumerate(sequences):
         for i, token in enumerate(seq):
             at = row.locate(0, s, i)
             assert row.input_ids[at] == token
             assert row.position_ids[at] == i
+
+
+def test_pack_item_keeps_candidate_tails_apart_in_order():
+    item = ItemSpec(context_ids=[1, 2], candidate_ids=[[1, 2, 7, 8], [1, 2, 7, 9], [1, 2, 6]], candidate_starts=[2, 2, 2])
+    row = pack_item(item)
+    assert row.input_ids == [1, 2, 7, 8, 7, 9, 6]  # the common prefix, then each tail: 7 not merged
+    assert row.parents == [-1, 0, 1, 2, 1, 4, 1]
+    assert row.position_ids == [0, 1, 2, 3, 2, 3, 2]
+    assert len(pack_items([item]).input_ids) == 6
 
 
 def test_pack_items_shares_prefixes_across_items_and_keeps_each_items_order():
@@ -132,16 +143,17 @@ _tokens = st.lists(st.integers(1, 4), min_size=1, max_size=6)
 @given(st.lists(st.tuples(_tokens, st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), max_size=3)), min_size=1, max_size=4))
 def test_packed_rows_give_every_token_exactly_its_own_sequence(raw):
     items = [ItemSpec(ctx, [ctx + tail for tail in tails], [len(ctx)] * len(tails)) for ctx, tails in raw]
-    rows = [pack_items(items), pack_items(items[:1])]
+    rows = [pack_items(items), pack_items(items[:1]), pack_item(items[-1])]
+    row_items = [items, items[:1], items[-1:]]
     batch = collate_rows(rows, pad_token_id=0, device=torch.device("cpu"))
     mask = prefix_sharing_mask(batch, torch.float32)[:, 0] == 0
-    for slot, item in enumerate(items):
-        for s, seq in enumerate([item.context_ids, *item.candidate_ids]):
-            located = [rows[0].locate(slot, s, i) for i in range(len(seq))]
-            assert [rows[0].input_ids[at] for at in located] == seq
-            assert [rows[0].position_ids[at] for at in located] == list(range(len(seq)))
-    _visible_sets(rows[0], items, batch.pad[0], mask[0])
-    _visible_sets(rows[1], items[:1], batch.pad[1], mask[1])
+    for r, (row, its) in enumerate(zip(rows, row_items)):
+        for slot, item in enumerate(its):
+            for s, seq in enumerate([item.context_ids, *item.candidate_ids]):
+                located = [row.locate(slot, s, i) for i in range(len(seq))]
+                assert [row.input_ids[at] for at in located] == seq
+                assert [row.position_ids[at] for at in located] == list(range(len(seq)))
+        _visible_sets(row, its, batch.pad[r], mask[r])
     # a token is computed once per distinct prefix, whatever the number of items sharing it
     distinct = {tuple(seq[: i + 1]) for item in items for seq in (item.context_ids, *item.candidate_ids) for i in range(len(seq))}
     assert len(rows[0].input_ids) == len(distinct)

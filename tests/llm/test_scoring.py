@@ -41,10 +41,12 @@ def _check(model, tok, contexts, candidates, scores, add_eos=False):
         assert torch.allclose(got, expected, atol=1e-4), (context, group, got, expected)
 
 
+@pytest.mark.parametrize("row_tokens", [0, 16, 512])
 @pytest.mark.parametrize("minibatch_size", [1, 3, 64])
-def test_score_matches_reference(model_and_tokenizer, minibatch_size):
+def test_score_matches_reference(model_and_tokenizer, minibatch_size, row_tokens):
     model, tok = model_and_tokenizer
-    _check(model, tok, CONTEXTS, CANDIDATES, score(model, tok, CONTEXTS, CANDIDATES, minibatch_size=minibatch_size))
+    scores = score(model, tok, CONTEXTS, CANDIDATES, minibatch_size=minibatch_size, row_tokens=row_tokens)
+    _check(model, tok, CONTEXTS, CANDIDATES, scores)
 
 
 def test_add_eos_and_mean(model_and_tokenizer):
@@ -59,13 +61,14 @@ def test_add_eos_and_mean(model_and_tokenizer):
     assert torch.allclose(mean * counts, summed, atol=1e-4)
 
 
-def test_batch_composition_does_not_change_scores(tiny_llama):
+@pytest.mark.parametrize("row_tokens", [0, 512])
+def test_batch_composition_does_not_change_scores(tiny_llama, row_tokens):
     model, tok = tiny_llama
-    full = score(model, tok, CONTEXTS, CANDIDATES)
+    full = score(model, tok, CONTEXTS, CANDIDATES, row_tokens=row_tokens)
     for i in range(len(CONTEXTS)):
         alone = score(model, tok, [CONTEXTS[i]], [CANDIDATES[i]])[0]
         assert torch.allclose(alone, full[i], atol=1e-5)
-    reversed_scores = score(model, tok, CONTEXTS[::-1], CANDIDATES[::-1], minibatch_size=5)
+    reversed_scores = score(model, tok, CONTEXTS[::-1], CANDIDATES[::-1], minibatch_size=5, row_tokens=row_tokens)
     for got, want in zip(reversed_scores[::-1], full):
         assert torch.allclose(got, want, atol=1e-5)
 

@@ -39,11 +39,12 @@ class Probe(Updater):
         }
 
 
-def _llm(arch: str, cache_mb: int, layers: tuple[int, ...] | None = (-1,)) -> LLM:
+def _llm(arch: str, cache_mb: int, layers: tuple[int, ...] | None = (-1,), row_tokens: int = 0) -> LLM:
     model, tok = tiny_causal_lm(arch, seed=1, num_layers=3)
     torch.manual_seed(0)
     lora = LoRAConfig(r=2, layers=list(layers) if layers is not None else None)
-    llm = LLM(ModelConfig(name="tiny", lora=lora, trunk_cache_mb=cache_mb), {"value": ValueHead()}, updater=Probe,
+    config = ModelConfig(name="tiny", lora=lora, trunk_cache_mb=cache_mb, row_tokens=row_tokens)
+    llm = LLM(config, {"value": ValueHead()}, updater=Probe,
               model=model, tokenizer=tok)
     with torch.no_grad():  # make the adapters do something
         for name, p in llm.model.named_parameters():
@@ -56,9 +57,12 @@ def _close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return len(a) == len(b) and all(torch.allclose(x, y, atol=1e-5) for x, y in zip(a, b))
 
 
+@pytest.mark.parametrize("row_tokens", [0, 512])
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-def test_update_from_cached_trunk_equals_full_model(arch):
-    plain, cached = _llm(arch, 0), _llm(arch, 64)
+def test_update_from_cached_trunk_equals_full_model(arch, row_tokens):
+    # with row_tokens, the collection packs the three contexts in one row and the update (4
+    # sequences per pass) in other rows: the cached states are per item, not per row
+    plain, cached = _llm(arch, 0, row_tokens=row_tokens), _llm(arch, 64, row_tokens=row_tokens)
     expected = plain.update(CONTEXTS, CANDIDATES)[0]
     cached.forward(["score", "value"], CONTEXTS, CANDIDATES)  # collection: records the trunk states
     cache = cached.backend.trunk_cache

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import argparse
 import random
-import time
-from typing import Any
 
 import torch
+from score import best_time
 
 ACTIONS = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
 PROMPT = "Possible actions of the agent: " + ", ".join(ACTIONS) + "\n{obs}\nAction:"
@@ -41,17 +40,6 @@ def rollout_contexts(envs: int, seed: int = 0) -> list[str]:
     return contexts
 
 
-def best_time(fn: Any, repeats: int = 3) -> float:
-    """Best wall time of ``fn`` over ``repeats`` runs (after one warm-up run)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def main() -> None:
     """Run the benchmark and print the table."""
     from llmgym.config import ModelConfig
@@ -69,7 +57,7 @@ def main() -> None:
     results = {}
     for rows in (0, args.row_tokens):
         config.row_tokens = rows
-        results[rows] = (best_time(lambda: llm.score(contexts, candidates)), llm.score(contexts, candidates))
+        results[rows] = (best_time(lambda: llm.score(contexts, candidates), 3), llm.score(contexts, candidates))
     (t_one, one), (t_packed, packed) = results[0], results[args.row_tokens]
     policy = [torch.log_softmax(torch.stack(s), -1) for s in (one, packed)]
     tokens = sum(len(llm.tokenizer(c)["input_ids"]) for c in contexts)

@@ -257,15 +257,12 @@ def prefix_sharing_mask(batch: PackedBatch, dtype: torch.dtype) -> torch.Tensor:
         ``[R, 1, L, L]`` mask holding 0 where attention is allowed and the dtype's minimum elsewhere.
     """
     rows, length = batch.parents.shape
-    allowed = torch.zeros((rows, length, length), dtype=torch.bool, device=batch.parents.device)
-    node = torch.arange(length, device=batch.parents.device).expand(rows, length)
-    allowed.scatter_(2, node[..., None], True)
-    while True:  # climb one generation per step, as deep as the deepest token
-        parent = batch.parents.gather(1, node)
-        if torch.equal(parent, node):
-            break
-        node = parent
-        allowed.scatter_(2, node[..., None], True)
+    index = torch.arange(length, device=batch.parents.device)
+    allowed = (index[:, None] == index[None, :]).expand(rows, length, length).clone()
+    jump = batch.parents  # after step k: each token's ancestor 2**k generations up (roots stay put)
+    for _ in range((length - 1).bit_length()):  # pointer doubling: 2**steps - 1 >= the deepest depth
+        allowed |= allowed.gather(1, jump[..., None].expand(rows, length, length))
+        jump = jump.gather(1, jump)
     mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[:, None]
@@ -297,14 +294,14 @@ def plan_rows(items: Sequence[ItemSpec], lengths: Sequence[int], row_tokens: int
     rows: list[list[int]] = [[] for _ in range(count)]
     loads = [0] * count
 
-    def cost(number: int, index: int) -> int:
-        row = rows[number]
-        shared = common_prefix_length([items[row[0]].context_ids, items[index].context_ids]) if row else 0
-        return lengths[index] - shared
+    def cost(row: list[int], index: int) -> int:
+        """Tokens ``index`` adds to ``row``: its length less the context prefix it shares with the row's first item."""
+        return lengths[index] - (common_prefix_length([items[row[0]].context_ids, items[index].context_ids]) if row else 0)
 
     for index in order:
-        number = min(range(count), key=lambda n: (loads[n] + cost(n, index), n))
-        loads[number] += cost(number, index)
+        costs = [cost(row, index) for row in rows]
+        number = min(range(count), key=lambda n: (loads[n] + costs[n], n))
+        loads[number] += costs[number]
         rows[number].append(index)
     return [row for row in rows if row]
 

@@ -126,8 +126,6 @@ def split_causal_lm(model: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
     return getattr(base, base.base_model_prefix), base.get_output_embeddings()
 
 
-
-
 def layout_rows(items: Sequence[ItemSpec], row_tokens: int) -> tuple[list[list[int]], list[PackedRow]]:
     """Rows of one forward pass: the item indices each holds, and the packed rows.
 

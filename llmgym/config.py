@@ -279,6 +279,11 @@ class TrainConfig:
         None, "Episodes evaluated side by side (one batched forward); null uses env.num_envs."
     )
     eval_before: bool = _f(True, "Also evaluate before training (the zero-shot baseline).")
+    eval_sample: bool = _f(
+        False,
+        "Also evaluate the policy sampled at agent.temperature (the one PPO optimises) on the same episodes, "
+        "logged as sampled_success_rate, sampled_episode_return and sampled_episode_length.",
+    )
     checkpoint_every: Optional[int] = _f(None, "Checkpoint every this many env steps; null only at the end.")
     resume: Optional[str] = _f(None, "Run directory to resume from (its latest checkpoint).")
 

@@ -172,11 +172,15 @@ def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: s
     records = read_metrics(metrics_path)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, label in ((axes[0], "episode_return", "return"), (axes[1], "success_rate", "success rate")):
-        for kind, style in (("train", "-"), ("eval", "o--")):
-            points = [(r["env_steps"], r[key]) for r in records if r.get("kind") == kind and r.get(key) is not None]
+        for kind, field, style, name in (
+            ("train", key, "-", "train (rolling mean)"),
+            ("eval", key, "o--", "eval (greedy)"),
+            ("eval", f"sampled_{key}", "s:", "eval (sampled)"),
+        ):
+            points = [(r["env_steps"], r[field]) for r in records if r.get("kind") == kind and r.get(field) is not None]
             if points:
                 xs, ys = zip(*points)
-                ax.plot(xs, ys, style, label=f"{kind} ({'greedy' if kind == 'eval' else 'rolling mean'})")
+                ax.plot(xs, ys, style, label=name)
         ax.set_xlabel("env steps")
         ax.set_ylabel(label)
         if key == "success_rate":

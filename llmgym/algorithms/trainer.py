@@ -282,9 +282,19 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, label: str) -> dict[str, float]:
-        """Greedy evaluation on ``train.eval_episodes`` seeded episodes, logged as ``kind="eval"``."""
+        """Evaluation on ``train.eval_episodes`` seeded episodes, logged as ``kind="eval"``.
+
+        The greedy policy is evaluated; with ``train.eval_sample`` the sampled policy is too, on
+        the same episodes and with its sampling generator reseeded, under ``sampled_`` keys.
+        """
+        seed = 10_000 + self.config.train.seed
+        episodes = self.config.train.eval_episodes
         with torch.random.fork_rng(devices=[]):
-            result = evaluate(self.eval_agent, self.config, self.config.train.eval_episodes, seed=10_000 + self.config.train.seed)
+            result = evaluate(self.eval_agent, self.config, episodes, seed=seed)
+            if self.config.train.eval_sample:
+                self.eval_agent.generator.manual_seed(seed)
+                sampled = evaluate(self.eval_agent, self.config, episodes, seed=seed, greedy=False)
+                result.update({f"sampled_{k}": v for k, v in sampled.items() if k != "episodes"})
         result["env_steps"] = float(self.algorithm.env_steps)
         result["label"] = label  # type: ignore[assignment]
         self.evaluations.append(result)
@@ -364,6 +374,12 @@ def run_training(config: Config, **kwargs: Any) -> dict[str, Any]:
             f"(mean return {first['episode_return']:.3f} -> {last['episode_return']:.3f}, "
             f"{int(last['episodes'])} greedy episodes)"
         )
+        if "sampled_success_rate" in first and "sampled_success_rate" in last:
+            print(
+                f"sampled at temperature {trainer.config.agent.temperature:g}: before {first['sampled_success_rate']:.3f} "
+                f"-> after {last['sampled_success_rate']:.3f} "
+                f"(mean return {first['sampled_episode_return']:.3f} -> {last['sampled_episode_return']:.3f})"
+            )
     if summary["learning_curve"]:
         print(f"learning curve: {summary['learning_curve']}")
     print(f"wall time: {summary['wall_time_s']:.1f} s")

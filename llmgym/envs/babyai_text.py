@@ -17,11 +17,15 @@ and ``"view"`` (the descriptions joined by ``", "``, as in GLAM's prompts); ``in
 right when a ``TimeLimit`` wrapper truncates the episode and with shaped rewards).
 
 Reward: minigrid's success-discounted ``1 - 0.9 * step_count / max_steps`` on success, 0 otherwise,
-times ``reward_scale``, plus, when ``reward_shaping`` is set on a "go to" level, potential-based shaping:
-``reward_shaping * (d(s) - d(s'))`` where ``d`` counts the actions left on a shortest path to facing
-the target (:mod:`llmgym.envs._babyai_shaping`). It rewards every step towards the goal and leaves
-the optimal policies unchanged; ``info["success"]`` and evaluations are unaffected. GLAM trained with ``reward_scale=20``; the default here is 1 so that
-returns stay in [0, 1] like every other llmgym env. The episode ends (``terminated``) when the
+times ``reward_scale``, plus, when ``reward_shaping`` is set on a "go to" level, potential-based shaping
+``w * (d(s) - shaping_gamma * d(s'))`` (Ng, Harada & Russell 1999, with the potential
+``-w * d``), where ``w`` is ``reward_shaping`` and ``d`` counts the actions left on a shortest path
+to facing the target (:mod:`llmgym.envs._babyai_shaping`). It rewards every step towards the goal;
+it leaves the optimal policies unchanged when ``shaping_gamma`` equals the discount the agent
+learns with (with the default 1, a step towards the goal earns ``w``, a step away ``-w`` and a step
+in place 0, which under a smaller discount makes wandering cost more than standing still).
+``info["success"]`` and evaluations are unaffected. GLAM trained with ``reward_scale=20``; the
+default here is 1 so that returns stay in [0, 1] like every other llmgym env. The episode ends (``terminated``) when the
 mission is done or failed (e.g. the wrong object picked up) and is ``truncated`` at the level's
 ``max_steps``.
 
@@ -206,11 +210,14 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         reward_scale: Factor applied to minigrid's reward (GLAM used 20).
         reward_shaping: Weight of the potential-based shaping reward per action of progress towards
             the target ("go to" missions only; 0 disables it).
+        shaping_gamma: Discount of the shaping potential, in (0, 1]; set it to the algorithm's
+            ``gamma`` so that shaping leaves the optimal policies unchanged.
         render_mode: Passed to minigrid (``"rgb_array"`` or ``None``).
 
     Raises:
         MissingDependencyError: If minigrid is not installed (``pip install 'llmgym[babyai]'``).
-        ConfigError: If a level is unknown, or shaping is asked for on a mission that is not "go to".
+        ConfigError: If a level is unknown, a shaping parameter is out of range, or shaping is asked
+            for on a mission that is not "go to".
     """
 
     description = "BabyAI level in words (GLAM): reach the mission's goal with 6 navigation actions."
@@ -223,6 +230,7 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         *,
         reward_scale: float = 1.0,
         reward_shaping: float = 0.0,
+        shaping_gamma: float = 1.0,
         render_mode: str | None = None,
     ) -> None:
         require("minigrid", "babyai", "BabyAI-Text")
@@ -232,7 +240,12 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
             raise ConfigError(
                 f"reward_shaping={reward_shaping!r} must be >= 0 (0 disables shaping); e.g. reward_shaping=0.1."
             )
+        if not 0 < shaping_gamma <= 1:
+            raise ConfigError(
+                f"shaping_gamma={shaping_gamma!r} must be in (0, 1]; set it to the algorithm's gamma, e.g. shaping_gamma=0.5."
+            )
         self.reward_shaping = float(reward_shaping)
+        self.shaping_gamma = float(shaping_gamma)
         self._distance: int | None = None
         self.render_mode = render_mode
         self._inner = [_make_level(name, render_mode) for name in self.levels]
@@ -314,11 +327,11 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         return obs, total, terminated, truncated, info
 
     def _shaping_reward(self, distance: int | None) -> float:
-        """``reward_shaping`` times the actions of progress since the last step (0 when unreachable)."""
+        """``reward_shaping * (d(s) - shaping_gamma * d(s'))`` for this step (0 when unreachable)."""
         previous, self._distance = self._distance, distance
         if previous is None or distance is None:
             return 0.0
-        return self.reward_shaping * (previous - distance)
+        return self.reward_shaping * (previous - self.shaping_gamma * distance)
 
     def render(self) -> Any:
         """Render the current level through minigrid (``render_mode="rgb_array"``)."""

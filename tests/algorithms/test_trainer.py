@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from llmgym.algorithms.trainer import Trainer, evaluate_run
+from llmgym.algorithms.trainer import Trainer, evaluate_run, run_training
 from llmgym.errors import CheckpointError
 from llmgym.metrics import read_metrics
 from llmgym.testing import tiny_causal_lm
@@ -39,6 +39,23 @@ def test_train_writes_config_metrics_eval_checkpoint_and_plot(tmp_path):
     assert {"loss", "policy_loss", "value_loss", "entropy", "approx_kl", "steps_per_s"} <= train[-1].keys()
     assert summary["learning_curve"] == str(run / "learning_curve.png")
     assert (run / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eval_sample_also_evaluates_the_sampled_policy_reproducibly(tmp_path, capsys):
+    config = tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.total_env_steps=8", "train.run_name=s",
+                         "train.eval_episodes=6", "train.eval_before=true", "train.eval_sample=true",
+                         "agent.temperature=3.0")
+    trainer = _trainer(config)
+    first, second = trainer.evaluate("a"), trainer.evaluate("b")
+    trainer.close()
+    sampled = {"sampled_success_rate", "sampled_episode_return", "sampled_episode_length"}
+    assert sampled <= first.keys()
+    assert all(first[k] == second[k] for k in sampled)
+
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    summary = run_training(config, model=model, tokenizer=tokenizer)
+    assert all(sampled <= e.keys() for e in summary["evaluations"])
+    assert "sampled at temperature 3: before " in capsys.readouterr().out
 
 
 # The second case trains LoRA on the top block only, so updates run from the frozen-trunk cache,

@@ -192,11 +192,36 @@ def test_shaping_rewards_each_step_towards_the_goal_and_telescopes(seed):
     assert success_reward == pytest.approx(1 - 0.9 * (steps + 1) / max_steps)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_discounted_shaping_sums_to_the_potential_difference_along_any_trajectory(seed):
+    """With ``shaping_gamma`` = the discount, the discounted shaping of a trajectory is w * (d(s0) - gamma^T d(s_T))."""
+    from llmgym.envs._babyai_shaping import actions_to_goal
+
+    weight, gamma = 0.1, 0.5
+    env = BabyAITextEnv("GoToRedBallNoDists", reward_shaping=weight, shaping_gamma=gamma)
+    env.reset(seed=seed)
+    start = actions_to_goal(env.minigrid_env)
+    assert start is not None and start > 0
+    _, reward, *_ = env.step("toggle")  # standing still earns w * d * (1 - gamma)
+    assert reward == pytest.approx(weight * start * (1 - gamma))
+    rng = np.random.default_rng(seed)
+    shaping_return, discount, terminated, steps = reward, gamma, False, 1
+    while not terminated and steps < 40:
+        _, _, terminated, _, info = env.step(int(rng.integers(3)))
+        shaping_return += discount * info["shaping_reward"]
+        discount *= gamma
+        steps += 1
+    end = 0 if info["success"] else actions_to_goal(env.minigrid_env)
+    assert shaping_return == pytest.approx(weight * (start - discount * end))
+
+
 def test_shaping_needs_a_goto_mission_and_a_non_negative_weight():
     with pytest.raises(ConfigError, match="needs a 'go to' mission"):
         BabyAITextEnv("PickupLocal", reward_shaping=0.1).reset(seed=0)
     with pytest.raises(ConfigError, match="reward_shaping=-1"):
         BabyAITextEnv("GoToRedBall", reward_shaping=-1)
+    with pytest.raises(ConfigError, match=r"shaping_gamma=1.5 must be in \(0, 1\]"):
+        BabyAITextEnv("GoToRedBall", reward_shaping=0.1, shaping_gamma=1.5)
 
 
 def test_success_is_false_when_a_time_limit_truncates_a_shaped_episode():

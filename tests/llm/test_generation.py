@@ -125,3 +125,37 @@ def test_packed_prefill_skips_one_token_prompts(tiny_llama):
     packed = generation.generate(model, tok, llm.encoder, prompts, max_new_tokens=3, do_sample=False)
     plain = generation.generate(model, tok, llm.encoder, prompts, packed_prefill=False, max_new_tokens=3, do_sample=False)
     assert [g[0].token_ids for g in packed] == [g[0].token_ids for g in plain]
+
+
+def test_preallocated_layer_matches_a_dynamic_layer_through_every_cache_operation():
+    from transformers.cache_utils import DynamicLayer
+
+    from llmgym.llm.generation import PreallocatedLayer
+
+    gen = torch.Generator().manual_seed(0)
+
+    def states(batch: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(batch, 2, n, 4, generator=gen), torch.randn(batch, 2, n, 4, generator=gen)
+
+    start = states(3, 5)
+    plain, grown = DynamicLayer(), PreallocatedLayer(*start, spare=2)
+    plain.update(*start)
+    steps = [
+        lambda layer: layer.update(*new),  # within the spare positions
+        lambda layer: layer.update(*new),  # past them: the buffer grows
+        lambda layer: layer.crop(-3),
+        lambda layer: layer.update(*new),  # writes over the cropped positions
+        lambda layer: layer.batch_repeat_interleave(2),
+        lambda layer: layer.batch_select_indices(torch.tensor([0, 3, 5])),
+    ]
+    for step in steps:
+        new = states(plain.keys.shape[0], 2)
+        step(plain)
+        step(grown)
+        assert torch.equal(grown.keys, plain.keys) and torch.equal(grown.values, plain.values)
+        assert grown.get_seq_length() == plain.get_seq_length()
+    new = states(3, 1)
+    keys, values = grown.update(*new)
+    expected = plain.update(*new)
+    assert torch.equal(keys, expected[0]) and torch.equal(values, expected[1])
+    assert grown._owns_states()  # decoding writes in place again after the batch was rebuilt

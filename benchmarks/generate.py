@@ -33,7 +33,7 @@ def main() -> None:
     from llmgym.llm.client import LLM
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--new-tokens", type=int, nargs="+", default=[16], help="new tokens per prompt (one table each)")
+    parser.add_argument("--new-tokens", type=int, nargs="+", default=[16, 64], help="new tokens per prompt (one table each)")
     parser.add_argument("--prompts", type=int, default=32, help="number of prompts from the workload")
     args = parser.parse_args()
     prompts = json.loads(WORKLOAD.read_text())["contexts"][: args.prompts]

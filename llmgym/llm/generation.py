@@ -193,12 +193,14 @@ def packed_prompt_cache(
                 source[index][start + j] = r * length + batch.pad[r] + rows[r].locate(slot, 0, j)
     gather = torch.tensor(source, dtype=torch.long, device=device)
     for index, layer in enumerate(layers):
-        keys, values = (
-            flat[gather].transpose(1, 2)
-            for flat in (s.transpose(1, 2).reshape(-1, s.shape[1], s.shape[3]) for s in (layer.keys, layer.values))
-        )  # [R, heads, L, d] -> [B, heads, width, d]
-        layers[index] = PreallocatedLayer(keys, values, spare)
+        layers[index] = PreallocatedLayer(_gather_positions(layer.keys, gather), _gather_positions(layer.values, gather), spare)
     return cache
+
+
+def _gather_positions(states: torch.Tensor, gather: torch.Tensor) -> torch.Tensor:
+    """Row states ``[R, heads, L, d]`` -> ``[B, heads, W, d]`` at the flat row positions ``gather [B, W]``."""
+    flat = states.transpose(1, 2).reshape(-1, states.shape[1], states.shape[3])
+    return flat[gather].transpose(1, 2)
 
 
 def _step_logprobs(step_scores: Sequence[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:

@@ -96,7 +96,6 @@ class LocalLLM:
             self.module_functions[key] = module.to(self.device)
         self.updater = updater() if isinstance(updater, type) else updater
         self.trunk_cache = TrunkCache(config.trunk_cache_mb * 2**20)
-        self._in_update = False
         self._closed = False
         if self.updater is not None:
             self.updater.bind(self)
@@ -134,14 +133,19 @@ class LocalLLM:
     ) -> list[dict[str, Any]]:
         results: list[dict[str, Any]] = [{} for _ in items]
         lengths = [row_length(item, self.config.row_tokens) for item in items]
-        plans = plan_minibatches([len(item.candidate_ids) for item in items], lengths, minibatch_size)
+        sizes = [len(item.candidate_ids) for item in items]
+        plans = [
+            [part[i] for i in plan]
+            for part in self._trunk_partition(items)
+            for plan in plan_minibatches([sizes[i] for i in part], [lengths[i] for i in part], minibatch_size)
+        ]
         grad_mode = torch.enable_grad() if require_grad else torch.no_grad()
         with grad_mode:
             for plan in plans:
                 chosen = [items[i] for i in plan]
                 outputs, input_ids, position_ids = forward_items(
                     self.model, chosen, self.pad_token_id, is_seq2seq=self.is_seq2seq, token_mode=token_mode,
-                    trunk_cache=self.trunk_cache, reuse_trunk=self._in_update, row_tokens=self.config.row_tokens,
+                    trunk_cache=self.trunk_cache, row_tokens=self.config.row_tokens,
                 )
                 counts = [len(item.candidate_ids) for item in chosen]
                 states = [sum(len(ids) - s for ids, s in zip(i.candidate_ids, i.candidate_starts)) for i in chosen] if token_mode else [1] * len(chosen)
@@ -161,6 +165,18 @@ class LocalLLM:
                         value = values[position]
                         results[index][key] = value if require_grad or not isinstance(value, torch.Tensor) else value.detach().cpu()
         return results
+
+    def _trunk_partition(self, items: Sequence[ItemSpec]) -> list[list[int]]:
+        """Item indices in groups of passes: items the frozen-trunk cache holds apart from the others.
+
+        A pass runs from the cache only when it holds every item of the pass, so keeping the
+        cached items together lets each of them skip the frozen blocks.
+        """
+        if self.is_seq2seq or self.trunk_cache.max_bytes <= 0:
+            return [list(range(len(items)))]
+        held = [self.trunk_cache.holds(item) for item in items]
+        parts = [[i for i, h in enumerate(held) if h], [i for i, h in enumerate(held) if not h]]
+        return [part for part in parts if part]
 
     @staticmethod
     def _split_module_output(key: str, value: Any, states: list[int], token_mode: bool) -> list[Any]:
@@ -326,11 +342,7 @@ class LocalLLM:
         contexts = check_contexts(contexts)
         groups = check_candidates(candidates, len(contexts)) if candidates is not None else None
         batch_ids = list(_current_batch_ids) if _current_batch_ids is not None else list(range(len(contexts)))
-        self._in_update = True
-        try:
-            return [self.updater.perform_update(contexts, groups, batch_ids, **kwargs)]
-        finally:
-            self._in_update = False
+        return [self.updater.perform_update(contexts, groups, batch_ids, **kwargs)]
 
     @contextlib.contextmanager
     def reference(self) -> Iterator[None]:
@@ -363,10 +375,20 @@ class LocalLLM:
         del num_samples
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Atomically save trainable weights, module functions and updater state to a folder."""
+        """Atomically save trainable weights, module functions and updater state to a folder.
+
+        The frozen-trunk cache is emptied too, as :meth:`load` empties it: a run resumed from
+        the checkpoint then computes exactly what the run that wrote it computes next.
+        """
         self._check_open()
         state = self.updater.state_dict() if self.updater is not None else None
         save_llm_state(path, self.model, dict(self.module_functions.items()), state)
+        self.clear_trunk_cache()
+
+    def clear_trunk_cache(self) -> None:
+        """Empty the frozen-trunk cache (``model.trunk_cache_mb``); the next passes run the whole model."""
+        self._check_open()
+        self.trunk_cache.clear()
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Load what :meth:`save` wrote (same model, adapter setup and module names)."""

@@ -151,7 +151,6 @@ def _forward_causal(
     pad_token_id: int,
     token_mode: bool,
     trunk_cache: TrunkCache | None,
-    reuse_trunk: bool,
     row_tokens: int,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor]:
     backbone, head = split_causal_lm(model)
@@ -161,7 +160,7 @@ def _forward_causal(
     dtype = next(head.parameters()).dtype
     mask = prefix_sharing_mask(batch, dtype)
     trunk = (
-        trunk_cache.around(backbone, items, groups, rows, batch.pad, reuse=reuse_trunk)
+        trunk_cache.around(backbone, items, groups, rows, batch.pad)
         if trunk_cache is not None
         else contextlib.nullcontext()
     )
@@ -258,7 +257,6 @@ def forward_items(
     is_seq2seq: bool,
     token_mode: bool = False,
     trunk_cache: TrunkCache | None = None,
-    reuse_trunk: bool = False,
     row_tokens: int = 0,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor | None]:
     """Run one forward pass over items (under the caller's grad mode).
@@ -270,9 +268,8 @@ def forward_items(
         is_seq2seq: Whether the model is an encoder-decoder.
         token_mode: States are the positions predicting each candidate token instead of the last
             context token (used by ``token_logprobs``).
-        trunk_cache: Frozen-trunk activation cache of causal models (``None``: no cache).
-        reuse_trunk: Run from the cached trunk states when every row has them (inside an update);
-            otherwise the forward records them.
+        trunk_cache: Frozen-trunk activation cache of causal models (``None``: no cache); the pass
+            runs from it when it holds every item, and records the items otherwise.
         row_tokens: Causal models: 0 lays each item out in a row of its own; a positive value
             packs items into token-trie rows of about that many tokens (see :func:`layout_rows`).
 
@@ -281,7 +278,7 @@ def forward_items(
     """
     if is_seq2seq:
         return _forward_seq2seq(model, items, pad_token_id, token_mode)
-    return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, reuse_trunk, row_tokens)
+    return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, row_tokens)
 
 
 def score_items(

@@ -1,17 +1,25 @@
-"""Frozen-trunk activation cache: the update skips the blocks that training cannot change.
+"""Frozen-trunk activation cache: forward passes skip the blocks that training cannot change.
 
 With LoRA on the top blocks only (``model.lora.layers``), every block below the lowest trainable
-one computes exactly the same activations when a rollout is collected and in every epoch of the
-update on it. :class:`TrunkCache` keeps, for each item (a context and its candidates), the hidden
-states entering the lowest trainable block at each of the item's tokens (``[N_item, H]``, in the
-item's own order: :attr:`PackedRow.item_nodes`). Forward passes outside an update run the whole
-model and refresh the entries of their items; forward passes inside an update whose items are all
-cached run only the trainable top blocks, from the cached states scattered into the pass's rows.
+one computes exactly the same activations for an item (a context and its candidates) whenever it
+is seen: when a rollout is collected, in every epoch of the update on it, and in later rollouts
+that meet the same observation again (a step that changes nothing in the environment gives the
+same prompt). :class:`TrunkCache` keeps, for each item, the hidden states entering the lowest
+trainable block at each of the item's tokens (``[N_item, H]``, in the item's own order:
+:attr:`PackedRow.item_nodes`). A forward pass whose items are all cached runs only the trainable
+top blocks, from the cached states scattered into the pass's rows; any other pass runs the whole
+model and stores its items' states. The backend groups cached and uncached items into separate
+passes, so every cached item is reused.
 
 Why reuse is exact: a token's hidden state depends only on the tokens of its own sequences (the
 prefix-sharing mask hides everything else, including padding and the other items of its row, and
 position ids are explicit), and the blocks below the boundary have no trainable parameter and no
-dropout (the model stays in eval mode), so their output at a token is a function of the item alone.
+dropout (the model stays in eval mode), so their output at a token is a function of the item and
+of the frozen weights alone. The cache notes the version counter of every frozen weight and is
+emptied when one changes (an in-place edit, ``load_state_dict``), or when the boundary moves.
+The states are equal to a fresh computation up to the rounding of a differently packed pass;
+:meth:`LocalBackend.save` and ``load`` empty the cache, so a run resumed from a checkpoint
+computes exactly what the run that wrote it computed next.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import torch
 
 from llmgym.llm.layout import ItemSpec, PackedRow
 
-__all__ = ["TrunkCache", "decoder_blocks", "frozen_depth", "row_key"]
+__all__ = ["TrunkCache", "decoder_blocks", "frozen_depth", "frozen_versions", "row_key"]
 
 RowKey = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]
 
@@ -60,6 +68,23 @@ def frozen_depth(backbone: torch.nn.Module, blocks: torch.nn.ModuleList) -> int:
         if any(p.requires_grad for p in block.parameters()) or _has_adapter(block):
             return index
     return max(len(blocks) - 1, 0)
+
+
+def frozen_versions(backbone: torch.nn.Module, blocks: torch.nn.ModuleList, depth: int) -> tuple[tuple[int, int], ...]:
+    """Identity and version counter of every tensor the cached states depend on.
+
+    Args:
+        backbone: The model without its LM head.
+        blocks: Its transformer blocks, bottom first.
+        depth: Number of frozen bottom blocks (:func:`frozen_depth`).
+
+    Returns:
+        ``(id, version)`` of each parameter and buffer of the backbone outside ``blocks[depth:]``;
+        an in-place change of any of them (``copy_``, ``mul_``, ``load_state_dict``) changes it.
+    """
+    above = {id(t) for block in blocks[depth:] for t in (*block.parameters(), *block.buffers())}
+    tensors = (*backbone.parameters(), *backbone.buffers())
+    return tuple((id(t), t._version) for t in tensors if id(t) not in above)
 
 
 def _has_adapter(block: torch.nn.Module) -> bool:
@@ -106,9 +131,10 @@ class TrunkCache:
         self._rows: OrderedDict[RowKey, torch.Tensor] = OrderedDict()
         self._bytes = 0
         self._depth = -1
+        self._versions: tuple[tuple[int, int], ...] = ()
         self._as_tuple = False
-        self.hits = 0
-        self.misses = 0
+        self.hits = 0  # items of passes that ran from the cache
+        self.misses = 0  # items of passes that ran the whole model
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -122,6 +148,10 @@ class TrunkCache:
         """Drop every stored item (after the frozen weights change, e.g. on ``load``)."""
         self._rows.clear()
         self._bytes = 0
+
+    def holds(self, item: ItemSpec) -> bool:
+        """Whether the states of ``item`` are stored (a pass of such items can run from the cache)."""
+        return row_key(item) in self._rows
 
     def _store(self, key: RowKey, states: torch.Tensor) -> None:
         old = self._rows.pop(key, None)
@@ -144,10 +174,11 @@ class TrunkCache:
         groups: Sequence[Sequence[int]],
         rows: Sequence[PackedRow],
         pads: Sequence[int],
-        *,
-        reuse: bool,
     ) -> Iterator[None]:
         """Wrap one backbone forward over packed rows: run from cached states, or record them.
+
+        When every item is cached, only the trainable blocks run; otherwise the whole model runs
+        and every item's states are stored.
 
         Args:
             backbone: The model without its LM head.
@@ -155,22 +186,21 @@ class TrunkCache:
             groups: For each row, the indices in ``items`` of the items it holds.
             rows: The packed rows (item ``s`` of row ``r`` is ``items[groups[r][s]]``).
             pads: Left padding of each row.
-            reuse: Run only the trainable blocks when every item is cached (inside an update);
-                otherwise run the whole model and store every item's states.
         """
         blocks = decoder_blocks(backbone) if self.max_bytes > 0 else None
         depth = frozen_depth(backbone, blocks) if blocks is not None else 0
         if blocks is None or depth == 0:
             yield
             return
-        if depth != self._depth:
+        versions = frozen_versions(backbone, blocks, depth)
+        if depth != self._depth or versions != self._versions:
             self.clear()
-            self._depth = depth
+            self._depth, self._versions = depth, versions
         keys = [row_key(item) for item in items]
         cached = [self._rows.get(key) for key in keys]
         spots = [(r, pads[r], row.item_nodes[slot], groups[r][slot]) for r, row in enumerate(rows) for slot in range(len(groups[r]))]
         present = [states for states in cached if states is not None]
-        if reuse and len(present) == len(cached):
+        if len(present) == len(cached):
             self.hits += len(keys)
             for key in keys:
                 self._rows.move_to_end(key)
@@ -181,7 +211,7 @@ class TrunkCache:
             with self._run_from(blocks, depth, hidden):
                 yield
             return
-        self.misses += len(keys) if reuse else 0
+        self.misses += len(keys)
         seen: list[torch.Tensor] = []
         with self._record(blocks, depth, seen):
             yield

@@ -1,4 +1,4 @@
-"""Frozen-trunk cache: updates run from the cached trunk states and compute what the full model does."""
+"""Frozen-trunk cache: passes run from the cached trunk states and compute what the full model does."""
 
 from __future__ import annotations
 
@@ -69,8 +69,8 @@ def test_update_from_cached_trunk_equals_full_model(arch, row_tokens):
     assert len(cache) == len(CONTEXTS) and cache.hits == 0
     result = cached.update(CONTEXTS, CANDIDATES)[0]
     # the forward and the reference forward (adapter disabled) reuse the recorded rows; only the
-    # token_logprobs rows, never seen before, run the whole model
-    assert cache.hits == 2 * len(CONTEXTS) and cache.misses == 2
+    # collection and the token_logprobs rows, never seen before, run the whole model
+    assert cache.hits == 2 * len(CONTEXTS) and cache.misses == len(CONTEXTS) + 2
     for key in ("scores", "values", "reference", "tokens", "grads"):
         assert _close(result[key], expected[key]), key
     assert all(g.abs().sum() > 0 for g in result["grads"])
@@ -89,17 +89,50 @@ def test_update_without_collection_computes_fully_then_reuses():
         assert _close(first[key], expected[key]) and _close(second[key], expected[key]), key
 
 
-def test_outside_updates_the_model_runs_fully_and_refreshes_rows():
+def _scores(llm: LLM, contexts: list[str], candidates: list[list[str]]) -> list[torch.Tensor]:
+    return [o["score"] for o in llm.forward(["score"], contexts, candidates)]
+
+
+@pytest.mark.parametrize("row_tokens", [0, 512])
+def test_cached_items_run_from_the_cache_outside_updates_too(row_tokens):
+    # a later rollout meeting the same prompt skips the frozen blocks: a mixed call puts the cached
+    # item in a pass of its own and runs the others fully
+    plain, cached = _llm("llama", 0, row_tokens=row_tokens), _llm("llama", 64, row_tokens=row_tokens)
+    cache = cached.backend.trunk_cache
+    first = _scores(cached, CONTEXTS[:1], CANDIDATES[:1])
+    assert (cache.hits, cache.misses, len(cache)) == (0, 1, 1)
+    mixed = _scores(cached, CONTEXTS, CANDIDATES)
+    assert (cache.hits, cache.misses, len(cache)) == (1, 3, len(CONTEXTS))
+    again = _scores(cached, CONTEXTS, CANDIDATES)
+    assert (cache.hits, cache.misses) == (1 + len(CONTEXTS), 3)
+    expected = _scores(plain, CONTEXTS, CANDIDATES)
+    assert _close(first, expected[:1]) and _close(mixed, expected) and _close(again, expected)
+
+
+def test_a_change_of_a_frozen_weight_empties_the_cache():
+    plain, cached = _llm("llama", 0), _llm("llama", 64)
+    cache = cached.backend.trunk_cache
+    before = _scores(cached, CONTEXTS, CANDIDATES)
+    for llm in (plain, cached):
+        with torch.no_grad():  # an in-place edit of the frozen trunk, as load_state_dict makes
+            llm.model.get_input_embeddings().weight.mul_(0.5)
+    after = _scores(cached, CONTEXTS, CANDIDATES)
+    assert cache.hits == 0 and cache.misses == 2 * len(CONTEXTS)
+    assert not _close(after, before) and _close(after, _scores(plain, CONTEXTS, CANDIDATES))
+    _scores(cached, CONTEXTS, CANDIDATES)
+    assert cache.hits == len(CONTEXTS)  # the new states are reused
+
+
+def test_save_and_load_empty_the_cache(tmp_path):
     llm = _llm("llama", 64)
     cache = llm.backend.trunk_cache
-    before = llm.score(CONTEXTS, CANDIDATES)
-    llm.forward(["score"], CONTEXTS, CANDIDATES)
-    llm.forward(["score"], CONTEXTS, CANDIDATES)
-    assert cache.hits == 0 and len(cache) == len(CONTEXTS)
-    with torch.no_grad():  # a change of the frozen trunk is seen by the next collection
-        llm.model.get_input_embeddings().weight.mul_(0.5)
-    after = llm.forward(["score"], CONTEXTS, CANDIDATES)
-    assert not _close([o["score"] for o in after], before)
+    _scores(llm, CONTEXTS, CANDIDATES)
+    assert len(cache) == len(CONTEXTS)
+    llm.save(tmp_path / "ckpt")
+    assert len(cache) == 0 and cache.nbytes == 0
+    _scores(llm, CONTEXTS, CANDIDATES)
+    llm.load(tmp_path / "ckpt")
+    assert len(cache) == 0 and cache.nbytes == 0
 
 
 def test_no_cache_when_the_bottom_block_trains():
@@ -123,7 +156,7 @@ def test_frozen_depth_and_blocks():
     assert frozen_depth(backbone, blocks) == 0
 
 
-def test_memory_budget_drops_least_recently_used_rows_and_load_clears(tmp_path):
+def test_memory_budget_drops_least_recently_used_rows():
     llm = _llm("llama", 64)
     cache: TrunkCache = llm.backend.trunk_cache
     llm.forward(["score"], CONTEXTS[:1], CANDIDATES[:1])
@@ -131,9 +164,6 @@ def test_memory_budget_drops_least_recently_used_rows_and_load_clears(tmp_path):
     cache.max_bytes = 2 * one_row + 1
     llm.forward(["score"], CONTEXTS[1:], CANDIDATES[1:])
     assert len(cache) <= 2 and cache.nbytes <= cache.max_bytes
-    llm.save(tmp_path / "ckpt")
-    llm.load(tmp_path / "ckpt")
-    assert len(cache) == 0 and cache.nbytes == 0
 
 
 def test_negative_budget_is_a_config_error():

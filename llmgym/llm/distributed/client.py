@@ -296,8 +296,13 @@ class DistributedLLM:
         return [item for rank in range(self.num_servers) for item in results[rank][0]]
 
     def save(self, path: str) -> Any:
-        """Save the trainable state from server 0 (all servers hold the same weights)."""
-        return self._request({0: ("save", (path,), {})})[0]
+        """Save the trainable state from server 0 (all servers hold the same weights).
+
+        The other servers empty their frozen-trunk caches, as server 0 does when it saves, so a run
+        resumed from the checkpoint computes exactly what this one computes next.
+        """
+        calls = {0: ("save", (path,), {}), **{rank: ("clear_trunk_cache", (), {}) for rank in range(1, self.num_servers)}}
+        return self._request(calls)[0]
 
     def load(self, path: str) -> None:
         """Load trainable state on every server."""

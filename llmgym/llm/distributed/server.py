@@ -39,7 +39,10 @@ __all__ = ["SERVER_METHODS", "serve", "main"]
 
 #: Methods the client may call on a server's backend.
 SERVER_METHODS = frozenset(
-    {"score", "forward", "generate", "update", "token_logprobs", "save", "load", "trainable_parameters", "tokenizer"}
+    {
+        "score", "forward", "generate", "update", "token_logprobs", "save", "load", "clear_trunk_cache",
+        "trainable_parameters", "tokenizer",
+    }
 )
 
 _LOST_CLIENT_EXIT = 3

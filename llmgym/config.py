@@ -118,8 +118,9 @@ class ModelConfig:
     seed: int = _f(0, "Seed used to initialise module functions (heads) identically everywhere.")
     trunk_cache_mb: int = _f(
         0,
-        "Memory for the frozen-trunk cache (0: off): with LoRA on the top blocks only, updates reuse the "
-        "activations of the frozen blocks below from the collection's forward passes (e.g. 1024).",
+        "Memory for the frozen-trunk cache (0: off): with LoRA on the top blocks only, forward passes reuse "
+        "the activations of the frozen blocks below for every prompt seen before, in the update's epochs "
+        "and in later rollouts (e.g. 1024).",
     )
     row_tokens: int = _f(
         0,

@@ -204,6 +204,11 @@ class AgentConfig:
     use_chat_template: bool = _f(True, "Render prompts with the tokenizer's chat template when it has one.")
     max_prompt_tokens: int = _f(1024, "Token budget of a prompt; oldest turns are dropped first.")
     temperature: float = _f(1.0, "Policy temperature (scoring: softmax over log-probs; generative: sampling).")
+    score_normalize: str = _f(
+        "sum",
+        "How a scoring agent scores a candidate from its tokens' log-probs: sum (log p of the whole action) "
+        "or mean (per token, so an action of several tokens is not disfavoured for its length).",
+    )
     max_new_tokens: int = _f(16, "Max generated tokens per step (generative and token agents).")
     invalid_action: str = _f(
         "penalty", "Unparsable generated action: penalty (fallback action + penalty reward) or error."
@@ -213,6 +218,7 @@ class AgentConfig:
     def __post_init__(self) -> None:
         _check_choice("agent", "type", self.type, ("scoring", "generative", "token"))
         _check_choice("agent", "invalid_action", self.invalid_action, ("penalty", "error"))
+        _check_choice("agent", "score_normalize", self.score_normalize, ("sum", "mean"))
         _check_positive("agent", "history_length", self.history_length, allow_zero=True)
         _check_positive("agent", "max_prompt_tokens", self.max_prompt_tokens)
         _check_positive("agent", "temperature", self.temperature)

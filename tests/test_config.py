@@ -56,6 +56,7 @@ def test_wrong_type_names_key():
         ("algorithm.updater=MyUpdater", r"module:Class|package\.module:ClassName"),
         ("distributed.rl_processes=2", r"rl_processes=2"),
         ("train.total_env_steps=0", r"total_env_steps=0 must be > 0"),
+        ("agent.score_normalize=max", r"agent\.score_normalize='max'.*mean"),
     ],
 )
 def test_out_of_range_values(override, pattern):

@@ -305,4 +305,6 @@ class BaseAgent(abc.ABC):
 
         episodes = [(ep.decisions, ep.rewards) for ep in self._finished]
         self._finished = []
-        return update_from_episodes(self.llm, episodes, self.algorithm, self.generator, self.config.temperature)
+        return update_from_episodes(
+            self.llm, episodes, self.algorithm, self.generator, self.config.temperature, self.config.score_normalize
+        )

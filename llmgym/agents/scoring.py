@@ -61,7 +61,7 @@ class ScoringAgent(BaseAgent):
         options_per_env = [list(c or []) for c in candidates]
         groups = [scored_candidates(text, options) for text, options in zip(texts, options_per_env)]
         keys = [SCORE_KEY, VALUE_KEY] if VALUE_KEY in self.llm.module_function_keys else [SCORE_KEY]
-        outputs = self.llm.forward(keys, contexts=texts, candidates=groups)
+        outputs = self.llm.forward(keys, contexts=texts, candidates=groups, normalize=self.config.score_normalize)
         decisions = []
         for prompt, options, scored, out in zip(prompts, options_per_env, groups, outputs):
             log_probs = candidate_policy(torch.as_tensor(out[SCORE_KEY]), self.config.temperature)

@@ -93,7 +93,8 @@ class OnPolicyAlgorithm:
 
     def update(self) -> dict[str, float]:
         """Run the updates on the collected rollout."""
-        stats = run_update(self.agent.llm, self.buffer, self.config, self.generator, self.agent.config.temperature)
+        agent = self.agent.config
+        stats = run_update(self.agent.llm, self.buffer, self.config, self.generator, agent.temperature, agent.score_normalize)
         self.updates += 1
         return stats
 

@@ -80,6 +80,7 @@ def run_update(
     config: AlgorithmConfig,
     generator: torch.Generator,
     temperature: float = 1.0,
+    normalize: str = "sum",
 ) -> dict[str, float]:
     """Run the configured epochs of updates on a rollout whose advantages are computed.
 
@@ -93,6 +94,7 @@ def run_update(
         config: The ``algorithm`` section.
         generator: Draws the minibatch permutation of each epoch.
         temperature: The scoring agent's softmax temperature (the policy being trained).
+        normalize: How the scoring agent scores a candidate (``agent.score_normalize``).
 
     Returns:
         Sample-weighted means of the last epoch's statistics, plus ``epochs`` run.
@@ -106,6 +108,7 @@ def run_update(
         "advantages": advantages,
         "returns": batch.returns,
         "temperature": temperature,
+        "normalize": normalize,
     }
     if batch.candidates is not None:
         payload["actions"] = batch.actions
@@ -133,6 +136,7 @@ def update_from_episodes(
     config: AlgorithmConfig,
     generator: torch.Generator,
     temperature: float = 1.0,
+    normalize: str = "sum",
 ) -> dict[str, float]:
     """Update from whole episodes (LlamaGym's ``terminate_episode`` flow).
 
@@ -146,7 +150,7 @@ def update_from_episodes(
         for t, (decision, reward) in enumerate(zip(decisions, rewards)):
             add_decisions(buffer, [decision], [reward], [t == last], [False])
     buffer.compute_returns_and_advantages([0.0], config.gamma, config.gae_lambda)
-    stats = run_update(llm, buffer, config, generator, temperature)
+    stats = run_update(llm, buffer, config, generator, temperature, normalize)
     returns = [sum(rewards) for _, rewards in episodes]
     stats["episode_return"] = sum(returns) / len(returns)
     stats["episodes"] = float(len(episodes))

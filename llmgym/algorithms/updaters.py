@@ -97,7 +97,7 @@ class PolicyGradientUpdater(Updater):
             ctx = [contexts[i] for i in local]
             cands = [list(candidates[i]) for i in local]
             keys = [SCORE_KEY, VALUE_KEY] if has_value else [SCORE_KEY]
-            outputs = self.llm.forward(keys, ctx, cands, require_grad=True)
+            outputs = self.llm.forward(keys, ctx, cands, require_grad=True, normalize=batch["normalize"])
             logits, mask = pad_candidate_scores([o[SCORE_KEY] for o in outputs], temperature=batch["temperature"])
             actions = batch["actions"][torch.tensor(chunk)].long().to(logits.device)
             log_probs = categorical_log_prob(logits, actions, mask)
@@ -106,7 +106,7 @@ class PolicyGradientUpdater(Updater):
             kl = torch.zeros_like(log_probs)
             if kl_coef > 0:
                 with torch.no_grad(), self.llm.reference():
-                    ref = self.llm.forward([SCORE_KEY], ctx, cands)
+                    ref = self.llm.forward([SCORE_KEY], ctx, cands, normalize=batch["normalize"])
                 ref_logits, _ = pad_candidate_scores([o[SCORE_KEY] for o in ref], temperature=batch["temperature"])
                 log_p = torch.log_softmax(logits, -1)
                 ref_log_p = torch.log_softmax(ref_logits.to(logits.device), -1)
@@ -140,8 +140,9 @@ class PolicyGradientUpdater(Updater):
         """One epoch over ``kwargs["minibatches"]`` (lists of indices into the client's batch).
 
         Expected ``kwargs``: ``minibatches``, ``old_log_probs``, ``old_values``, ``advantages``,
-        ``returns`` (``[B_total]`` tensors), ``temperature``; ``actions`` with candidates, or
-        ``prompt_ids`` and ``action_ids`` for generated actions.
+        ``returns`` (``[B_total]`` tensors), ``temperature`` and ``normalize`` (the scoring policy:
+        defaults 1.0 and ``"sum"``); ``actions`` with candidates, or ``prompt_ids`` and
+        ``action_ids`` for generated actions.
 
         Returns:
             Sample-weighted means of the losses and statistics over this server's samples, and
@@ -158,6 +159,7 @@ class PolicyGradientUpdater(Updater):
         position = {int(g): i for i, g in enumerate(_current_batch_ids)}
         batch = dict(kwargs)
         batch.setdefault("temperature", 1.0)
+        batch.setdefault("normalize", "sum")
         for key in ("old_log_probs", "old_values", "advantages", "returns", "actions"):
             if key in batch:
                 batch[key] = torch.as_tensor(batch[key])

@@ -88,6 +88,20 @@ def test_scoring_agent_greedy_is_argmax_and_needs_candidates():
         agent.act_batch(["x", "y"], [{}, {}])
 
 
+@pytest.mark.parametrize("normalize", ["sum", "mean"])
+def test_scoring_agent_policy_uses_the_configured_score(normalize):
+    llm = _llm()
+    agent = ScoringAgent(llm, AgentConfig(**PLAIN, temperature=2.0, score_normalize=normalize))
+    options = ["dog", "banana split", "go forward now"]  # candidates of different token counts
+    agent.act_batch(["x"], [{"valid_actions": options}])
+    decision = agent.last_decisions[0]
+    scores = llm.score([decision.prompt], [decision.candidates], normalize=normalize)[0]
+    other = llm.score([decision.prompt], [decision.candidates], normalize="mean" if normalize == "sum" else "sum")[0]
+    expected = torch.log_softmax(scores / 2.0, -1)[decision.action_index]
+    assert decision.log_prob == pytest.approx(float(expected), abs=1e-5)
+    assert float(torch.log_softmax(other / 2.0, -1)[decision.action_index]) != pytest.approx(decision.log_prob, abs=1e-3)
+
+
 def test_unparsable_generation_gets_penalty_and_fallback():
     fake = FakeLLM("I am not sure")
     agent = GenerativeAgent(fake, AgentConfig(**PLAIN, invalid_action_penalty=-0.5))

@@ -12,8 +12,12 @@ from tests.algorithms.helpers import build, tiny_config
 ECHO = "env.kwargs.words=[banana,cherry,dog,cat]"
 
 
-def test_first_minibatch_ratio_is_one_and_nothing_clipped(tmp_path):
-    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.epochs=1", "algorithm.minibatch_size=32")
+# With mean scores the update must score the candidates as the agent did, or the ratio is off.
+@pytest.mark.parametrize("normalize", ["sum", "mean"])
+def test_first_minibatch_ratio_is_one_and_nothing_clipped(tmp_path, normalize):
+    words = "env.kwargs.words=[banana split,dog,go forward now,cat]"  # candidates of 1 to 3 tokens
+    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", words, "algorithm.epochs=1", "algorithm.minibatch_size=32",
+                         f"agent.score_normalize={normalize}", "agent.temperature=0.5")
     _, envs, _, algorithm = build(config)
     algorithm.collect_rollout()
     stats = algorithm.update()

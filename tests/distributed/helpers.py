@@ -45,3 +45,10 @@ class FailingUpdater(Updater):
             raise KeyError("explode: this updater found a bad sample")
         self.llm.sync_gradients(len(contexts))
         return {}
+
+
+class CacheProbe(Updater):
+    """Reports how many items this server's frozen-trunk cache holds (trains nothing)."""
+
+    def perform_update(self, contexts, candidates, _current_batch_ids, **kwargs):  # type: ignore[no-untyped-def]
+        return {"cached": len(self.llm.trunk_cache)}

@@ -8,13 +8,13 @@ forward passes, and the order of float sums in the matmuls depends on the batch 
 import pytest
 import torch
 
-from llmgym.config import DistributedConfig, ModelConfig
+from llmgym.config import DistributedConfig, LoRAConfig, ModelConfig
 from llmgym.errors import BackendError
 from llmgym.llm.distributed.backend import make_backend
 from llmgym.llm.local import LocalLLM
 from llmgym.llm.modules import ValueHead
 from llmgym.testing import tiny_causal_lm
-from tests.distributed.helpers import FailingUpdater, SGDUpdater
+from tests.distributed.helpers import CacheProbe, FailingUpdater, SGDUpdater
 
 CONTEXTS = [
     "You see a red ball 2 steps left. Action:",
@@ -88,6 +88,23 @@ def test_update_equals_one_local_update_on_full_batch(pair):
     for p0, p1, w in zip(remote.parameters_of(0), remote.parameters_of(1), local.trainable_parameters()):
         assert torch.equal(p0, p1)
         torch.testing.assert_close(p0, w.detach(), atol=1e-6, rtol=0)
+
+
+@pytest.mark.timeout(90)
+def test_save_empties_every_servers_trunk_cache(tmp_path):
+    # server 0 writes the checkpoint; every server starts a fresh cache, as a resumed run would
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    config = ModelConfig(name="tiny", lora=LoRAConfig(r=2, layers=[-1]), trunk_cache_mb=16)
+    remote = make_backend(config, None, CacheProbe, model=model, tokenizer=tokenizer,
+                          distributed=DistributedConfig(llm_processes=2, timeout_s=30.0))
+    try:
+        remote.forward(["score"], CONTEXTS, CANDIDATES)  # records the trunk states (score() does not)
+        assert all(r["cached"] > 0 for r in remote.update(CONTEXTS, CANDIDATES))
+        remote.save(str(tmp_path / "ckpt"))
+        assert (tmp_path / "ckpt").is_dir()
+        assert [r["cached"] for r in remote.update(CONTEXTS, CANDIDATES)] == [0, 0]
+    finally:
+        remote.close()
 
 
 @pytest.mark.timeout(90)

@@ -301,7 +301,8 @@ class DistributedLLM:
         The other servers empty their frozen-trunk caches, as server 0 does when it saves, so a run
         resumed from the checkpoint computes exactly what this one computes next.
         """
-        calls: dict[int, tuple[str, tuple[Any, ...], dict[str, Any]]] = {0: ("save", (path,), {}), **{rank: ("clear_trunk_cache", (), {}) for rank in range(1, self.num_servers)}}
+        calls: dict[int, tuple[str, tuple[Any, ...], dict[str, Any]]] = {0: ("save", (path,), {})}
+        calls.update({rank: ("clear_trunk_cache", (), {}) for rank in range(1, self.num_servers)})
         return self._request(calls)[0]
 
     def load(self, path: str) -> None:

@@ -18,7 +18,7 @@ dropout (the model stays in eval mode), so their output at a token is a function
 of the frozen weights alone. The cache notes the version counter of every frozen weight and is
 emptied when one changes (an in-place edit, ``load_state_dict``), or when the boundary moves.
 The states are equal to a fresh computation up to the rounding of a differently packed pass;
-:meth:`LocalBackend.save` and ``load`` empty the cache, so a run resumed from a checkpoint
+:meth:`LocalLLM.save` and ``load`` empty the cache, so a run resumed from a checkpoint
 computes exactly what the run that wrote it computed next.
 """
 

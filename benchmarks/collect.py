@@ -20,6 +20,7 @@ Usage: ``python benchmarks/collect.py [--config configs/gotoredball.yaml] [--ite
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,28 +32,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def collect(config_path: Path, cache_mb: int, iterations: int, checkpoint: str | None) -> tuple[float, list[Any], float]:
     """Run ``iterations`` collections of the config's PPO run; returns ``(seconds, actions, hit share)``."""
-    from llmgym.algorithms.on_policy import PPO
-    from llmgym.algorithms.trainer import _env_instructions, build_agent, build_llm, make_envs
+    from llmgym.algorithms.trainer import Trainer
     from llmgym.checkpoint import latest_checkpoint
     from llmgym.config import load_config
 
     config = load_config(config_path, [f"model.trunk_cache_mb={cache_mb}"])
-    torch.manual_seed(config.train.seed)
-    llm = build_llm(config)
-    if checkpoint is not None:
-        llm.load(latest_checkpoint(checkpoint) / "llm")
-    envs = make_envs(config)
-    agent = build_agent(config, llm, envs.num_envs, _env_instructions(config))
-    algorithm = PPO(agent, envs, config.algorithm, seed=config.train.seed)
-    start = time.perf_counter()
-    for _ in range(iterations):
-        algorithm.collect_rollout()
-    seconds = time.perf_counter() - start
-    cache = llm.backend.trunk_cache
-    share = cache.hits / max(cache.hits + cache.misses, 1)
-    envs.close()
-    llm.close()
-    return seconds, algorithm.action_log, share
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = Trainer(config, run_dir)  # the trainer's own LLM, envs, agent and algorithm, seeded as in a run
+        if checkpoint is not None:
+            trainer.llm.load(latest_checkpoint(checkpoint) / "llm")
+        start = time.perf_counter()
+        for _ in range(iterations):
+            trainer.algorithm.collect_rollout()
+        seconds = time.perf_counter() - start
+        cache = trainer.llm.backend.trunk_cache
+        share = cache.hits / max(cache.hits + cache.misses, 1)
+        trainer.close()
+    return seconds, trainer.algorithm.action_log, share
 
 
 def main() -> None:

@@ -126,8 +126,9 @@ class ModelConfig:
         0,
         "Causal models: pack several contexts per forward row, as a token trie of about this many tokens "
         "(e.g. 512), so prefixes shared across contexts are computed once and rows are balanced instead of "
-        "padded; 0: one context per row (its candidates still share it). Scores agree either way within "
-        "rounding.",
+        "padded; 0: one context per row (its candidates still share it). Rows over 1,024 tokens use "
+        "block-sparse tree attention (cost linear in the row) where the model allows it. Scores agree "
+        "either way within rounding.",
     )
 
     def __post_init__(self) -> None:

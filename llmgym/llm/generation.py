@@ -3,7 +3,8 @@
 Prompts of an RL batch usually start with the same tokens (system prompt, action list, chat
 template) and differ in length. For causal models every prompt but its last token is prefilled in
 packed prefix-sharing rows (:mod:`llmgym.llm.layout`: a token prefix shared by several prompts is
-computed once, and no padding is computed). The KV states are then gathered into the left-padded
+computed once, and no padding is computed); where the model allows block-sparse tree attention
+(:mod:`llmgym.llm.tree_attention`), a row holds a whole batch's token trie. The KV states are then gathered into the left-padded
 cache ``generate`` expects, and decoding starts from each prompt's last token. Each sequence gets
 exactly the positions and attention of its own unpadded prompt.
 """
@@ -22,11 +23,17 @@ from llmgym.errors import InputError
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows, prefix_sharing_mask
 from llmgym.llm.scoring import split_causal_lm
 from llmgym.llm.tokenization import TextEncoder
+from llmgym.llm.tree_attention import plan_tree_attention, supports_tree_attention, tree_attention_pass
 
 __all__ = ["Generation", "generated_length", "generate", "packed_prompt_cache", "PreallocatedLayer"]
 
-#: Target length of a prefill row: short prompts share a row up to it (see ``plan_rows``).
+#: Target length of a prefill row under a dense prefix-sharing mask, whose attention costs the
+#: square of it: short prompts share a row up to it (see ``plan_rows``).
 PREFILL_ROW_TOKENS = 512
+
+#: Target length of a prefill row under tree attention, whose cost grows linearly with it: a
+#: batch of a few dozen prompts is one token trie.
+TREE_PREFILL_ROW_TOKENS = 8192
 
 _OWNED_KWARGS = (
     "return_dict_in_generate", "output_scores", "output_logits", "input_ids", "attention_mask", "cache", "past_key_values",
@@ -152,7 +159,9 @@ def packed_prompt_cache(
 
     The prompts (less their last token) are laid out as token tries (:func:`pack_items`), so a
     prefix several prompts share is computed once and no padding is computed; the backbone runs
-    without its LM head. The key and value states are then gathered, per prompt, into a cache
+    without its LM head. Rows are long token tries with block-sparse tree attention where the
+    model supports it (:func:`supports_tree_attention`), else rows of about
+    ``PREFILL_ROW_TOKENS`` with a dense prefix-sharing mask. The key and value states are then gathered, per prompt, into a cache
     left-padded to the longest prompt less one token, the layout of ``generate``'s own prefill.
     Its layers are :class:`PreallocatedLayer` objects with ``spare`` free positions, so decoding
     writes each step in place.
@@ -173,13 +182,18 @@ def packed_prompt_cache(
     if width == 0:
         return None
     items = [ItemSpec(h, [], []) for h in heads]
-    groups = plan_rows(items, [len(h) for h in heads], PREFILL_ROW_TOKENS)
+    tree = supports_tree_attention(model)
+    groups = plan_rows(items, [len(h) for h in heads], TREE_PREFILL_ROW_TOKENS if tree else PREFILL_ROW_TOKENS)
     rows = [pack_items([items[i] for i in group]) for group in groups]
     device = next(model.parameters()).device
     batch = collate_rows(rows, pad_token_id, device)
     backbone, head = split_causal_lm(model)
-    mask = prefix_sharing_mask(batch, next(head.parameters()).dtype)
-    out = backbone(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=True)
+    if tree:
+        with tree_attention_pass(model, plan_tree_attention(batch.parents)):
+            out = backbone(input_ids=batch.input_ids, attention_mask=None, position_ids=batch.position_ids, use_cache=True)
+    else:
+        mask = prefix_sharing_mask(batch, next(head.parameters()).dtype)
+        out = backbone(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=True)
     cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     layers = getattr(cache, "layers", None)
     if not layers or any(type(layer) is not DynamicLayer for layer in layers):

@@ -30,6 +30,7 @@ from llmgym.llm.layout import (
     prefix_sharing_mask,
 )
 from llmgym.llm.tokenization import TextEncoder, model_window
+from llmgym.llm.tree_attention import plan_tree_attention, supports_tree_attention, tree_attention_pass
 from llmgym.llm.trunk_cache import TrunkCache
 from llmgym.llm.validation import check_candidates, check_contexts, check_minibatch_size, check_normalize
 
@@ -120,6 +121,12 @@ def reduce_token_scores(token_logprobs: torch.Tensor, token_counts: Sequence[int
     return totals / counts.to(totals.dtype) if normalize == "mean" else totals
 
 
+#: Rows up to this length attend through a dense prefix-sharing mask; longer ones (a large
+#: ``row_tokens``, or one long context) through block-sparse tree attention where the model allows
+#: it (:mod:`llmgym.llm.tree_attention`), whose cost grows linearly with the row.
+DENSE_MASK_MAX_TOKENS = 1024
+
+
 def split_causal_lm(model: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
     """Return the backbone (no LM head) and the LM head of a causal LM, PEFT-wrapped or not."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -157,14 +164,15 @@ def _forward_causal(
     device = next(model.parameters()).device
     groups, rows = layout_rows(items, row_tokens)
     batch = collate_rows(rows, pad_token_id, device)
-    dtype = next(head.parameters()).dtype
-    mask = prefix_sharing_mask(batch, dtype)
+    tree = batch.input_ids.shape[1] > DENSE_MASK_MAX_TOKENS and supports_tree_attention(model)
+    mask = None if tree else prefix_sharing_mask(batch, next(head.parameters()).dtype)
+    attention = tree_attention_pass(model, plan_tree_attention(batch.parents)) if tree else contextlib.nullcontext()
     trunk = (
         trunk_cache.around(backbone, items, groups, rows, batch.pad)
         if trunk_cache is not None
         else contextlib.nullcontext()
     )
-    with trunk:
+    with trunk, attention:
         hidden = backbone(
             input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=False
         ).last_hidden_state

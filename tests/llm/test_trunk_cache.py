@@ -57,11 +57,16 @@ def _close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return len(a) == len(b) and all(torch.allclose(x, y, atol=1e-5) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("row_tokens", [0, 512])
+@pytest.mark.parametrize(("row_tokens", "tree"), [(0, False), (512, False), (512, True)])
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-def test_update_from_cached_trunk_equals_full_model(arch, row_tokens):
+def test_update_from_cached_trunk_equals_full_model(arch, row_tokens, tree, monkeypatch):
     # with row_tokens, the collection packs the three contexts in one row and the update (4
-    # sequences per pass) in other rows: the cached states are per item, not per row
+    # sequences per pass) in other rows: the cached states are per item, not per row; with tree,
+    # every row attends through block-sparse tree attention, gradients included
+    if tree:
+        from llmgym.llm import scoring
+
+        monkeypatch.setattr(scoring, "DENSE_MASK_MAX_TOKENS", 0)
     plain, cached = _llm(arch, 0, row_tokens=row_tokens), _llm(arch, 64, row_tokens=row_tokens)
     expected = plain.update(CONTEXTS, CANDIDATES)[0]
     cached.forward(["score", "value"], CONTEXTS, CANDIDATES)  # collection: records the trunk states

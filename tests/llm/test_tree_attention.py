@@ -1,0 +1,108 @@
+"""Block-sparse tree attention: the dense prefix-sharing mask's result at a fraction of its cost."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmgym.errors import InputError
+from llmgym.llm.layout import ItemSpec, collate_rows, pack_item, pack_items, prefix_sharing_mask
+from llmgym.llm.tree_attention import (
+    ancestor_table,
+    plan_tree_attention,
+    supports_tree_attention,
+    tree_attention,
+    tree_attention_pass,
+)
+from llmgym.testing.tiny_models import tiny_causal_lm, tiny_seq2seq_lm
+
+_tokens = st.lists(st.integers(1, 4), min_size=1, max_size=6)
+_items = st.lists(st.tuples(_tokens, st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), max_size=3)), min_size=1, max_size=5)
+
+
+def _batch(raw: list[tuple[list[int], list[list[int]]]]):
+    items = [ItemSpec(ctx, [ctx + tail for tail in tails], [len(ctx)] * len(tails)) for ctx, tails in raw]
+    # a trie row, a one-item row (not in depth-first order when tails differ) and a short row: left padding
+    rows = [pack_items(items), pack_item(items[-1]), pack_items(items[:1])]
+    return collate_rows(rows, pad_token_id=0, device=torch.device("cpu"))
+
+
+def test_ancestor_table_lists_generations_up_to_the_root():
+    parents = torch.tensor([[0, 0, 1, 1, 4]])  # 0 <- 1 <- {2, 3}; 4 a root of its own
+    table = ancestor_table(parents)
+    assert table.tolist() == [[[0, 0, 0], [1, 0, 0], [2, 1, 0], [3, 1, 0], [4, 4, 4]]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(_items, st.sampled_from([1, 2, 3, 5, 64]))
+def test_plan_allows_exactly_the_prefix_sharing_mask(raw, block):
+    batch = _batch(raw)
+    dense = prefix_sharing_mask(batch, torch.float32)[:, 0] == 0  # [R, L, L]
+    plan = plan_tree_attention(batch.parents, block)
+    rows, length = batch.parents.shape
+    allowed = plan.allowed.reshape(rows, -1, block, plan.key_index.shape[-1])
+    for r in range(rows):
+        for q in range(length):
+            blk, offset = divmod(q, block)
+            keys = plan.key_index[r, blk][allowed[r, blk, offset]].tolist()
+            assert sorted(keys) == torch.nonzero(dense[r, q]).flatten().tolist()
+
+
+@pytest.mark.parametrize("block", [4, 16, 64])
+def test_tree_attention_equals_dense_masked_attention(block):
+    raw = [([1, 2, 3, 4, 1, 2], [[3], [4, 4]]), ([1, 2, 3, 1], [[2, 2, 2]]), ([1, 2], [[1], [2], [3]]), ([4, 4, 4, 4, 4], [])]
+    batch = _batch(raw)
+    rows, length = batch.parents.shape
+    gen = torch.Generator().manual_seed(0)
+    query = torch.randn(rows, 6, length, 8, generator=gen)
+    key = torch.randn(rows, 2, length, 8, generator=gen)
+    value = torch.randn(rows, 2, length, 8, generator=gen)
+    mask = prefix_sharing_mask(batch, torch.float32)
+    dense = F.scaled_dot_product_attention(query, key.repeat_interleave(3, 1), value.repeat_interleave(3, 1), attn_mask=mask, scale=0.3)
+    tree = tree_attention(query, key, value, plan_tree_attention(batch.parents, block), scaling=0.3)
+    assert tree.shape == (rows, length, 6, 8)
+    assert torch.allclose(tree, dense.transpose(1, 2), atol=1e-5)
+
+
+def test_tree_attention_gradients_equal_dense():
+    batch = _batch([([1, 2, 3], [[1], [2, 3]]), ([1, 2, 4], [[4]])])
+    rows, length = batch.parents.shape
+    gen = torch.Generator().manual_seed(1)
+    states = [torch.randn(rows, 2, length, 4, generator=gen, requires_grad=True) for _ in range(3)]
+    mask = prefix_sharing_mask(batch, torch.float32)
+    plan = plan_tree_attention(batch.parents, 3)
+    dense_grads = torch.autograd.grad(F.scaled_dot_product_attention(*states, attn_mask=mask).pow(2).sum(), states)
+    tree_grads = torch.autograd.grad(tree_attention(*states, plan).pow(2).sum(), states)
+    for dense, tree in zip(dense_grads, tree_grads):
+        assert torch.allclose(dense, tree, atol=1e-5)
+
+
+def test_plan_rejects_an_empty_block():
+    with pytest.raises(InputError, match="block=0"):
+        plan_tree_attention(torch.zeros(1, 3, dtype=torch.long), 0)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_model_pass_under_a_plan_equals_the_dense_mask_pass(arch):
+    model, _ = tiny_causal_lm(arch)
+    assert supports_tree_attention(model)
+    batch = _batch([([5, 6, 7, 8, 9], [[10], [11, 12]]), ([5, 6, 7, 13], [[14, 15]]), ([5, 16], [])])
+    mask = prefix_sharing_mask(batch, torch.float32)
+    with torch.no_grad():
+        dense = model(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids).logits
+        with tree_attention_pass(model, plan_tree_attention(batch.parents, 4)):
+            tree = model(input_ids=batch.input_ids, attention_mask=None, position_ids=batch.position_ids).logits
+        after = model(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids).logits
+    assert torch.allclose(tree, dense, atol=1e-5)
+    assert model.config._attn_implementation == "sdpa" and torch.equal(after, dense)  # restored on exit
+
+
+def test_supports_tree_attention_excludes_what_it_cannot_compute():
+    seq2seq, _ = tiny_seq2seq_lm()
+    assert not supports_tree_attention(seq2seq)
+    windowed, _ = tiny_causal_lm("llama")
+    windowed.config.sliding_window = 4
+    assert not supports_tree_attention(windowed)

@@ -6,9 +6,10 @@ so they do the same work; the ratio is printed. A third row runs the batched cal
 ``generate``'s own padded prefill and concatenating cache instead of the packed prefix-sharing
 prefill into preallocated cache layers, to show what those save.
 
-Prefill is compute-bound on a CPU and costs about the same in both (the loop's prompts are
-shorter only by what the packing shares), while each batched decoding step serves 32 prompts at
-close to the cost of one; so the ratio grows with the number of new tokens. ``--new-tokens`` takes
+Prefill is compute-bound on a CPU: the batched call saves only the tokens its single token trie
+shares (with tree attention, so the trie's attention costs little), while each batched decoding
+step serves 32 prompts at close to the cost of one; so the ratio grows with the number of new
+tokens. ``--new-tokens`` takes
 several values and prints one table per value.
 
 Usage: ``python benchmarks/generate.py [--new-tokens 16 32 64] [--prompts N]``.

@@ -9,8 +9,9 @@ prefill into preallocated cache layers, to show what those save.
 Prefill is compute-bound on a CPU: the batched call saves only the tokens its single token trie
 shares (with tree attention, so the trie's attention costs little), while each batched decoding
 step serves 32 prompts at close to the cost of one; so the ratio grows with the number of new
-tokens. ``--new-tokens`` takes
-several values and prints one table per value.
+tokens. ``--new-tokens`` takes several values and prints one table per value; the default
+includes 32, the ``max_new_tokens`` of LlamaGym's ``Agent``, whose ``act`` is exactly such a
+per-prompt ``generate`` loop.
 
 Usage: ``python benchmarks/generate.py [--new-tokens 16 32 64] [--prompts N]``.
 """
@@ -34,7 +35,7 @@ def main() -> None:
     from llmgym.llm.client import LLM
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--new-tokens", type=int, nargs="+", default=[16, 64], help="new tokens per prompt (one table each)")
+    parser.add_argument("--new-tokens", type=int, nargs="+", default=[16, 32, 64], help="new tokens per prompt (one table each)")
     parser.add_argument("--prompts", type=int, default=32, help="number of prompts from the workload")
     args = parser.parse_args()
     prompts = json.loads(WORKLOAD.read_text())["contexts"][: args.prompts]

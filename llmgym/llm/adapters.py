@@ -9,7 +9,7 @@ from typing import Any, Optional
 from llmgym.config import LoRAConfig
 from llmgym.errors import ConfigError, require
 
-__all__ = ["apply_lora", "check_quantization", "is_peft_model", "lora_target_modules"]
+__all__ = ["apply_lora", "base_model", "check_quantization", "is_peft_model", "lora_target_modules"]
 
 # The ModuleList of transformer blocks is named so in every common architecture (llama "layers", GPT-2 "h",
 # T5 "block"); the group captures the block index.
@@ -19,6 +19,11 @@ _BLOCK_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|block|blocks)\.(\d+)\.")
 def is_peft_model(model: Any) -> bool:
     """Whether ``model`` is wrapped by PEFT."""
     return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def base_model(model: Any) -> Any:
+    """The transformers model under a PEFT wrapper (``model`` itself when it is not wrapped)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def check_quantization(load_in_4bit: bool) -> None:

@@ -4,9 +4,10 @@ Prompts of an RL batch usually start with the same tokens (system prompt, action
 template) and differ in length. For causal models every prompt but its last token is prefilled in
 packed prefix-sharing rows (:mod:`llmgym.llm.layout`: a token prefix shared by several prompts is
 computed once, and no padding is computed); where the model allows block-sparse tree attention
-(:mod:`llmgym.llm.tree_attention`), a row holds a whole batch's token trie. The KV states are then gathered into the left-padded
-cache ``generate`` expects, and decoding starts from each prompt's last token. Each sequence gets
-exactly the positions and attention of its own unpadded prompt.
+(:mod:`llmgym.llm.tree_attention`), a row holds a whole batch's token trie. The KV states are
+then gathered into the left-padded cache ``generate`` expects, and decoding starts from each
+prompt's last token. Each sequence gets exactly the positions and attention of its own unpadded
+prompt.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from llmgym.errors import InputError
-from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows, prefix_sharing_mask
+from llmgym.llm.adapters import base_model
+from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows
 from llmgym.llm.scoring import split_causal_lm
 from llmgym.llm.tokenization import TextEncoder
-from llmgym.llm.tree_attention import plan_tree_attention, supports_tree_attention, tree_attention_pass
+from llmgym.llm.tree_attention import packed_row_attention, supports_tree_attention
 
 __all__ = ["Generation", "generated_length", "generate", "packed_prompt_cache", "PreallocatedLayer"]
 
@@ -97,8 +99,7 @@ def generated_length(
 
 def _cache_kwarg(model: Any) -> str:
     """Name of the KV-cache argument of the model's forward (``cache`` in transformers >= 5.x)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(base_model(model).forward).parameters else "past_key_values"
 
 
 class PreallocatedLayer(DynamicLayer):  # type: ignore[misc]
@@ -161,8 +162,9 @@ def packed_prompt_cache(
     prefix several prompts share is computed once and no padding is computed; the backbone runs
     without its LM head. Rows are long token tries with block-sparse tree attention where the
     model supports it (:func:`supports_tree_attention`), else rows of about
-    ``PREFILL_ROW_TOKENS`` with a dense prefix-sharing mask. The key and value states are then gathered, per prompt, into a cache
-    left-padded to the longest prompt less one token, the layout of ``generate``'s own prefill.
+    ``PREFILL_ROW_TOKENS`` with a dense prefix-sharing mask. The key and value states are then
+    gathered, per prompt, into a cache left-padded to the longest prompt less one token, the
+    layout of ``generate``'s own prefill.
     Its layers are :class:`PreallocatedLayer` objects with ``spare`` free positions, so decoding
     writes each step in place.
 
@@ -188,11 +190,7 @@ def packed_prompt_cache(
     device = next(model.parameters()).device
     batch = collate_rows(rows, pad_token_id, device)
     backbone, head = split_causal_lm(model)
-    if tree:
-        with tree_attention_pass(model, plan_tree_attention(batch.parents)):
-            out = backbone(input_ids=batch.input_ids, attention_mask=None, position_ids=batch.position_ids, use_cache=True)
-    else:
-        mask = prefix_sharing_mask(batch, next(head.parameters()).dtype)
+    with packed_row_attention(model, batch, next(head.parameters()).dtype, tree) as mask:
         out = backbone(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=True)
     cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     layers = getattr(cache, "layers", None)

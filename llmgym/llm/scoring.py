@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from llmgym.llm.adapters import base_model
 from llmgym.llm.layout import (
     ItemSpec,
     PackedRow,
@@ -27,10 +28,9 @@ from llmgym.llm.layout import (
     pack_items,
     plan_minibatches,
     plan_rows,
-    prefix_sharing_mask,
 )
 from llmgym.llm.tokenization import TextEncoder, model_window
-from llmgym.llm.tree_attention import plan_tree_attention, supports_tree_attention, tree_attention_pass
+from llmgym.llm.tree_attention import packed_row_attention, supports_tree_attention
 from llmgym.llm.trunk_cache import TrunkCache
 from llmgym.llm.validation import check_candidates, check_contexts, check_minibatch_size, check_normalize
 
@@ -129,7 +129,7 @@ DENSE_MASK_MAX_TOKENS = 1024
 
 def split_causal_lm(model: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
     """Return the backbone (no LM head) and the LM head of a causal LM, PEFT-wrapped or not."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     return getattr(base, base.base_model_prefix), base.get_output_embeddings()
 
 
@@ -165,14 +165,12 @@ def _forward_causal(
     groups, rows = layout_rows(items, row_tokens)
     batch = collate_rows(rows, pad_token_id, device)
     tree = batch.input_ids.shape[1] > DENSE_MASK_MAX_TOKENS and supports_tree_attention(model)
-    mask = None if tree else prefix_sharing_mask(batch, next(head.parameters()).dtype)
-    attention = tree_attention_pass(model, plan_tree_attention(batch.parents)) if tree else contextlib.nullcontext()
     trunk = (
         trunk_cache.around(backbone, items, groups, rows, batch.pad)
         if trunk_cache is not None
         else contextlib.nullcontext()
     )
-    with trunk, attention:
+    with trunk, packed_row_attention(model, batch, next(head.parameters()).dtype, tree) as mask:
         hidden = backbone(
             input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=False
         ).last_hidden_state

@@ -10,8 +10,8 @@ block), so attention costs ``L * K`` and a row can hold a whole batch's token tr
 The computation is installed in the model for one forward pass at a time
 (:func:`tree_attention_pass`): the model's attention implementation is switched to the
 registered ``"llmgym_tree"`` function, which reads the pass's :class:`TreeAttentionPlan`.
-Outside such a pass (or for a query that is not the plan's, e.g. a decoding step) it is plain
-SDPA attention.
+Outside such a pass it is plain SDPA attention. :func:`packed_row_attention` chooses between
+this and the dense mask for one forward pass over packed rows.
 """
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from llmgym.errors import BackendError, InputError
+from llmgym.llm.adapters import base_model
+from llmgym.llm.layout import PackedBatch, prefix_sharing_mask
 
 __all__ = [
     "TREE_ATTENTION",
     "TreeAttentionPlan",
     "ancestor_table",
+    "packed_row_attention",
     "plan_tree_attention",
     "supports_tree_attention",
     "tree_attention",
@@ -115,16 +118,15 @@ def plan_tree_attention(parents: torch.Tensor, block: int = DEFAULT_BLOCK) -> Tr
     blocks = -(-length // block)
     # queries past the row's end (the last block's remainder) stand in for its last token
     query = torch.arange(blocks * block, device=device).clamp(max=length - 1)
-    block_ancestors = ancestors[:, query].reshape(rows, blocks, -1)  # [R, n, block * D]
+    query_ancestors = ancestors[:, query].reshape(rows, blocks, block, -1)  # [R, n, block, D]
     needed = torch.zeros(rows, blocks, length, dtype=torch.bool, device=device)
-    needed.scatter_(2, block_ancestors, True)
+    needed.scatter_(2, query_ancestors.reshape(rows, blocks, -1), True)
     slots = int(needed.sum(-1).max())
     key_index = torch.sort(needed.to(torch.uint8), dim=-1, descending=True, stable=True).indices[..., :slots]
     slot_used = needed.gather(2, key_index)  # [R, n, K]
     query_depth = depth[:, query].reshape(rows, blocks, block, 1)
     key_depth = depth.gather(1, key_index.reshape(rows, -1)).reshape(rows, blocks, 1, slots)
     up = query_depth - key_depth  # generations from a query up to a slot's depth
-    query_ancestors = ancestors[:, query].reshape(rows, blocks, block, -1)  # [R, n, block, D]
     above = query_ancestors.gather(3, up.clamp(min=0).expand(-1, -1, -1, slots).contiguous())
     allowed = (up >= 0) & (above == key_index[:, :, None, :]) & slot_used[:, :, None, :]
     return TreeAttentionPlan(key_index, allowed.reshape(rows * blocks, 1, block, slots), block, length)
@@ -188,8 +190,13 @@ def _tree_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """Attention function for transformers: the active plan's tree attention, else plain SDPA."""
     plan = _ACTIVE_PLAN.get()
-    if plan is None or query.shape[2] != plan.length or key.shape[2] != plan.length:
+    if plan is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    if query.shape[2] != plan.length or key.shape[2] != plan.length:
+        raise BackendError(
+            f"tree attention planned rows of {plan.length} tokens but {type(module).__name__} got "
+            f"{query.shape[2]} queries and {key.shape[2]} keys; run only the planned rows inside tree_attention_pass()."
+        )
     unsupported = [name for name in ("softcap", "position_bias", "sliding_window", "s_aux") if kwargs.get(name) is not None]
     if unsupported:
         raise BackendError(
@@ -202,11 +209,6 @@ def _tree_attention_forward(
 AttentionInterface.register(TREE_ATTENTION, _tree_attention_forward)
 
 
-def _base_config(model: Any) -> Any:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.config
-
-
 def supports_tree_attention(model: Any) -> bool:
     """Whether :func:`tree_attention_pass` can run ``model``'s packed rows.
 
@@ -214,7 +216,7 @@ def supports_tree_attention(model: Any) -> bool:
     attention interface with SDPA or eager attention, and use no sliding window, logit
     soft-capping or attention sinks.
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     config = base.config
     if getattr(config, "is_encoder_decoder", False) or not getattr(base, "_supports_attention_backend", False):
         return False
@@ -239,7 +241,7 @@ def tree_attention_pass(model: Any, plan: TreeAttentionPlan) -> Iterator[None]:
         model: A model :func:`supports_tree_attention` accepts (optionally PEFT-wrapped).
         plan: The plan of the rows the forward pass runs.
     """
-    config = _base_config(model)
+    config = base_model(model).config
     previous = config._attn_implementation
     token = _ACTIVE_PLAN.set(plan)
     config._attn_implementation = TREE_ATTENTION
@@ -248,3 +250,24 @@ def tree_attention_pass(model: Any, plan: TreeAttentionPlan) -> Iterator[None]:
     finally:
         config._attn_implementation = previous
         _ACTIVE_PLAN.reset(token)
+
+
+@contextlib.contextmanager
+def packed_row_attention(model: Any, batch: PackedBatch, dtype: torch.dtype, tree: bool) -> Iterator[torch.Tensor | None]:
+    """Attention of one forward pass over packed rows: yield the ``attention_mask`` to pass the model.
+
+    Args:
+        model: The causal model the pass runs.
+        batch: The collated rows.
+        dtype: Floating dtype of the model's activations (for the dense mask).
+        tree: Use block-sparse tree attention (the model must pass :func:`supports_tree_attention`);
+            ``False``: a dense prefix-sharing mask.
+
+    Yields:
+        The ``[R, 1, L, L]`` prefix-sharing mask, or ``None`` inside a tree-attention pass.
+    """
+    if not tree:
+        yield prefix_sharing_mask(batch, dtype)
+        return
+    with tree_attention_pass(model, plan_tree_attention(batch.parents)):
+        yield None

@@ -51,13 +51,13 @@ def test_score_matches_reference(model_and_tokenizer, minibatch_size, row_tokens
 
 @pytest.mark.parametrize("minibatch_size", [3, 64])
 def test_long_rows_attend_through_tree_attention_and_match_reference(model_and_tokenizer, minibatch_size, monkeypatch):
-    from llmgym.llm import scoring
+    from llmgym.llm import scoring, tree_attention
 
     model, tok = model_and_tokenizer
     planned = []
-    plan = scoring.plan_tree_attention
+    plan = tree_attention.plan_tree_attention
     monkeypatch.setattr(scoring, "DENSE_MASK_MAX_TOKENS", 0)  # every row counts as long
-    monkeypatch.setattr(scoring, "plan_tree_attention", lambda parents: planned.append(parents.shape) or plan(parents, 4))
+    monkeypatch.setattr(tree_attention, "plan_tree_attention", lambda parents: planned.append(parents.shape) or plan(parents, 4))
     scores = score(model, tok, CONTEXTS, CANDIDATES, minibatch_size=minibatch_size, row_tokens=512)
     _check(model, tok, CONTEXTS, CANDIDATES, scores)
     assert bool(planned) != bool(model.config.is_encoder_decoder)

@@ -8,10 +8,12 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgym.errors import InputError
+from llmgym.errors import BackendError, InputError
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_item, pack_items, prefix_sharing_mask
 from llmgym.llm.tree_attention import (
+    TREE_ATTENTION,
     ancestor_table,
+    packed_row_attention,
     plan_tree_attention,
     supports_tree_attention,
     tree_attention,
@@ -106,3 +108,18 @@ def test_supports_tree_attention_excludes_what_it_cannot_compute():
     windowed, _ = tiny_causal_lm("llama")
     windowed.config.sliding_window = 4
     assert not supports_tree_attention(windowed)
+
+
+def test_packed_row_attention_yields_the_dense_mask_or_switches_to_the_plan():
+    model, _ = tiny_causal_lm("llama")
+    batch = _batch([([5, 6, 7], [[8], [9, 10]]), ([5, 11], [])])
+    with packed_row_attention(model, batch, torch.float32, tree=False) as mask:
+        assert mask is not None and torch.equal(mask, prefix_sharing_mask(batch, torch.float32))
+        assert model.config._attn_implementation == "sdpa"
+    with packed_row_attention(model, batch, torch.float32, tree=True) as mask:
+        assert mask is None and model.config._attn_implementation == TREE_ATTENTION
+        other = torch.zeros(1, batch.input_ids.shape[1] + 1, dtype=torch.long)
+        with pytest.raises(BackendError, match="planned rows of"):
+            model(input_ids=other)  # not the planned rows: an error, never a silent other attention
+    assert model.config._attn_implementation == "sdpa"
+

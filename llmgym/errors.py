@@ -15,6 +15,7 @@ __all__ = [
     "ModelNotFoundError",
     "BackendError",
     "BackendTimeoutError",
+    "AuthenticationError",
     "CheckpointError",
     "MissingDependencyError",
 ]
@@ -46,6 +47,10 @@ class BackendError(LLMGymError, RuntimeError):
 
 class BackendTimeoutError(BackendError, TimeoutError):
     """An LLM server did not answer within the configured timeout."""
+
+
+class AuthenticationError(BackendError):
+    """A control-plane peer did not prove it knows the job's secret, or a message failed its check."""
 
 
 class CheckpointError(LLMGymError, RuntimeError):

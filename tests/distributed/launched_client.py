@@ -1,7 +1,8 @@
-"""The RL client of the launch tests: run by `llmgym launch` (argv: output JSON path, mode)."""
+"""The RL client of the launch tests: run by `llmgym launch` (argv: output JSON path, mode: fake, hang or sigkill)."""
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -27,6 +28,8 @@ def main(out_path: str, mode: str) -> int:
     os.replace(out_path + ".tmp", out_path)
     if mode == "hang":
         time.sleep(120)
+    if mode == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
     llm.close()
     return 0
 

@@ -31,8 +31,11 @@ def _interactive_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _launcher(*args: str) -> subprocess.Popen:
+def _launcher(*args: str, secret: str | None = None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("LLMGYM_AUTHKEY", None)
+    if secret is not None:
+        env["LLMGYM_AUTHKEY"] = secret
     return subprocess.Popen(
         [sys.executable, "-m", "llmgym.llm.distributed.launch", *args], cwd=ROOT, env=env,
         preexec_fn=_interactive_sigint,
@@ -52,8 +55,9 @@ def test_two_launchers_on_localhost_form_one_job(tmp_path):
     port = str(_free_port())
     common = ["--llm-processes", "2", "--nnodes", "2", "--master-port", port, "--timeout-s", "30"]
     out = tmp_path / "result.json"
-    node1 = _launcher(*common, "--node-rank", "1", CLIENT, str(out), "fake")  # servers wait for the client
-    node0 = _launcher(*common, "--node-rank", "0", CLIENT, str(out), "fake")
+    secret = "a shared secret of the two nodes"
+    node1 = _launcher(*common, "--node-rank", "1", CLIENT, str(out), "fake", secret=secret)  # servers wait
+    node0 = _launcher(*common, "--node-rank", "0", CLIENT, str(out), "fake", secret=secret)
     assert node0.wait(timeout=75) == 0
     assert node1.wait(timeout=15) == 0
     record = json.loads(out.read_text())

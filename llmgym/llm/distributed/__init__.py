@@ -8,13 +8,14 @@ Design:
   (:meth:`DistributedLLM.spawn <.client.DistributedLLM.spawn>`). The user's script runs once, on
   the client; the servers get the backend factory (model config, heads, updater, pickled with
   cloudpickle so classes defined in the script travel too) over the control plane.
-* **Control plane** (:mod:`.transport`): one authenticated TCP connection per server to the
-  client, carrying pickled ``(kind, request id, ...)`` messages. Servers send heartbeats while they
+* **Control plane** (:mod:`.transport`): one TCP connection per server to the client, mutually
+  authenticated with the job's secret (HMAC-SHA256, every frame checked before unpickling; see
+  docs/security.md), carrying pickled ``(kind, request id, ...)`` messages. Servers send heartbeats while they
   work, so the client bounds every wait by ``timeout_s`` of silence; a dead server's connection
   drops at once. Server exceptions travel back with rank, host, pid and traceback and are raised
   as ``BackendError``.
 * **Data plane** (:mod:`.gradients`): a gloo process group of the servers only (the client is
-  never in a collective), rendezvous on a TCPStore hosted by the client, timeout ``timeout_s``:
+  never in a collective), rendezvous on a TCPStore hosted by the client (bound to the master address only), timeout ``timeout_s``:
   server 0's trainable weights are broadcast at start, and ``sync_gradients(n)`` is a
   sample-weighted all-reduce in which an idle server joins with weight 0.
 * **Dispatch** (:mod:`.balance`, :mod:`.client`): batches are split by size (characters as a

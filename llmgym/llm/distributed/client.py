@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from multiprocessing.connection import Connection, Listener, wait
+from multiprocessing.connection import wait
 from typing import Any, cast
 
 from llmgym.errors import BackendError, BackendTimeoutError, InputError
@@ -67,7 +69,8 @@ class DistributedLLM:
     :meth:`connect` (servers started by ``llmgym launch``, possibly on other machines).
 
     Args:
-        listener: The listening control socket (closed once every server is connected).
+        listener: The listening control socket (closed once every server is connected); it admits
+            only peers that know the job secret.
         factory: Builds each server's backend from its :class:`Placement`.
         num_servers: Number of servers expected to connect.
         timeout_s: Longest silence tolerated from a working server, and the deadline of the
@@ -78,7 +81,7 @@ class DistributedLLM:
 
     def __init__(
         self,
-        listener: Listener,
+        listener: transport.ControlListener,
         factory: BackendFactory,
         num_servers: int,
         timeout_s: float,
@@ -86,7 +89,7 @@ class DistributedLLM:
     ) -> None:
         self.timeout_s = timeout_s
         self._processes = list(processes)
-        self._conns: list[Connection] = []
+        self._conns: list[transport.Channel] = []
         self._servers: list[ServerInfo] = []
         self._request_ids = itertools.count(1)
         self._broken: str | None = None
@@ -115,6 +118,9 @@ class DistributedLLM:
     ) -> DistributedLLM:
         """Start ``num_servers`` server processes on this machine and connect to them.
 
+        The job's secret is drawn here and reaches only the servers (in their environment); they
+        also exit if this process dies.
+
         Args:
             factory: Builds a server's backend; must be picklable with cloudpickle.
             num_servers: Number of LLM servers.
@@ -130,10 +136,11 @@ class DistributedLLM:
             BackendError: When a server fails to start (with its traceback).
         """
         blocks = assign_gpus(num_servers, model_parallelism_size, visible_gpus())
-        listener = transport.listen(host, 0, transport.authkey_from_env())
+        secret = transport.new_secret()
+        listener = transport.ControlListener(host, 0, secret.encode())
         address = f"{host}:{listener.address[1]}"
         processes = [
-            _start_server(address, rank, gpus, num_servers, timeout_s) for rank, gpus in enumerate(blocks)
+            _start_server(address, rank, gpus, num_servers, timeout_s, secret) for rank, gpus in enumerate(blocks)
         ]
         return cls(listener, factory, num_servers, timeout_s, processes)
 
@@ -143,22 +150,25 @@ class DistributedLLM:
     ) -> DistributedLLM:
         """Serve ``num_servers`` servers started by ``llmgym launch``: listen on ``host:port``.
 
+        Only servers that know the job secret (``$LLMGYM_AUTHKEY``, set by the launcher) are admitted.
+
         Raises:
+            ConfigError: When no job secret is set.
             BackendError: When the address cannot be bound or a server fails to start.
             BackendTimeoutError: When not every server connected within ``timeout_s``.
         """
-        listener = transport.listen(host, port, transport.authkey_from_env())
+        listener = transport.ControlListener(host, port, transport.require_secret())
         return cls(listener, factory, num_servers, timeout_s)
 
-    def _start(self, listener: Listener, factory: BackendFactory, num_servers: int) -> None:
+    def _start(self, listener: transport.ControlListener, factory: BackendFactory, num_servers: int) -> None:
         import cloudpickle
 
         host = listener.address[0]
         try:
-            conns = transport.accept(listener, num_servers, self.timeout_s, self._check_processes)
+            conns = listener.accept(num_servers, self.timeout_s, self._check_processes)
         finally:
             listener.close()
-        hellos = [transport.recv(conn) for conn in conns]
+        hellos = [conn.recv() for conn in conns]
         by_rank = sorted(zip(hellos, conns), key=lambda pair: int(pair[0][1]))
         ranks = [int(hello[1]) for hello, _ in by_rank]
         if ranks != list(range(num_servers)):
@@ -172,15 +182,11 @@ class DistributedLLM:
         self._servers = [ServerInfo(int(h[1]), str(h[2]), int(h[3])) for h, _ in by_rank]
         store_address = None
         if num_servers > 1:
-            import torch.distributed as dist
-
-            self._store = dist.TCPStore(
-                host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=self.timeout_s)
-            )
+            self._store = _bound_store(host, self.timeout_s)
             store_address = (host, self._store.port)
         payload = cloudpickle.dumps(factory)
         for conn in self._conns:
-            transport.send(conn, ("init", payload, store_address, num_servers))
+            conn.send(("init", payload, store_address, num_servers))
         self._gather(0, "start", range(num_servers), expect="ready")
         if num_servers > 1:
             self._measure()  # fetch the tokenizer now, so that no call pays (or fails on) the extra round trip
@@ -326,13 +332,13 @@ class DistributedLLM:
         self._closed = True
         for conn in self._conns:
             with contextlib.suppress(OSError, ValueError):
-                transport.send(conn, ("close",))
+                conn.send(("close",))
         deadline = time.monotonic() + min(_CLOSE_GRACE_S, self.timeout_s)
         pending = list(self._conns)
         while pending and time.monotonic() < deadline:
             for conn in _wait(pending, max(0.0, deadline - time.monotonic())):
                 try:
-                    if transport.recv(conn)[0] == "closed":
+                    if conn.recv()[0] == "closed":
                         pending.remove(conn)
                 except (EOFError, OSError):
                     pending.remove(conn)
@@ -348,8 +354,14 @@ class DistributedLLM:
         self.close()
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        # Runs at interpreter exit too, when module globals such as ``contextlib`` may already be
+        # None: only builtins here, and nothing to do for a closed backend.
+        if getattr(self, "_closed", True):
+            return
+        try:
             self.close()
+        except Exception:  # noqa: BLE001 - a finalizer must not raise
+            pass
 
     # ----------------------------------------------------------------- dispatch
     def _split_call(
@@ -398,7 +410,7 @@ class DistributedLLM:
         method = next(iter(calls.values()))[0] if calls else "nothing"
         for rank, (name, args, kwargs) in calls.items():
             try:
-                transport.send(self._conns[rank], ("call", request_id, name, args, kwargs))
+                self._conns[rank].send(("call", request_id, name, args, kwargs))
             except (OSError, ValueError) as exc:
                 raise self._fail(self._dead(rank, method, exc)) from exc
         try:
@@ -428,7 +440,7 @@ class DistributedLLM:
             for conn in _wait(list(pending), max(0.0, wait_s)):
                 rank = pending[conn]
                 try:
-                    message = transport.recv(conn)
+                    message = conn.recv()
                 except (EOFError, OSError) as exc:
                     raise self._dead(rank, method, exc) from exc
                 kind = message[0]
@@ -486,8 +498,19 @@ class _ServerRaised(BackendError):
     """A server answered with an exception (the server itself is fine)."""
 
 
-def _wait(conns: list[Connection], timeout: float) -> list[Connection]:
-    return [cast(Connection, conn) for conn in wait(conns, timeout=timeout)]
+def _wait(conns: list[transport.Channel], timeout: float) -> list[transport.Channel]:
+    return [cast(transport.Channel, conn) for conn in wait(conns, timeout=timeout)]  # type: ignore[arg-type]
+
+
+def _bound_store(host: str, timeout_s: float) -> Any:
+    """Host the servers' gloo rendezvous store on ``host`` only (TCPStore alone binds every interface)."""
+    import torch.distributed as dist
+
+    sock = socket.create_server((host, 0), family=socket.AF_INET, backlog=128)
+    return dist.TCPStore(
+        host, sock.getsockname()[1], is_master=True, wait_for_workers=False,
+        timeout=timedelta(seconds=timeout_s), master_listen_fd=sock.detach(),
+    )
 
 
 def _check_lengths(method: str, first: Sequence[Any], second: Sequence[Any], name: str = "candidates") -> None:
@@ -502,13 +525,15 @@ def _close(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 
 def _start_server(
-    address: str, rank: int, gpus: tuple[int, ...], local_servers: int, timeout_s: float
+    address: str, rank: int, gpus: tuple[int, ...], local_servers: int, timeout_s: float, secret: str
 ) -> subprocess.Popen[bytes]:
     env = server_env(gpus, local_servers)
+    env.pop(transport.SECRET_FILE_ENV, None)
+    env[transport.SECRET_ENV] = secret
     command = [
         sys.executable, "-m", "llmgym.llm.distributed.server",
         "--connect", address, "--rank", str(rank), "--timeout-s", str(timeout_s),
-        "--gpus", ",".join(map(str, gpus)),
+        "--gpus", ",".join(map(str, gpus)), "--parent-pid", str(os.getpid()),
     ]
     return subprocess.Popen(command, env=env)
 

@@ -6,6 +6,12 @@ node runs only its servers. The client listens on ``--master-addr:--master-port`
 by default, so nothing is reachable from other machines unless asked) and the servers connect to
 it, retrying for ``--timeout-s`` seconds, so the nodes may start in any order.
 
+Security: a single-machine job draws a random secret and hands it to its own children only; a
+multi-node job refuses to start unless ``$LLMGYM_AUTHKEY`` or ``$LLMGYM_AUTHKEY_FILE`` gives every
+node the same secret. Every control connection proves knowledge of it before any message is
+read (see :mod:`~llmgym.llm.distributed.transport` and docs/distributed.md's threat model). The
+children receive ``SIGTERM`` if the launcher itself dies, even from ``SIGKILL``.
+
 This is a small process supervisor rather than a wrapper of ``torchrun``/``accelerate launch``:
 their agents kill every worker as soon as one fails (the client would die before reporting the
 server's traceback), expect one program on every rank (the servers would re-run the user's
@@ -21,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import logging
 import os
 import signal
 import subprocess
@@ -33,6 +41,8 @@ from typing import Any
 
 from llmgym.config import DistributedConfig
 from llmgym.errors import ConfigError
+from llmgym.llm.distributed import transport
+from llmgym.llm.distributed.lifetime import exit_with_parent
 from llmgym.llm.distributed.placement import (
     assign_gpus,
     first_server_rank,
@@ -41,7 +51,7 @@ from llmgym.llm.distributed.placement import (
     visible_gpus,
 )
 
-__all__ = ["LaunchInfo", "launch_info", "client_command", "build_parser", "launch_main"]
+__all__ = ["LaunchInfo", "launch_info", "client_command", "build_parser", "job_secret_env", "launch_main"]
 
 ENV_LAUNCHED = "LLMGYM_LAUNCHED"
 ENV_LLM_PROCESSES = "LLMGYM_LLM_PROCESSES"
@@ -51,6 +61,9 @@ ENV_TIMEOUT_S = "LLMGYM_TIMEOUT_S"
 ENV_MODEL_PARALLELISM_SIZE = "LLMGYM_MODEL_PARALLELISM_SIZE"
 
 _STOP_GRACE_S = 5.0
+_LOOPBACK_PREFIXES = ("127.", "localhost", "::1")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -155,7 +168,33 @@ def _server_command(config: DistributedConfig, rank: int, gpus: tuple[int, ...])
         "--rank", str(rank),
         "--gpus", ",".join(map(str, gpus)),
         "--timeout-s", str(config.timeout_s),
+        "--parent-pid", str(os.getpid()),
     ]
+
+
+def job_secret_env(config: DistributedConfig, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Return the environment entries that give this machine's children the job secret.
+
+    Args:
+        config: The job's layout.
+        environ: Where the user may have set a secret (default: ``os.environ``).
+
+    Returns:
+        ``{}`` when the user set a secret (the children inherit it), else a fresh random one.
+
+    Raises:
+        ConfigError: When the job spans several machines and no secret is set: each node's
+            launcher would draw a different one.
+    """
+    if transport.secret_from_env(environ) is not None:
+        return {}
+    if config.nnodes > 1:
+        raise ConfigError(
+            f"a job over --nnodes={config.nnodes} machines needs one control-plane secret shared by every node "
+            f"and none is set: set ${transport.SECRET_ENV} to the same random value on every node (`python -c "
+            f"'import secrets; print(secrets.token_hex(32))'`) or ${transport.SECRET_FILE_ENV} to a file only you can read."
+        )
+    return {transport.SECRET_ENV: transport.new_secret()}
 
 
 def _start(config: DistributedConfig, command: Sequence[str]) -> tuple[subprocess.Popen[bytes] | None, list[Any]]:
@@ -163,11 +202,12 @@ def _start(config: DistributedConfig, command: Sequence[str]) -> tuple[subproces
     local = counts[config.node_rank]
     first = first_server_rank(config.llm_processes, config.nnodes, config.node_rank)
     blocks = assign_gpus(local, config.model_parallelism_size, visible_gpus())
+    secret_env = job_secret_env(config)
     client = None
     servers: list[subprocess.Popen[bytes]] = []
     try:
         if config.node_rank == 0:
-            env = dict(os.environ)
+            env = {**os.environ, **secret_env}
             env.update({
                 ENV_LAUNCHED: "1",
                 ENV_LLM_PROCESSES: str(config.llm_processes),
@@ -176,9 +216,11 @@ def _start(config: DistributedConfig, command: Sequence[str]) -> tuple[subproces
                 ENV_TIMEOUT_S: str(config.timeout_s),
                 ENV_MODEL_PARALLELISM_SIZE: str(config.model_parallelism_size),
             })
-            client = subprocess.Popen(client_command(command), env=env)
+            client = subprocess.Popen(
+                client_command(command), env=env, preexec_fn=functools.partial(exit_with_parent, os.getpid())
+            )
         for index, gpus in enumerate(blocks):
-            env = server_env(gpus, local)
+            env = {**server_env(gpus, local), **secret_env}
             servers.append(subprocess.Popen(_server_command(config, first + index, gpus), env=env))
     except BaseException:
         _stop([p for p in [client, *servers] if p is not None], signal.SIGTERM)
@@ -211,26 +253,38 @@ def _supervise(client: subprocess.Popen[bytes] | None, servers: Sequence[subproc
             with contextlib.suppress(subprocess.TimeoutExpired):
                 server.wait(timeout=max(0.0, deadline - time.monotonic()))
         _stop(servers, signal.SIGTERM)
-        return code
-    codes = [server.wait() for server in servers]
-    return max(codes, key=abs) if codes else 0
+        return _exit_status(code)
+    codes = [_exit_status(server.wait()) for server in servers]
+    return max(codes) if codes else 0
+
+
+def _exit_status(returncode: int) -> int:
+    """A child's status as a shell reports it: ``128 + N`` for a process killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def launch_main(argv: Sequence[str]) -> int:
     """Run ``llmgym launch`` with the arguments after ``launch``; returns the exit code.
 
     Node 0 returns the client's exit code; other nodes return their servers' worst exit code
-    (other nodes ignore the command, so every node can share one command line).
+    (other nodes ignore the command, so every node can share one command line). A child killed
+    by signal N counts as ``128 + N``, as in a shell.
     Ctrl-C or SIGTERM stops every process started here (SIGTERM, then SIGKILL after 5 s) and
     returns 130 / 143.
 
     Raises:
-        ConfigError: On invalid options (named, with the fix), e.g. more GPUs asked than visible.
+        ConfigError: On invalid options (named, with the fix), e.g. more GPUs asked than visible,
+            or a multi-node job without a shared secret.
     """
     args = build_parser().parse_args(list(argv))
     config = _config(args)
     if config.node_rank == 0 and not args.command:
         client_command(args.command)  # raises the explanatory ConfigError
+    if not config.master_addr.startswith(_LOOPBACK_PREFIXES):
+        logger.warning(
+            "the job listens on %s: control connections are authenticated, but the servers' gloo collectives "
+            "and rendezvous store are not; use it only on a trusted cluster network.", config.master_addr,
+        )
 
     def terminate(signum: int, frame: object) -> None:
         raise _Stopped(signum)

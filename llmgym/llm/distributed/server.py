@@ -5,14 +5,18 @@ Started by :mod:`llmgym.llm.distributed.launch` (``llmgym launch``) or by
 ``python -m llmgym.llm.distributed.server --connect HOST:PORT --rank R [--gpus 0,1]``, with
 ``CUDA_VISIBLE_DEVICES`` already narrowed to its GPUs. It then:
 
-1. connects to the client and says hello (rank, host, pid);
+1. connects to the client, authenticates both ways with the job secret (``$LLMGYM_AUTHKEY``,
+   see :mod:`~llmgym.llm.distributed.transport`; nothing is unpickled before) and says hello
+   (rank, host, pid);
 2. receives ``("init", factory, store address, number of servers)``, builds the backend with
-   ``factory(placement)``, joins the gloo group of the servers (never the client) and takes
-   server 0's trainable weights (broadcast), so every server starts identical;
+   ``factory(placement)``, joins the gloo group of the servers (never the client; its sockets
+   bound to the interface this server reaches the client through) and takes server 0's
+   trainable weights (broadcast), so every server starts identical;
 3. answers ``("call", request id, method, args, kwargs)`` messages one at a time, sending
    heartbeats while it works; any exception goes back to the client with its traceback;
-4. exits on ``("close",)``, when the client disconnects, or (from the heartbeat thread) when the
-   client can no longer be reached while a call is running, so no server outlives its client.
+4. exits on ``("close",)``, when the client disconnects, (from the heartbeat thread) when the
+   client can no longer be reached while a call is running, or when the process that started it
+   (``--parent-pid``: the launcher or the spawning client) dies, so no server outlives its job.
 """
 
 from __future__ import annotations
@@ -20,19 +24,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import fcntl
 import os
 import socket
+import struct
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
-from multiprocessing.connection import Connection
 from typing import Any
 
 from llmgym.llm.distributed import transport
 from llmgym.llm.distributed.gradients import GradientSync, broadcast_parameters, fingerprint
+from llmgym.llm.distributed.lifetime import exit_with_parent
 from llmgym.llm.distributed.placement import Placement
 
 __all__ = ["SERVER_METHODS", "serve", "main"]
@@ -46,6 +52,7 @@ SERVER_METHODS = frozenset(
 )
 
 _LOST_CLIENT_EXIT = 3
+_SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
 
 
 class _Heartbeat:
@@ -99,7 +106,7 @@ def _to_cpu(value: Any) -> Any:
 
 
 class _Server:
-    def __init__(self, conn: Connection, placement: Placement, timeout_s: float) -> None:
+    def __init__(self, conn: transport.Channel, placement: Placement, timeout_s: float) -> None:
         self.conn = conn
         self.placement = placement
         self.timeout_s = timeout_s
@@ -110,7 +117,7 @@ class _Server:
 
     def _send(self, message: tuple[Any, ...]) -> None:
         with self._lock:
-            transport.send(self.conn, message)
+            self.conn.send(message)
 
     def _error(self, request_id: int, exc: BaseException) -> tuple[Any, ...]:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -119,7 +126,7 @@ class _Server:
 
     def run(self) -> int:
         self._send(("hello", self.placement.rank, socket.gethostname(), os.getpid()))
-        message = transport.recv(self.conn)
+        message = self.conn.recv()
         if message[0] != "init":
             raise RuntimeError(f"expected an init message from the RL client, got {message[0]!r}")
         _, factory_bytes, store_address, num_servers = message
@@ -144,6 +151,7 @@ class _Server:
             if store_address is None:
                 raise RuntimeError("several LLM servers but no rendezvous store address in the init message")
             timeout = timedelta(seconds=self.timeout_s)
+            _bind_gloo_to(self.conn.local_address)
             store = dist.TCPStore(store_address[0], store_address[1], is_master=False, timeout=timeout)
             dist.init_process_group(
                 "gloo", store=store, rank=self.placement.rank, world_size=num_servers, timeout=timeout
@@ -155,7 +163,7 @@ class _Server:
     def _loop(self) -> int:
         while True:
             try:
-                message = transport.recv(self.conn)
+                message = self.conn.recv()
             except (EOFError, OSError):
                 return _LOST_CLIENT_EXIT
             if message[0] == "close":
@@ -194,7 +202,7 @@ class _Server:
                 dist.destroy_process_group()
 
 
-def serve(conn: Connection, placement: Placement, timeout_s: float) -> int:
+def serve(conn: transport.Channel, placement: Placement, timeout_s: float) -> int:
     """Run one LLM server on an open control connection until the client closes it.
 
     Args:
@@ -214,16 +222,19 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rank", type=int, required=True, help="Server rank in [0, number of servers).")
     parser.add_argument("--gpus", default="", help="Comma-separated physical GPU ids of this server (empty: CPU).")
     parser.add_argument("--timeout-s", type=float, default=60.0, help="Connection and collective timeout.")
+    parser.add_argument("--parent-pid", type=int, default=None, help="Exit when this process (the parent) dies.")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of a server process; returns its exit code."""
     args = _parse(argv)
+    if args.parent_pid is not None:
+        exit_with_parent(args.parent_pid)
     host, _, port = args.connect.rpartition(":")
     gpus = tuple(int(g) for g in args.gpus.split(",") if g)
     placement = Placement(rank=args.rank, gpus=gpus)
-    conn = transport.connect((host, int(port)), transport.authkey_from_env(), args.timeout_s)
+    conn = transport.connect((host, int(port)), transport.require_secret(), args.timeout_s)
     try:
         return serve(conn, placement, args.timeout_s)
     except (EOFError, OSError):
@@ -232,6 +243,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         conn.close()
+
+
+def _bind_gloo_to(address: str) -> None:
+    """Make gloo listen on the interface that holds ``address`` (unless ``GLOO_SOCKET_IFNAME`` is set).
+
+    Gloo otherwise binds the address the host name resolves to, which may be reachable from other
+    machines although the job was asked to stay on ``127.0.0.1``.
+    """
+    if "GLOO_SOCKET_IFNAME" in os.environ:
+        return
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                packed = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address on this interface
+                continue
+        if socket.inet_ntoa(packed[20:24]) == address:
+            os.environ["GLOO_SOCKET_IFNAME"] = name
+            return
 
 
 if __name__ == "__main__":

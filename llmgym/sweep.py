@@ -366,14 +366,17 @@ def run_sweep(
         The sweep, failed runs included (their ``error`` says why).
 
     Raises:
-        ConfigError: On an invalid config or override, no seeds, ``jobs < 1``, ``train.resume`` set,
-            ``train.eval_episodes=0`` (nothing to compare) or a sweep directory that is not empty.
+        ConfigError: On an invalid config or override, no seeds, ``jobs < 1``, a bad ``resamples`` or
+            ``confidence``, ``train.resume`` set, ``train.eval_episodes=0`` (nothing to compare) or a
+            sweep directory that is not empty (checked before any run starts).
     """
     config = load_config(config_path, list(overrides))
     if not seeds:
         raise ConfigError("a sweep needs at least one seed (--seeds).")
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs} must be >= 1.")
+    if resamples < 1 or not 0.0 < confidence < 1.0:
+        raise ConfigError(f"--resamples {resamples} must be >= 1 and the confidence {confidence} in (0, 1).")
     if config.train.resume is not None:
         raise ConfigError("train.resume cannot be swept: each seed trains its own run from scratch.")
     if config.train.eval_episodes == 0:
@@ -386,7 +389,9 @@ def run_sweep(
     log_dir.mkdir(parents=True)
 
     default_threads = max(1, _available_cores() // jobs) if jobs > 1 else None
-    plan: list[tuple[int, Optional[int]]] = [(s, t) for s in seeds for t in threads] or [(s, default_threads) for s in seeds]
+    plan: list[tuple[int, Optional[int]]] = (
+        [(seed, count) for seed in seeds for count in threads] or [(seed, default_threads) for seed in seeds]
+    )
     job_list = []
     for seed, count in plan:
         run_dir = sweep_dir / (f"seed-{seed}" if not threads else f"seed-{seed}-threads-{count}")

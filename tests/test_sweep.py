@@ -95,10 +95,21 @@ def test_bad_arguments_are_config_errors(tmp_path, capsys):
         run_sweep(None, [*BASE, *out, "train.resume=somewhere"], [0])
     with pytest.raises(ConfigError, match="--jobs 0"):
         run_sweep(None, [*BASE, *out], [0], jobs=0)
+    with pytest.raises(ConfigError, match="--resamples 0"):
+        run_sweep(None, [*BASE, *out], [0], resamples=0)
+    assert not any(tmp_path.iterdir())  # nothing started
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "sweep.json").write_text("{}")
     with pytest.raises(ConfigError, match="not empty"):
         run_sweep(None, [*BASE, *out, "train.run_name=taken"], [0])
+
+
+def test_sweep_help_explains_the_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["sweep", "--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    assert all(text in out for text in ("--seeds", "--jobs", "--threads", "interquartile mean", "sweep.json"))
 
 
 def test_read_run_without_metrics_is_a_failed_run(tmp_path):

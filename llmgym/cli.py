@@ -1,4 +1,4 @@
-"""The ``llmgym`` command: ``train | eval | launch | envs | play | config | bench``."""
+"""The ``llmgym`` command: ``train | sweep | eval | launch | envs | play | config | bench``."""
 
 from __future__ import annotations
 
@@ -45,6 +45,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("config", nargs="?", help="YAML config file (omit for the default run)")
     train.add_argument("overrides", nargs="*", help="dotted overrides such as train.seed=3")
+
+    sweep = sub.add_parser(
+        "sweep",
+        help="train a config once per seed (and thread count), then report the IQM and its 95%% CI",
+        description=(
+            "Train a config once per seed, each run an 'llmgym train' subprocess with train.seed=S in its own run "
+            "directory under <train.output_dir>/<train.run_name or sweep-ENV-TIME>/ (seed-S, or seed-S-threads-T). "
+            "Then print a table of every run (success and return before and after training, training time), the "
+            "interquartile mean (IQM) of final success and return over the runs with a 95% percentile bootstrap "
+            "confidence interval, and write sweep.json and sweep_curves.png there. A failed run is reported in the "
+            "table and the exit status is 1. "
+            "Example: llmgym sweep configs/quickstart.yaml --seeds 0-4 train.total_env_steps=512"
+        ),
+    )
+    sweep.add_argument("config", nargs="?", help="YAML config file (omit for the default run)")
+    sweep.add_argument("overrides", nargs="*", help="dotted overrides applied to every run, as for llmgym train")
+    sweep.add_argument("--seeds", required=True, help="seeds as ranges and commas: 0-4, 0,2,5 or 0-2,7")
+    sweep.add_argument(
+        "--jobs", type=int, default=1,
+        help="runs at a time; parallel runs get OMP_NUM_THREADS = cores // jobs unless --threads is given",
+    )
+    sweep.add_argument(
+        "--threads", default=None,
+        help="OMP_NUM_THREADS values (ranges and commas, e.g. 1,2): every seed runs once at each; "
+        "the IQM is reported per thread count",
+    )
+    sweep.add_argument("--resamples", type=int, default=2000, help="bootstrap samples per confidence interval")
 
     ev = sub.add_parser("eval", help="evaluate a run's checkpoint greedily on seeded episodes")
     ev.add_argument("run_dir", help="run directory written by llmgym train")
@@ -146,6 +173,27 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from llmgym.stats import parse_int_list, parse_seeds
+    from llmgym.sweep import format_aggregates, format_table, run_sweep
+
+    seeds = parse_seeds(args.seeds)
+    threads = parse_int_list(args.threads, "--threads", minimum=1) if args.threads is not None else []
+    config, overrides = _split_config_arg(args.config, args.overrides)
+    result = run_sweep(config, overrides, seeds, threads=threads, jobs=args.jobs, resamples=args.resamples)
+    print()
+    print(format_table(result.runs))
+    print()
+    print(format_aggregates(result))
+    print(f"summary: {result.summary_path}")
+    if result.curves_path:
+        print(f"learning curves: {result.curves_path}")
+    if result.failed:
+        print(f"{len(result.failed)} of {len(result.runs)} runs failed", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_bench(name: str, bench_args: list[str]) -> int:
     root = Path(__file__).resolve().parent.parent / "benchmarks"
     script = root / f"{name}.py"
@@ -197,6 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(*_split_config_arg(args.config, args.overrides))
             run_training(config)
             return 0
+        if args.command == "sweep":
+            return _cmd_sweep(args)
         if args.command == "eval":
             from llmgym.algorithms.trainer import evaluate_run
 

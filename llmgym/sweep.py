@@ -1,0 +1,421 @@
+"""Seed sweeps: train one config over several seeds (and thread counts), then aggregate.
+
+``llmgym sweep CONFIG --seeds 0-4 [overrides]`` calls :func:`run_sweep`. Every run is an
+``llmgym train`` subprocess with ``train.seed`` set, writing its own run directory under the
+sweep directory (``<train.output_dir>/<train.run_name or sweep-ENV-TIME>/seed-S``), so results
+stream to disk as usual and a run that fails loses nothing of the others. The sweep reads each
+run's evaluations back from its ``metrics.jsonl`` and writes ``sweep.json`` (every run and the
+IQM with its bootstrap interval) and ``sweep_curves.png`` (every run's learning curve and their mean).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from llmgym.config import load_config
+from llmgym.errors import ConfigError
+from llmgym.metrics import read_metrics
+from llmgym.stats import bootstrap_ci, iqm
+
+__all__ = [
+    "SweepRun",
+    "Aggregate",
+    "SweepResult",
+    "run_sweep",
+    "read_run",
+    "aggregate",
+    "format_table",
+    "format_aggregates",
+    "plot_sweep_curves",
+]
+
+SUMMARY_NAME = "sweep.json"
+CURVES_NAME = "sweep_curves.png"
+METRICS = ("success_after", "return_after")
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One training run of a sweep and its evaluations (``None`` where the run has none).
+
+    Attributes:
+        seed: ``train.seed`` of the run.
+        threads: ``OMP_NUM_THREADS`` the run was given; ``None`` when it inherited the environment's.
+        run_dir: The run directory.
+        success_before: Greedy success rate of the evaluation before training.
+        success_after: Greedy success rate of the last evaluation.
+        return_before: Mean episode return of the evaluation before training.
+        return_after: Mean episode return of the last evaluation.
+        train_time_s: Seconds from the start of training to the last logged record (the final evaluation).
+        error: Why the run failed; ``None`` when it succeeded.
+    """
+
+    seed: int
+    threads: Optional[int]
+    run_dir: str
+    success_before: Optional[float] = None
+    success_after: Optional[float] = None
+    return_before: Optional[float] = None
+    return_after: Optional[float] = None
+    train_time_s: Optional[float] = None
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """The IQM of one metric over the successful runs at one thread count, with its interval.
+
+    Attributes:
+        metric: ``success_after`` or ``return_after``.
+        threads: The thread count of the runs aggregated (``None``: the environment's).
+        runs: Number of runs aggregated.
+        iqm: Interquartile mean of the metric over those runs.
+        ci_low: Lower end of the percentile bootstrap confidence interval of the IQM.
+        ci_high: Upper end of that interval.
+    """
+
+    metric: str
+    threads: Optional[int]
+    runs: int
+    iqm: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A finished sweep.
+
+    Attributes:
+        sweep_dir: Folder holding the run directories, ``sweep.json`` and the curves PNG.
+        runs: Every run, in launch order (seed-major, then thread count).
+        aggregates: The IQM of each metric per thread count, over the successful runs.
+        confidence: Coverage of the bootstrap intervals.
+        resamples: Bootstrap samples per interval.
+        curves_path: The learning-curves PNG; ``None`` when no run logged a training record.
+    """
+
+    sweep_dir: str
+    runs: list[SweepRun]
+    aggregates: list[Aggregate]
+    confidence: float
+    resamples: int
+    curves_path: Optional[str]
+
+    @property
+    def summary_path(self) -> Path:
+        """Where ``sweep.json`` is written."""
+        return Path(self.sweep_dir) / SUMMARY_NAME
+
+    @property
+    def failed(self) -> list[SweepRun]:
+        """The runs that failed."""
+        return [run for run in self.runs if run.error is not None]
+
+
+def read_run(run_dir: str | Path, seed: int, threads: Optional[int]) -> SweepRun:
+    """A run's evaluations and training time, read from its ``metrics.jsonl``.
+
+    The evaluation labelled ``before`` gives the before columns, the last other evaluation the
+    after columns (the trainer's final evaluation), the last record's ``time_s`` the training time.
+
+    Args:
+        run_dir: The run directory written by ``llmgym train``.
+        seed: Its ``train.seed``.
+        threads: The ``OMP_NUM_THREADS`` it ran with.
+
+    Returns:
+        The run; with ``error`` set when it has no ``metrics.jsonl`` or no evaluation after training.
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return SweepRun(seed, threads, str(run_dir), error=f"no {path}")
+    records = read_metrics(path)
+    evals = [r for r in records if r.get("kind") == "eval"]
+    before = next((r for r in evals if r.get("label") == "before"), None)
+    after = next((r for r in reversed(evals) if r.get("label") != "before"), None)
+    if after is None:
+        return SweepRun(seed, threads, str(run_dir), error=f"no evaluation after training in {path}")
+    return SweepRun(
+        seed=seed,
+        threads=threads,
+        run_dir=str(run_dir),
+        success_before=before["success_rate"] if before else None,
+        success_after=after["success_rate"],
+        return_before=before["episode_return"] if before else None,
+        return_after=after["episode_return"],
+        train_time_s=records[-1]["time_s"],
+    )
+
+
+def aggregate(runs: Sequence[SweepRun], resamples: int = 2000, confidence: float = 0.95) -> list[Aggregate]:
+    """IQM and percentile bootstrap interval of ``success_after`` and ``return_after``, per thread count.
+
+    Failed runs are left out. Each interval's resampling generator is seeded with 0, so the same
+    runs always print the same interval.
+
+    Args:
+        runs: The runs of a sweep.
+        resamples: Bootstrap samples per interval.
+        confidence: Coverage of the intervals.
+
+    Returns:
+        One :class:`Aggregate` per thread count (in first-seen order) and metric with at least one value.
+    """
+    groups: dict[Optional[int], list[SweepRun]] = {}
+    for run in runs:
+        if run.error is None:
+            groups.setdefault(run.threads, []).append(run)
+    result = []
+    for threads, members in groups.items():
+        for metric in METRICS:
+            values = [v for v in (getattr(run, metric) for run in members) if v is not None]
+            if values:
+                low, high = bootstrap_ci(values, resamples=resamples, confidence=confidence)
+                result.append(Aggregate(metric, threads, len(values), iqm(values), low, high))
+    return result
+
+
+def _cell(value: Optional[float], digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_table(runs: Sequence[SweepRun]) -> str:
+    """The runs as an aligned plain-text table; a ``threads`` column when any run set a thread count."""
+    with_threads = any(run.threads is not None for run in runs)
+    header = ["seed", *(["threads"] if with_threads else []), "success before", "success after",
+              "return before", "return after", "train time (s)", "status"]
+    rows = [
+        [
+            str(run.seed),
+            *([str(run.threads) if run.threads is not None else "-"] if with_threads else []),
+            _cell(run.success_before), _cell(run.success_after),
+            _cell(run.return_before), _cell(run.return_after),
+            _cell(run.train_time_s, 1),
+            "ok" if run.error is None else f"failed: {run.error}",
+        ]
+        for run in runs
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join([*(cell.rjust(width) for cell, width in zip(row, widths)), row[-1]]).rstrip()
+        for row in [header, *rows]
+    )
+
+
+def format_aggregates(result: SweepResult) -> str:
+    """One line per thread count: the IQM and bootstrap interval of final success and return."""
+    if not result.aggregates:
+        return "IQM: no successful run to aggregate"
+    lines = [f"IQM over runs, {result.confidence:.0%} percentile bootstrap CI ({result.resamples} resamples):"]
+    threads_seen = list(dict.fromkeys(a.threads for a in result.aggregates))
+    for threads in threads_seen:
+        parts = [
+            f"{a.metric.replace('_', ' ')} {a.iqm:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}] ({a.runs} runs)"
+            for a in result.aggregates if a.threads == threads
+        ]
+        prefix = "  " if threads is None else f"  threads {threads}: "
+        lines.append(prefix + "; ".join(parts))
+    return "\n".join(lines)
+
+
+def plot_sweep_curves(runs: Sequence[SweepRun], png_path: str | Path, title: str = "") -> Optional[Path]:
+    """Plot every successful run's training return and success rate, and their mean, to one PNG.
+
+    The curves are the trainer's rolling means of the ``kind="train"`` records of each run's
+    ``metrics.jsonl``; the mean is taken at the env steps logged by every run.
+
+    Args:
+        runs: The runs of a sweep (failed ones are left out).
+        png_path: Where to write the image.
+        title: Figure title (e.g. the env id).
+
+    Returns:
+        The PNG path, or ``None`` when no run has a training record.
+    """
+    curves: list[tuple[str, list[dict[str, Any]]]] = []
+    for run in runs:
+        path = Path(run.run_dir) / "metrics.jsonl"
+        if run.error is None and path.is_file():
+            records = [r for r in read_metrics(path) if r.get("kind") == "train"]
+            if records:
+                label = f"seed {run.seed}" + (f", threads={run.threads}" if run.threads is not None else "")
+                curves.append((label, records))
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, name in ((axes[0], "episode_return", "return"), (axes[1], "success_rate", "success rate")):
+        series = [
+            (label, {r["env_steps"]: r[key] for r in records if r.get(key) is not None}) for label, records in curves
+        ]
+        for label, points in series:
+            if points:
+                ax.plot(list(points), list(points.values()), "-", alpha=0.5, linewidth=1, label=label)
+        shared = sorted(set.intersection(*(set(points) for _, points in series)))
+        if shared:
+            mean = [sum(points[step] for _, points in series) / len(series) for step in shared]
+            ax.plot(shared, mean, "-", color="black", linewidth=2.5, label=f"mean of {len(series)} runs")
+        ax.set_xlabel("env steps")
+        ax.set_ylabel(f"{name} (training, rolling mean)")
+        if key == "success_rate":
+            ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(png_path)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _available_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class _Job:
+    seed: int
+    threads: Optional[int]
+    run_dir: Path
+    command: list[str]
+
+
+def _train_command(config_path: Optional[str], overrides: Sequence[str], seed: int, run_dir: Path) -> list[str]:
+    """The ``llmgym train`` command of one run (seed, output folder and run name last, so they win)."""
+    return [
+        sys.executable, "-m", "llmgym.cli", "train", *([config_path] if config_path else []), *overrides,
+        f"train.seed={seed}", f"train.output_dir={run_dir.parent}", f"train.run_name={run_dir.name}",
+    ]
+
+
+def _failure_text(log: Path, returncode: int) -> str:
+    """The last line of a failed run's output (the error or the exception) and its exit status."""
+    lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    last = lines[-1] if lines else "no output"
+    return f"{last} (exit status {returncode}; log: {log})"
+
+
+def _run_job(job: _Job, log_dir: Path) -> SweepRun:
+    """Run one job as a subprocess, its output to ``log_dir/<run name>.log``, and read its results."""
+    env = dict(os.environ)
+    if job.threads is not None:
+        env["OMP_NUM_THREADS"] = str(job.threads)
+    log = log_dir / f"{job.run_dir.name}.log"
+    with log.open("w", encoding="utf-8") as fh:
+        returncode = subprocess.call(job.command, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    if returncode != 0:
+        return SweepRun(job.seed, job.threads, str(job.run_dir), error=_failure_text(log, returncode))
+    return read_run(job.run_dir, job.seed, job.threads)
+
+
+def _describe(run: SweepRun) -> str:
+    name = f"seed {run.seed}" + (f" (threads={run.threads})" if run.threads is not None else "")
+    if run.error is not None:
+        return f"{name}: failed: {run.error}"
+    return (
+        f"{name}: success {_cell(run.success_before)} -> {_cell(run.success_after)}, "
+        f"return {_cell(run.return_before)} -> {_cell(run.return_after)}, {_cell(run.train_time_s, 1)} s"
+    )
+
+
+def run_sweep(
+    config_path: Optional[str],
+    overrides: Sequence[str],
+    seeds: Sequence[int],
+    threads: Sequence[int] = (),
+    jobs: int = 1,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+) -> SweepResult:
+    """Train a config once per seed (and thread count), then write ``sweep.json`` and the curves PNG.
+
+    Each run is an ``llmgym train`` subprocess; ``jobs`` of them run at a time. With ``threads``,
+    every seed runs once per thread count with ``OMP_NUM_THREADS`` set to it; without, parallel
+    runs get ``OMP_NUM_THREADS = cores // jobs`` and a single job keeps the environment's setting.
+    A line is printed as each run ends.
+
+    Args:
+        config_path: YAML config file, or ``None`` for the defaults.
+        overrides: Dotted overrides, as for ``llmgym train``.
+        seeds: The ``train.seed`` values.
+        threads: ``OMP_NUM_THREADS`` values to run each seed at; empty: see above.
+        jobs: Runs at a time.
+        resamples: Bootstrap samples per confidence interval.
+        confidence: Coverage of the intervals.
+
+    Returns:
+        The sweep, failed runs included (their ``error`` says why).
+
+    Raises:
+        ConfigError: On an invalid config or override, no seeds, ``jobs < 1``, a bad ``resamples`` or
+            ``confidence``, ``train.resume`` set, ``train.eval_episodes=0`` (nothing to compare) or a
+            sweep directory that is not empty (checked before any run starts).
+    """
+    config = load_config(config_path, list(overrides))
+    if not seeds:
+        raise ConfigError("a sweep needs at least one seed (--seeds).")
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs} must be >= 1.")
+    if resamples < 1 or not 0.0 < confidence < 1.0:
+        raise ConfigError(f"--resamples {resamples} must be >= 1 and the confidence {confidence} in (0, 1).")
+    if config.train.resume is not None:
+        raise ConfigError("train.resume cannot be swept: each seed trains its own run from scratch.")
+    if config.train.eval_episodes == 0:
+        raise ConfigError("train.eval_episodes=0: a sweep compares evaluations; set train.eval_episodes > 0.")
+    name = config.train.run_name or f"sweep-{config.env.id.split('/')[-1]}-{time.strftime('%Y%m%d-%H%M%S')}"
+    sweep_dir = Path(config.train.output_dir) / name
+    if sweep_dir.exists() and any(sweep_dir.iterdir()):
+        raise ConfigError(f"sweep directory {sweep_dir} is not empty; set another train.run_name or remove it.")
+    log_dir = sweep_dir / "logs"
+    log_dir.mkdir(parents=True)
+
+    default_threads = max(1, _available_cores() // jobs) if jobs > 1 else None
+    plan: list[tuple[int, Optional[int]]] = (
+        [(seed, count) for seed in seeds for count in threads] or [(seed, default_threads) for seed in seeds]
+    )
+    job_list = []
+    for seed, count in plan:
+        run_dir = sweep_dir / (f"seed-{seed}" if not threads else f"seed-{seed}-threads-{count}")
+        job_list.append(_Job(seed, count, run_dir, _train_command(config_path, overrides, seed, run_dir)))
+
+    print(f"sweep directory: {sweep_dir} ({len(job_list)} runs, {jobs} at a time)", flush=True)
+    results: dict[int, SweepRun] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(_run_job, job, log_dir): i for i, job in enumerate(job_list)}
+        for future in as_completed(futures):
+            run = future.result()
+            results[futures[future]] = run
+            print(_describe(run), flush=True)
+    runs = [results[i] for i in range(len(job_list))]
+
+    curves = plot_sweep_curves(runs, sweep_dir / CURVES_NAME, title=config.env.id)
+    result = SweepResult(
+        sweep_dir=str(sweep_dir),
+        runs=runs,
+        aggregates=aggregate(runs, resamples=resamples, confidence=confidence),
+        confidence=confidence,
+        resamples=resamples,
+        curves_path=str(curves) if curves else None,
+    )
+    summary = {"config": config_path, "overrides": list(overrides), **dataclasses.asdict(result)}
+    result.summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return result

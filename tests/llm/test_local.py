@@ -144,7 +144,9 @@ def test_save_load_round_trip(tmp_path, lora):
     before = llm.forward(["score", "value"], CONTEXTS, CANDIDATES)
     llm.save(tmp_path / "ckpt")
     llm.save(tmp_path / "ckpt")  # overwriting is atomic too
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["meta.json", "modules.safetensors", "updater.pt", "weights.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "manifest.json", "meta.json", "modules.safetensors", "updater.pt", "weights.safetensors"
+    ]
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
     fresh = _llm(lora=lora, module_functions={"value": ValueHead()}, updater=LabelUpdaterForSave)
     assert not torch.allclose(fresh.forward(["value"], CONTEXTS)[0]["value"], before[0]["value"])

@@ -42,6 +42,7 @@ __all__ = [
     "save_checkpoint",
     "latest_checkpoint",
     "load_trainer_state",
+    "load_checkpoint_config",
     "capture_rng_state",
     "restore_rng_state",
 ]
@@ -53,6 +54,7 @@ LATEST = "latest"
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.json"
 TRAINER_TENSORS = "trainer_tensors.pt"
+CONFIG = "config.yaml"
 _MANIFEST_FORMAT = 1
 _STEP_DIR = re.compile(r"step-\d+")
 _TMP_DIR = re.compile(r"\.(?P<name>.+)-tmp-[^/]+")
@@ -350,7 +352,7 @@ def save_checkpoint(
         save_llm(tmp / "llm")
         (tmp / TRAINER_STATE).write_text(json.dumps(trainer_state), encoding="utf-8")
         torch.save(trainer_tensors, tmp / TRAINER_TENSORS)
-        (tmp / "config.yaml").write_text(config_yaml, encoding="utf-8")
+        (tmp / CONFIG).write_text(config_yaml, encoding="utf-8")
         write_manifest(tmp)
 
     write_atomic_dir(target, write)
@@ -442,6 +444,30 @@ def load_trainer_state(checkpoint: str | Path) -> tuple[dict[str, Any], dict[str
     if not isinstance(state, dict) or not isinstance(tensors, dict):
         raise CheckpointError(f"Checkpoint '{folder}' holds no trainer state; resume from another checkpoint.")
     return state, tensors
+
+
+def load_checkpoint_config(checkpoint: str | Path) -> dict[str, Any]:
+    """The resolved config a checkpoint was written with, as a nested dict (read with ``yaml.safe_load``).
+
+    Args:
+        checkpoint: A checkpoint folder.
+
+    Returns:
+        Its ``config.yaml`` as a dict.
+
+    Raises:
+        CheckpointError: When the file cannot be read or holds no mapping.
+    """
+    import yaml
+
+    path = Path(checkpoint) / CONFIG
+    try:
+        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise CheckpointError(f"{path} is unreadable ({exc}); resume from another checkpoint.") from exc
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{path} holds no config mapping; resume from another checkpoint.")
+    return saved
 
 
 # Settings a resumed run may change: they decide how long the run goes on and what is logged,

@@ -13,6 +13,7 @@ from llmgym.checkpoint import (
     check_resume_config,
     clean_crash_leftovers,
     latest_checkpoint,
+    load_checkpoint_config,
     load_trainer_state,
     restore_rng_state,
     save_checkpoint,
@@ -216,3 +217,13 @@ def test_resume_config_accepts_harmless_changes_in_one_log_line(caplog):
     assert accepted == ["train.total_env_steps: 16 -> 32", "logging.log_every: 1 -> 2"]
     assert len(caplog.records) == 1 and "train.total_env_steps: 16 -> 32" in caplog.text
     assert check_resume_config(SAVED, SAVED, "ckpt") == []
+
+
+def test_checkpoint_config_is_read_safely_and_must_be_a_mapping(tmp_path):
+    assert load_checkpoint_config(_save(tmp_path, 10)) == {"a": 1}
+    folder = save_checkpoint(tmp_path, 20, lambda f: f.mkdir(), {}, {}, "- !!python/object:os.system x\n")
+    with pytest.raises(CheckpointError, match="config.yaml is unreadable"):
+        load_checkpoint_config(folder)
+    folder = save_checkpoint(tmp_path, 30, lambda f: f.mkdir(), {}, {}, "[1, 2]\n")
+    with pytest.raises(CheckpointError, match="holds no config mapping"):
+        load_checkpoint_config(folder)

@@ -26,6 +26,7 @@ from llmgym.checkpoint import (
     check_resume_config,
     clean_crash_leftovers,
     latest_checkpoint,
+    load_checkpoint_config,
     load_trainer_state,
     restore_rng_state,
     save_checkpoint,
@@ -276,21 +277,23 @@ class Trainer:
     def _resume_checkpoint(self) -> Path:
         """The checkpoint to resume from (verified), once its config is checked against this one."""
         folder = latest_checkpoint(self.run_dir)
-        try:
-            saved = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise CheckpointError(f"{folder / 'config.yaml'} is unreadable ({exc}); resume from another checkpoint.") from exc
         current = yaml.safe_load(yaml.safe_dump(config_to_dict(self.config), sort_keys=False))
-        check_resume_config(saved if isinstance(saved, dict) else {}, current, folder)
+        check_resume_config(load_checkpoint_config(folder), current, folder)
         return folder
 
     def _resume(self, folder: Path) -> None:
         state, tensors = load_trainer_state(folder)
         self.llm.load(folder / "llm")
         generators = {k[len("gen_"):]: v for k, v in tensors.items() if k.startswith("gen_")}
-        self.algorithm.load_state_dict(state["algorithm"], generators)
-        self.evaluations = list(state["evaluations"])
-        self._last_eval_steps = int(state["last_eval_steps"])
+        try:
+            self.algorithm.load_state_dict(state["algorithm"], generators)
+            self.evaluations = list(state["evaluations"])
+            self._last_eval_steps = int(state["last_eval_steps"])
+        except KeyError as exc:
+            raise CheckpointError(
+                f"{folder / 'trainer_state.json'} lacks {exc}: it was written by another llmgym version; resume "
+                "with that version or start a new run."
+            ) from exc
         self._last_checkpoint_steps = self.algorithm.env_steps
         restore_rng_state(state["rng"], {k: v for k, v in tensors.items() if not k.startswith("gen_")})
         trim_metrics(self.run_dir / "metrics.jsonl", self.algorithm.env_steps)

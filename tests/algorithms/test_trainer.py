@@ -198,3 +198,16 @@ def test_evaluate_reports_the_task_return_without_shaping(tmp_path):
     # Near-uniform sampled actions (the same draws in both runs) move the agent, so the shaping is not zero.
     results = [evaluate(build_agent(config, llm, 2), config, 6, seed=0, greedy=False) for config in (plain, shaped)]
     assert results[0] == pytest.approx(results[1])
+
+
+def test_resume_from_a_trainer_state_of_another_version_is_a_checkpoint_error(trained_run, tmp_path):
+    from llmgym.checkpoint import write_manifest
+
+    run = _copy(trained_run, tmp_path)
+    folder = run / "checkpoints" / "step-0000000016"
+    state = json.loads((folder / "trainer_state.json").read_text())
+    del state["last_eval_steps"]
+    (folder / "trainer_state.json").write_text(json.dumps(state))
+    write_manifest(folder)
+    with pytest.raises(CheckpointError, match="lacks 'last_eval_steps'.*another llmgym version"):
+        _trainer(_resume_config(tmp_path, run))

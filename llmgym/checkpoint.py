@@ -1,59 +1,122 @@
-"""Atomic checkpoints: everything a run needs to resume, never half-written.
+"""Atomic, verified checkpoints: everything a run needs to resume, never half-written or half-read.
 
 A checkpoint is a folder ``RUN_DIR/checkpoints/step-<env_steps>/`` holding the LLM state
 (adapters or weights, module functions, updater/optimizer state: written by ``LLM.save``), the
 trainer state (counters, RNG states, env replay state) as JSON + a tensor file loaded with
-``weights_only=True``, and the resolved config. It is written into a temporary folder next to its
-final place and renamed, and ``RUN_DIR/checkpoints/latest`` (a one-line text file) is replaced
-atomically afterwards, so a crash at any point leaves the previous checkpoint intact and pointed to.
+``weights_only=True``, the resolved config, and, written last, ``manifest.json``: the sha256 of
+every other file (a subfolder with its own manifest, such as ``llm/``, is covered by the hash of
+that manifest). It is written into a temporary folder next to its final place, every file and
+folder fsynced, and renamed; ``RUN_DIR/checkpoints/latest`` (a one-line text file) is replaced
+atomically afterwards. A crash at any point thus leaves the previous checkpoint intact and pointed
+to; :func:`clean_crash_leftovers` removes the temporary folders such a crash leaves behind.
+
+The two most recent checkpoints are kept (``keep=2``), so when ``latest`` fails verification
+(a missing or corrupted file), :func:`latest_checkpoint` falls back to the older one with a warning.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import random
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmgym.errors import CheckpointError
+from llmgym.errors import CheckpointError, ConfigError
 
 __all__ = [
     "write_atomic_dir",
     "write_text_atomic",
+    "fsync_tree",
+    "write_manifest",
+    "verify_manifest",
+    "clean_crash_leftovers",
+    "RESUME_SAFE_KEYS",
+    "check_resume_config",
     "save_checkpoint",
     "latest_checkpoint",
     "load_trainer_state",
+    "load_checkpoint_config",
     "capture_rng_state",
     "restore_rng_state",
 ]
 
+logger = logging.getLogger(__name__)
+
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
+MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.json"
 TRAINER_TENSORS = "trainer_tensors.pt"
+CONFIG = "config.yaml"
+_MANIFEST_FORMAT = 1
+_STEP_DIR = re.compile(r"step-\d+")
+_TMP_DIR = re.compile(r"\.(?P<name>.+)-tmp-[^/]+")
+_OLD_DIR = re.compile(r"\.(?P<name>.+)-old-\d+")
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(folder: str | Path) -> None:
+    """Flush every file below ``folder`` and every folder (itself included) to disk.
+
+    Args:
+        folder: The folder to flush.
+    """
+    for root, _, files in os.walk(folder):
+        for name in files:
+            fd = os.open(Path(root) / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(root))
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write a text file through a temporary file and ``os.replace``."""
+    """Write a text file through a fsynced temporary file and ``os.replace``, then fsync its folder.
+
+    Args:
+        path: The file to write (replaced if it exists).
+        text: Its content.
+
+    Returns:
+        ``path``.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
     return target
 
 
 def write_atomic_dir(target: str | os.PathLike[str], write: Callable[[Path], None]) -> Path:
-    """Build a folder with ``write(tmp_dir)`` and move it into place in one rename.
+    """Build a folder with ``write(tmp_dir)``, fsync it, and move it into place in one rename.
 
-    An existing ``target`` is replaced only after the new folder is complete.
+    An existing ``target`` is replaced only after the new folder is complete; a crash between the
+    two renames of a replacement leaves the old folder as ``.<name>-old-<pid>``, which
+    :func:`clean_crash_leftovers` moves back.
 
     Args:
         target: Final folder path.
@@ -67,6 +130,7 @@ def write_atomic_dir(target: str | os.PathLike[str], write: Callable[[Path], Non
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-tmp-"))
     try:
         write(tmp)
+        fsync_tree(tmp)
         if final.exists():
             old = final.with_name(f".{final.name}-old-{os.getpid()}")
             os.replace(final, old)
@@ -74,10 +138,140 @@ def write_atomic_dir(target: str | os.PathLike[str], write: Callable[[Path], Non
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
+        _fsync_dir(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _covered_files(folder: Path) -> list[Path]:
+    """Files a manifest of ``folder`` lists: all below it, a subfolder with a manifest by that manifest."""
+    files: list[Path] = []
+    for entry in sorted(folder.iterdir()):
+        if entry.is_dir():
+            files.extend([entry / MANIFEST] if (entry / MANIFEST).is_file() else _covered_files(entry))
+        elif entry.name != MANIFEST:
+            files.append(entry)
+    return files
+
+
+def write_manifest(folder: str | Path) -> Path:
+    """Write ``folder/manifest.json``: the sha256 of every file below ``folder``; call it last.
+
+    A subfolder that holds its own manifest is covered by the hash of that manifest, which
+    :func:`verify_manifest` then checks in turn.
+
+    Args:
+        folder: A completely written folder.
+
+    Returns:
+        The manifest path.
+    """
+    root = Path(folder)
+    files = {path.relative_to(root).as_posix(): _sha256(path) for path in _covered_files(root)}
+    manifest = root / MANIFEST
+    manifest.write_text(json.dumps({"format": _MANIFEST_FORMAT, "sha256": files}, indent=1), encoding="utf-8")
+    return manifest
+
+
+def _read_manifest(root: Path) -> dict[str, str]:
+    path = root / MANIFEST
+    if not path.is_file():
+        raise CheckpointError(
+            f"{path} is missing, so '{root}' is incomplete (an interrupted save) or was written by an older "
+            "llmgym; resume from another checkpoint or start a new run."
+        )
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(f"{path} is unreadable ({exc}); resume from another checkpoint or start a new run.") from exc
+    files = manifest.get("sha256") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or manifest.get("format") != _MANIFEST_FORMAT:
+        raise CheckpointError(f"{path} is not an llmgym manifest; resume from another checkpoint or start a new run.")
+    return {str(name): str(digest) for name, digest in files.items()}
+
+
+def verify_manifest(folder: str | Path) -> None:
+    """Check that every file listed in ``folder/manifest.json`` exists with its recorded sha256.
+
+    Args:
+        folder: A folder written with :func:`write_manifest` last.
+
+    Raises:
+        CheckpointError: Naming the first missing or changed file (nested manifests included).
+    """
+    root = Path(folder)
+    for name, digest in _read_manifest(root).items():
+        path = root / name
+        if not path.is_file():
+            raise CheckpointError(
+                f"{path} is missing from the checkpoint; restore it or resume from another checkpoint."
+            )
+        if _sha256(path) != digest:
+            raise CheckpointError(
+                f"{path} is corrupted (its sha256 differs from {root / MANIFEST}); restore it or resume from "
+                "another checkpoint."
+            )
+        if path.name == MANIFEST:
+            verify_manifest(path.parent)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _leftovers(run: Path) -> list[Path]:
+    root = run / CHECKPOINTS
+    found = [*run.glob(".config.yaml-*"), *run.glob(".metrics.jsonl-*")]
+    if root.is_dir():
+        found += [
+            p for p in root.iterdir()
+            if _TMP_DIR.fullmatch(p.name) or _OLD_DIR.fullmatch(p.name) or p.name.startswith(f".{LATEST}-")
+        ]
+    return sorted(found)
+
+
+def clean_crash_leftovers(run_dir: str | Path) -> list[str]:
+    """Remove what an interrupted save leaves in a run directory; call it before a run or resume starts.
+
+    Removes temporary checkpoint folders (``checkpoints/.step-N-tmp-*``), temporary files of atomic
+    writes (``checkpoints/.latest-*``, ``.config.yaml-*``, ``.metrics.jsonl-*``) and replaced folders
+    (``checkpoints/.step-N-old-PID``). A replaced folder whose new version never took its place is
+    moved back instead, since ``latest`` may name it.
+
+    Args:
+        run_dir: The run directory.
+
+    Returns:
+        The names of the entries removed or moved back.
+    """
+    run = Path(run_dir)
+    cleaned = []
+    for path in _leftovers(run):
+        old = _OLD_DIR.fullmatch(path.name)
+        if old is not None and not (path.parent / old["name"]).exists():
+            os.replace(path, path.parent / old["name"])
+        else:
+            _remove(path)
+        cleaned.append(path.name)
+    if cleaned:
+        _fsync_dir(run)
+        if (run / CHECKPOINTS).is_dir():
+            _fsync_dir(run / CHECKPOINTS)
+        logger.warning("Cleaned the leftovers of an interrupted save in %s: %s", run, ", ".join(cleaned))
+    return cleaned
 
 
 def capture_rng_state() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -115,6 +309,13 @@ def restore_rng_state(json_part: dict[str, Any], tensors: dict[str, Any]) -> Non
             torch.cuda.set_rng_state_all(states)
 
 
+def _step_dirs(root: Path) -> list[Path]:
+    """The checkpoint folders of ``root``, oldest first (names sort by step)."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if _STEP_DIR.fullmatch(p.name) and p.is_dir())
+
+
 def save_checkpoint(
     run_dir: str | Path,
     env_steps: int,
@@ -124,7 +325,11 @@ def save_checkpoint(
     config_yaml: str,
     keep: int = 2,
 ) -> Path:
-    """Write one checkpoint atomically and point ``latest`` at it.
+    """Write one checkpoint atomically, with its manifest, and point ``latest`` at it.
+
+    After the switch, checkpoints newer than this one (left by a run resumed from an older
+    checkpoint) are deleted, and of the older ones the most recent ``keep - 1`` are kept, so
+    :func:`latest_checkpoint` has one to fall back to.
 
     Args:
         run_dir: The run directory.
@@ -133,7 +338,7 @@ def save_checkpoint(
         trainer_state: JSON-serialisable trainer state (counters, RNG, env replay state).
         trainer_tensors: Tensors of the trainer state (RNG states), saved with ``torch.save``.
         config_yaml: The resolved config as YAML text.
-        keep: Number of most recent checkpoints kept (older ones are deleted after the switch).
+        keep: Number of most recent checkpoints kept (2 or more keeps a fallback).
 
     Returns:
         The checkpoint folder.
@@ -147,43 +352,191 @@ def save_checkpoint(
         save_llm(tmp / "llm")
         (tmp / TRAINER_STATE).write_text(json.dumps(trainer_state), encoding="utf-8")
         torch.save(trainer_tensors, tmp / TRAINER_TENSORS)
-        (tmp / "config.yaml").write_text(config_yaml, encoding="utf-8")
+        (tmp / CONFIG).write_text(config_yaml, encoding="utf-8")
+        write_manifest(tmp)
 
     write_atomic_dir(target, write)
     write_text_atomic(root / LATEST, target.name + "\n")
-    old = sorted(p for p in root.glob("step-*") if p.is_dir() and p != target)
-    for stale in old[: max(0, len(old) - (keep - 1))]:
-        shutil.rmtree(stale, ignore_errors=True)
+    others = [p for p in _step_dirs(root) if p != target]
+    older = [p for p in others if p.name < target.name]
+    stale = [p for p in others if p.name > target.name] + older[: max(0, len(older) - (keep - 1))]
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
     return target
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path:
-    """The checkpoint ``latest`` points to.
-
-    Raises:
-        CheckpointError: When the run has no complete checkpoint.
-    """
-    root = Path(run_dir) / CHECKPOINTS
+def _candidates(root: Path) -> tuple[list[Path], list[str]]:
+    """Checkpoint folders to try, best first, and why ``latest`` itself cannot be used (if so)."""
+    steps = _step_dirs(root)
     pointer = root / LATEST
     if not pointer.is_file():
+        return steps[::-1], [f"{pointer} is missing"]
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        return steps[::-1], [f"{pointer} is unreadable ({exc})"]
+    if not _STEP_DIR.fullmatch(name):
+        return steps[::-1], [f"{pointer} holds {name[:40]!r}, not a checkpoint name"]
+    if not (root / name).is_dir():
+        return [p for p in steps[::-1] if p.name < name], [f"checkpoint {root / name} named by {pointer} does not exist"]
+    return [root / name] + [p for p in steps[::-1] if p.name < name], []
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path:
+    """The checkpoint ``latest`` points to, verified against its manifest.
+
+    When that one is missing, incomplete or corrupted, the newest older checkpoint that verifies is
+    returned instead, with a warning naming what was wrong.
+
+    Args:
+        run_dir: The run directory.
+
+    Returns:
+        The checkpoint folder.
+
+    Raises:
+        CheckpointError: When the run has no complete checkpoint; the message names each problem.
+    """
+    root = Path(run_dir) / CHECKPOINTS
+    if not (root / LATEST).is_file() and not _step_dirs(root):
         raise CheckpointError(
-            f"No checkpoint in '{run_dir}' ({pointer} is missing); pass the run directory written by "
+            f"No checkpoint in '{run_dir}' ({root / LATEST} is missing); pass the run directory written by "
             "llmgym train (it holds checkpoints/latest)."
         )
-    folder = root / pointer.read_text(encoding="utf-8").strip()
-    if not (folder / TRAINER_STATE).is_file():
-        raise CheckpointError(f"Checkpoint '{folder}' named by {pointer} is incomplete or was deleted.")
-    return folder
+    candidates, problems = _candidates(root)
+    for folder in candidates:
+        try:
+            verify_manifest(folder)
+        except CheckpointError as exc:
+            problems.append(str(exc))
+            continue
+        if problems:
+            logger.warning("Using the older checkpoint %s, because: %s", folder, "; ".join(problems))
+        return folder
+    raise CheckpointError(
+        f"No complete checkpoint in '{root}': {'; '.join(problems)}. Restore the named files, or start a new "
+        "run (without train.resume)."
+    )
 
 
 def load_trainer_state(checkpoint: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Read ``(trainer_state, trainer_tensors)`` of a checkpoint (tensors with ``weights_only=True``)."""
+    """Read ``(trainer_state, trainer_tensors)`` of a checkpoint (tensors with ``weights_only=True``).
+
+    Args:
+        checkpoint: A checkpoint folder (verified by :func:`latest_checkpoint`).
+
+    Returns:
+        The JSON trainer state and its tensors.
+
+    Raises:
+        CheckpointError: When a file cannot be read or parsed.
+    """
+    import pickle
+
     import torch
 
     folder = Path(checkpoint)
     try:
         state = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
         tensors = torch.load(folder / TRAINER_TENSORS, weights_only=True)
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"Checkpoint '{folder}' could not be read: {exc}") from exc
+    except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        raise CheckpointError(f"Checkpoint '{folder}' could not be read: {exc}; resume from another checkpoint.") from exc
+    if not isinstance(state, dict) or not isinstance(tensors, dict):
+        raise CheckpointError(f"Checkpoint '{folder}' holds no trainer state; resume from another checkpoint.")
     return state, tensors
+
+
+def load_checkpoint_config(checkpoint: str | Path) -> dict[str, Any]:
+    """The resolved config a checkpoint was written with, as a nested dict (read with ``yaml.safe_load``).
+
+    Args:
+        checkpoint: A checkpoint folder.
+
+    Returns:
+        Its ``config.yaml`` as a dict.
+
+    Raises:
+        CheckpointError: When the file cannot be read or holds no mapping.
+    """
+    import yaml
+
+    path = Path(checkpoint) / CONFIG
+    try:
+        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise CheckpointError(f"{path} is unreadable ({exc}); resume from another checkpoint.") from exc
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{path} holds no config mapping; resume from another checkpoint.")
+    return saved
+
+
+# Settings a resumed run may change: they decide how long the run goes on and what is logged,
+# evaluated or written, not the data collected or the updates made from it.
+RESUME_SAFE_KEYS = (
+    "train.total_env_steps",
+    "train.output_dir",
+    "train.run_name",
+    "train.resume",
+    "train.eval_every",
+    "train.eval_episodes",
+    "train.eval_num_envs",
+    "train.eval_before",
+    "train.eval_sample",
+    "train.checkpoint_every",
+    "logging",
+    "distributed.master_addr",
+    "distributed.master_port",
+    "distributed.timeout_s",
+)
+_ABSENT = "<absent>"
+
+
+def _config_diff(old: Any, new: Any, key: str = "") -> list[tuple[str, Any, Any]]:
+    """``(dotted key, old, new)`` of every leaf where two nested dicts differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = [*old, *(k for k in new if k not in old)]
+        return [d for k in keys for d in _config_diff(old.get(k, _ABSENT), new.get(k, _ABSENT), f"{key}{k}.")]
+    return [] if old == new else [(key.rstrip("."), old, new)]
+
+
+def _is_safe(key: str) -> bool:
+    return any(key == safe or key.startswith(f"{safe}.") for safe in RESUME_SAFE_KEYS)
+
+
+def check_resume_config(saved: dict[str, Any], current: dict[str, Any], checkpoint: str | Path) -> list[str]:
+    """Refuse a resume whose config changes what the run computes; report the harmless changes.
+
+    Only the keys in :data:`RESUME_SAFE_KEYS` may change: ``train.total_env_steps`` (to extend a
+    run), the evaluation and checkpoint schedule, output names, ``logging`` and the rendezvous
+    address, port and timeout. Every other key (``model`` with ``lora``, ``dtype`` and ``device``,
+    ``env`` with its ``id``, ``num_envs`` and ``kwargs``, ``agent``, ``algorithm``,
+    ``train.seed``, the number of LLM servers...) changes what the resumed run collects or how
+    it updates, so it would no longer continue the run exactly and is refused. (With
+    ``model.trunk_cache_mb``, saving empties the frozen-trunk cache and evaluations fill it, so a
+    different checkpoint or evaluation schedule can still change the rounding of later passes.)
+
+    Args:
+        saved: The checkpoint's config, as a nested dict (its ``config.yaml``).
+        current: The new run's config, as a nested dict of the same YAML types.
+        checkpoint: The checkpoint folder (named in messages).
+
+    Returns:
+        ``"key: old -> new"`` for each harmless change other than ``train.resume`` (also logged,
+        in one line).
+
+    Raises:
+        ConfigError: Naming each refused key with its old and new value, and the fix.
+    """
+    changes = _config_diff(saved, current)
+    refused = [f"{k}: {old!r} -> {new!r}" for k, old, new in changes if not _is_safe(k)]
+    if refused:
+        raise ConfigError(
+            f"Cannot resume from {checkpoint}: the config changes settings the run depends on ("
+            + "; ".join(refused)
+            + "). Revert them to resume this run exactly, or start a new run with them (drop train.resume and "
+            "give a new train.run_name)."
+        )
+    accepted = [f"{k}: {old!r} -> {new!r}" for k, old, new in changes if k != "train.resume"]
+    if accepted:
+        logger.warning("Resuming from %s with changed settings: %s", checkpoint, "; ".join(accepted))
+    return accepted

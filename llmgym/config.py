@@ -446,19 +446,12 @@ def config_to_dict(config: Any) -> dict[str, Any]:
 
 
 def save_config(config: Config, path: str | Path) -> Path:
-    """Write the resolved config as YAML (atomically) and return the path."""
-    import os
-    import tempfile
-
+    """Write the resolved config as YAML (atomically, fsynced) and return the path."""
     import yaml
 
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".config-", suffix=".yaml")
-    with os.fdopen(fd, "w") as fh:
-        yaml.safe_dump(config_to_dict(config), fh, sort_keys=False)
-    os.replace(tmp, p)
-    return p
+    from llmgym.checkpoint import write_text_atomic
+
+    return write_text_atomic(path, yaml.safe_dump(config_to_dict(config), sort_keys=False))
 
 
 def iter_field_help(node_type: type = Config, prefix: str = "") -> list[tuple[str, str, Any]]:

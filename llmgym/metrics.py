@@ -7,17 +7,22 @@ the end of training.
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from llmgym.checkpoint import write_text_atomic
 from llmgym.config import LoggingConfig
 from llmgym.errors import require
 
-__all__ = ["RunLogger", "EpisodeStats", "read_metrics", "plot_learning_curve"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["RunLogger", "EpisodeStats", "read_metrics", "trim_metrics", "plot_learning_curve"]
 
 
 def _scalar(value: Any) -> float | int | str | bool | None:
@@ -129,6 +134,11 @@ class RunLogger:
             for key, value in numeric.items():
                 self._tensorboard.add_scalar(key, value, int(env_steps))
 
+    def sync(self) -> None:
+        """Flush ``metrics.jsonl`` to disk (before a checkpoint, so the records it covers survive it)."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
     def progress(self, env_steps: int, postfix: Mapping[str, Any]) -> None:
         """Move the progress bar to ``env_steps`` and show ``postfix`` (episodes, success rate...)."""
         if self._bar is None:
@@ -151,6 +161,39 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """All records of a ``metrics.jsonl`` file, in order."""
     with Path(path).open(encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+def _kept(line: str, max_env_steps: int) -> bool:
+    try:
+        return int(json.loads(line)["env_steps"]) <= max_env_steps
+    except (ValueError, TypeError, KeyError):
+        return False  # a line torn by a crash
+
+
+def trim_metrics(path: str | Path, max_env_steps: int) -> int:
+    """Drop the records of a ``metrics.jsonl`` logged after a checkpoint, atomically.
+
+    A run resumed from the checkpoint at ``max_env_steps`` logs those steps again, so records with
+    a larger ``env_steps`` (and lines torn by the crash) would otherwise appear twice. The file is
+    rewritten through a fsynced temporary file and a rename.
+
+    Args:
+        path: The ``metrics.jsonl`` file (nothing happens if it does not exist).
+        max_env_steps: Env steps of the checkpoint resumed from.
+
+    Returns:
+        The number of lines dropped.
+    """
+    target = Path(path)
+    if not target.is_file():
+        return 0
+    lines = [line for line in target.read_text(encoding="utf-8").splitlines() if line.strip()]
+    kept = [line for line in lines if _kept(line, max_env_steps)]
+    if len(kept) != len(lines):
+        write_text_atomic(target, "".join(f"{line}\n" for line in kept))
+        logger.warning("Dropped %d records of %s logged after env step %d (the checkpoint resumed from).",
+                       len(lines) - len(kept), target, max_env_steps)
+    return len(lines) - len(kept)
 
 
 def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path:

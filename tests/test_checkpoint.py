@@ -1,5 +1,8 @@
 import json
+import logging
+import os
 import random
+import re
 
 import numpy as np
 import pytest
@@ -7,13 +10,18 @@ import torch
 
 from llmgym.checkpoint import (
     capture_rng_state,
+    check_resume_config,
+    clean_crash_leftovers,
     latest_checkpoint,
+    load_checkpoint_config,
     load_trainer_state,
     restore_rng_state,
     save_checkpoint,
+    verify_manifest,
     write_atomic_dir,
+    write_manifest,
 )
-from llmgym.errors import CheckpointError
+from llmgym.errors import CheckpointError, ConfigError
 
 
 def _draws():
@@ -71,3 +79,151 @@ def test_rewriting_a_folder_replaces_it_whole(tmp_path):
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="checkpoints/latest"):
         latest_checkpoint(tmp_path)
+
+
+def test_manifest_names_a_missing_or_corrupted_file(tmp_path):
+    folder = _save(tmp_path, 10)
+    verify_manifest(folder)
+    (folder / "llm" / "weights.txt").write_text("bit rot")
+    with pytest.raises(CheckpointError, match=r"weights.txt is corrupted"):
+        verify_manifest(folder)
+    (folder / "llm" / "weights.txt").unlink()
+    with pytest.raises(CheckpointError, match=r"weights.txt is missing"):
+        verify_manifest(folder)
+
+
+def test_nested_manifest_is_verified_through_the_outer_one(tmp_path):
+    (tmp_path / "inner").mkdir()
+    (tmp_path / "inner" / "a.bin").write_bytes(b"a")
+    write_manifest(tmp_path / "inner")
+    write_manifest(tmp_path)
+    assert json.loads((tmp_path / "manifest.json").read_text())["sha256"].keys() == {"inner/manifest.json"}
+    (tmp_path / "inner" / "a.bin").write_bytes(b"b")
+    with pytest.raises(CheckpointError, match=r"a.bin is corrupted"):
+        verify_manifest(tmp_path)
+
+
+@pytest.mark.parametrize("damage", [
+    lambda f: (f / "trainer_tensors.pt").write_bytes(b"not a pickle"),
+    lambda f: (f / "trainer_state.json").write_text("{truncated"),
+    lambda f: (f / "trainer_state.json").unlink(),
+    lambda f: (f / "manifest.json").unlink(),
+    lambda f: (f / "manifest.json").write_text("[]"),
+], ids=["tensors-garbage", "state-truncated", "state-missing", "manifest-missing", "manifest-garbage"])
+def test_damaged_latest_falls_back_to_the_older_checkpoint_with_a_warning(tmp_path, caplog, damage):
+    _save(tmp_path, 10)
+    damage(_save(tmp_path, 20))
+    with caplog.at_level(logging.WARNING, logger="llmgym.checkpoint"):
+        folder = latest_checkpoint(tmp_path)
+    assert folder.name == "step-0000000010"
+    assert "older checkpoint" in caplog.text and "step-0000000020" in caplog.text
+    assert load_trainer_state(folder)[0] == {"env_steps": 10}
+
+
+def test_no_complete_checkpoint_is_a_checkpoint_error_naming_the_files(tmp_path):
+    (_save(tmp_path, 10) / "trainer_tensors.pt").write_bytes(b"x")
+    (_save(tmp_path, 20) / "llm" / "weights.txt").unlink()
+    with pytest.raises(CheckpointError, match=r"(?s)20.*weights.txt is missing.*10.*trainer_tensors.pt is corrupted.*new run"):
+        latest_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("pointer", [None, "garbage\n", "step-0000000099\n"], ids=["missing", "garbage", "dangling"])
+def test_a_bad_latest_pointer_falls_back_to_the_newest_complete_checkpoint(tmp_path, caplog, pointer):
+    _save(tmp_path, 10)
+    _save(tmp_path, 20)
+    latest = tmp_path / "checkpoints" / "latest"
+    latest.unlink() if pointer is None else latest.write_text(pointer)
+    with caplog.at_level(logging.WARNING, logger="llmgym.checkpoint"):
+        assert latest_checkpoint(tmp_path).name == "step-0000000020"
+    assert "latest" in caplog.text
+
+
+def test_saving_after_a_fallback_drops_the_abandoned_newer_checkpoint(tmp_path):
+    for step in (10, 20, 30):
+        _save(tmp_path, step)
+    (tmp_path / "checkpoints" / "step-0000000030" / "trainer_state.json").unlink()
+    assert latest_checkpoint(tmp_path).name == "step-0000000020"
+    _save(tmp_path, 25)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == ["step-0000000020", "step-0000000025"]
+
+
+def test_crash_leftovers_are_cleaned_and_an_orphaned_old_folder_moved_back(tmp_path):
+    good = _save(tmp_path, 10, payload="good")
+    root = tmp_path / "checkpoints"
+    (root / ".step-0000000020-tmp-abc" / "llm").mkdir(parents=True)
+    (root / ".latest-xyz").write_text("step-0000000020\n")
+    os.replace(good, root / ".step-0000000010-old-4242")  # killed between the two renames of a rewrite
+    (tmp_path / ".metrics.jsonl-q").write_text("")
+    (tmp_path / ".config.yaml-q").write_text("")
+    (root / "notes.txt").write_text("mine")
+    clean_crash_leftovers(tmp_path)
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "notes.txt", "step-0000000010"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert (latest_checkpoint(tmp_path) / "llm" / "weights.txt").read_text() == "good"
+    _save(tmp_path, 20)
+    os.makedirs(root / ".step-0000000020-old-7")  # its replacement did take its place: just delete it
+    clean_crash_leftovers(tmp_path)
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "notes.txt", "step-0000000010", "step-0000000020"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to name fsynced descriptors")
+def test_every_checkpoint_file_and_folder_is_fsynced(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        path = os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), tmp_path / "checkpoints")
+        synced.append(re.sub(r"^\.step-0000000010-tmp-[^/]+", "step", re.sub(r"^\.latest-.*", "latest", path)))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    _save(tmp_path, 10)
+    files = {"llm/weights.txt", "trainer_state.json", "trainer_tensors.pt", "config.yaml", "manifest.json"}
+    assert set(synced) == {f"step/{f}" for f in files} | {"step", "step/llm", "latest", "."}
+    assert synced.count(".") == 2  # the checkpoints folder, after each rename into it
+
+
+SAVED = {"model": {"name": "m", "lora": {"r": 4}}, "env": {"id": "a", "num_envs": 2, "kwargs": {"length": 2}},
+         "train": {"seed": 0, "total_env_steps": 16, "resume": None}, "logging": {"log_every": 1}}
+
+
+def _changed(**sections):
+    new = json.loads(json.dumps(SAVED))
+    for dotted, value in sections.items():
+        *path, leaf = dotted.split("__")
+        node = new
+        for key in path:
+            node = node[key]
+        node[leaf] = value
+    return new
+
+
+def test_resume_config_refuses_changes_that_break_exactness_naming_each():
+    new = _changed(model__lora__r=8, env__num_envs=4, env__kwargs__length=3, train__seed=1, train__total_env_steps=32)
+    with pytest.raises(ConfigError) as info:
+        check_resume_config(SAVED, new, "ckpt")
+    message = str(info.value)
+    for change in ("model.lora.r: 4 -> 8", "env.num_envs: 2 -> 4", "env.kwargs.length: 2 -> 3", "train.seed: 0 -> 1"):
+        assert change in message
+    assert "total_env_steps" not in message and "train.run_name" in message
+    with pytest.raises(ConfigError, match=r"model.lora: \{'r': 4\} -> None"):
+        check_resume_config(SAVED, _changed(model__lora=None), "ckpt")
+
+
+def test_resume_config_accepts_harmless_changes_in_one_log_line(caplog):
+    new = _changed(train__total_env_steps=32, logging__log_every=2, train__resume="runs/a")
+    with caplog.at_level(logging.WARNING, logger="llmgym.checkpoint"):
+        accepted = check_resume_config(SAVED, new, "ckpt")
+    assert accepted == ["train.total_env_steps: 16 -> 32", "logging.log_every: 1 -> 2"]
+    assert len(caplog.records) == 1 and "train.total_env_steps: 16 -> 32" in caplog.text
+    assert check_resume_config(SAVED, SAVED, "ckpt") == []
+
+
+def test_checkpoint_config_is_read_safely_and_must_be_a_mapping(tmp_path):
+    assert load_checkpoint_config(_save(tmp_path, 10)) == {"a": 1}
+    folder = save_checkpoint(tmp_path, 20, lambda f: f.mkdir(), {}, {}, "- !!python/object:os.system x\n")
+    with pytest.raises(CheckpointError, match="config.yaml is unreadable"):
+        load_checkpoint_config(folder)
+    folder = save_checkpoint(tmp_path, 30, lambda f: f.mkdir(), {}, {}, "[1, 2]\n")
+    with pytest.raises(CheckpointError, match="holds no config mapping"):
+        load_checkpoint_config(folder)

@@ -3,7 +3,7 @@ import math
 import torch
 
 from llmgym.config import LoggingConfig
-from llmgym.metrics import EpisodeStats, RunLogger, plot_learning_curve, read_metrics
+from llmgym.metrics import EpisodeStats, RunLogger, plot_learning_curve, read_metrics, trim_metrics
 
 
 def test_jsonl_records_and_plot(tmp_path):
@@ -26,3 +26,17 @@ def test_episode_stats_window():
         stats.add({"return": ret, "length": 2, "success": success})
     summary = stats.summary()
     assert summary["episode_return"] == 2.0 and summary["success_rate"] == 1.0 and summary["episodes"] == 3.0
+
+
+def test_trim_drops_records_after_the_checkpoint_and_torn_lines(tmp_path):
+    logger = RunLogger(tmp_path, LoggingConfig(progress=False))
+    for step in (0, 8, 16, 24):
+        logger.log(step, {"loss": 1.0})
+    logger.close()
+    path = tmp_path / "metrics.jsonl"
+    with path.open("a") as fh:
+        fh.write('{"kind": "train", "env_st')  # killed mid-line
+    assert trim_metrics(path, 16) == 2
+    assert [r["env_steps"] for r in read_metrics(path)] == [0, 8, 16]
+    assert trim_metrics(path, 16) == 0 and trim_metrics(tmp_path / "none.jsonl", 0) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]

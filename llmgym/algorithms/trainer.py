@@ -23,15 +23,18 @@ from llmgym.algorithms.on_policy import A2C, PPO, OnPolicyAlgorithm
 from llmgym.algorithms.updaters import A2CUpdater, PPOUpdater
 from llmgym.checkpoint import (
     capture_rng_state,
+    check_resume_config,
+    clean_crash_leftovers,
     latest_checkpoint,
+    load_checkpoint_config,
     load_trainer_state,
     restore_rng_state,
     save_checkpoint,
 )
 from llmgym.config import AlgorithmConfig, Config, config_to_dict, load_config, save_config
-from llmgym.errors import ConfigError
+from llmgym.errors import CheckpointError, ConfigError
 from llmgym.llm.updater import Updater
-from llmgym.metrics import RunLogger, plot_learning_curve
+from llmgym.metrics import RunLogger, plot_learning_curve, trim_metrics
 
 __all__ = [
     "resolve_updater",
@@ -235,6 +238,8 @@ class Trainer:
                 run_dir = Path(train.output_dir) / name
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        clean_crash_leftovers(self.run_dir)
+        checkpoint = self._resume_checkpoint() if train.resume is not None else None
         save_config(config, self.run_dir / "config.yaml")
         _seed_everything(train.seed)
         self.llm = build_llm(config, model=model, tokenizer=tokenizer)
@@ -247,8 +252,8 @@ class Trainer:
         self.evaluations: list[dict[str, float]] = []
         self._last_checkpoint_steps = 0
         self._last_eval_steps = 0
-        if train.resume is not None:
-            self._resume()
+        if checkpoint is not None:
+            self._resume(checkpoint)
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
@@ -269,16 +274,29 @@ class Trainer:
         self._last_checkpoint_steps = self.algorithm.env_steps
         return folder
 
-    def _resume(self) -> None:
+    def _resume_checkpoint(self) -> Path:
+        """The checkpoint to resume from (verified), once its config is checked against this one."""
         folder = latest_checkpoint(self.run_dir)
+        current = yaml.safe_load(yaml.safe_dump(config_to_dict(self.config), sort_keys=False))
+        check_resume_config(load_checkpoint_config(folder), current, folder)
+        return folder
+
+    def _resume(self, folder: Path) -> None:
         state, tensors = load_trainer_state(folder)
         self.llm.load(folder / "llm")
         generators = {k[len("gen_"):]: v for k, v in tensors.items() if k.startswith("gen_")}
-        self.algorithm.load_state_dict(state["algorithm"], generators)
-        self.evaluations = list(state["evaluations"])
-        self._last_eval_steps = int(state["last_eval_steps"])
+        try:
+            self.algorithm.load_state_dict(state["algorithm"], generators)
+            self.evaluations = list(state["evaluations"])
+            self._last_eval_steps = int(state["last_eval_steps"])
+        except KeyError as exc:
+            raise CheckpointError(
+                f"{folder / 'trainer_state.json'} lacks {exc}: it was written by another llmgym version; resume "
+                "with that version or start a new run."
+            ) from exc
         self._last_checkpoint_steps = self.algorithm.env_steps
         restore_rng_state(state["rng"], {k: v for k, v in tensors.items() if not k.startswith("gen_")})
+        trim_metrics(self.run_dir / "metrics.jsonl", self.algorithm.env_steps)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, label: str) -> dict[str, float]:
@@ -335,10 +353,12 @@ class Trainer:
                 if cfg.train.eval_every and cfg.train.eval_episodes and steps - self._last_eval_steps >= cfg.train.eval_every:
                     logger.log(steps, self.evaluate("periodic"), kind="eval")
                 if cfg.train.checkpoint_every and steps - self._last_checkpoint_steps >= cfg.train.checkpoint_every:
+                    logger.sync()
                     self.save()
             if cfg.train.eval_episodes and (not self.evaluations or self._last_eval_steps != self.algorithm.env_steps):
                 logger.log(self.algorithm.env_steps, self.evaluate("after"), kind="eval")
             if self._last_checkpoint_steps != self.algorithm.env_steps or not (self.run_dir / "checkpoints").exists():
+                logger.sync()
                 self.save()
         finally:
             logger.close()

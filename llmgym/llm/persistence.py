@@ -6,20 +6,25 @@ Layout of a saved folder::
     weights.safetensors    LoRA adapter weights, or the model's trainable parameters
     modules.safetensors    module function weights, keys "<name>.<param>"
     updater.pt             updater state (optimizer...), read with torch.load(weights_only=True)
+    manifest.json          sha256 of every other file, written last and verified on load
 
-The folder is written under a temporary name next to the target and renamed into place.
+The folder is written under a temporary name next to the target, fsynced and renamed into place.
+Loading checks the manifest first, so a missing or corrupted file (``updater.pt`` included: a
+silently reset optimizer would make a resumed run diverge) is a :class:`CheckpointError` naming it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from llmgym.checkpoint import verify_manifest, write_atomic_dir, write_manifest
 from llmgym.errors import CheckpointError
 from llmgym.llm.adapters import is_peft_model
 
@@ -55,8 +60,6 @@ def save_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[st
     Returns:
         The folder path.
     """
-    from llmgym.checkpoint import write_atomic_dir
-
     def write(tmp: Path) -> None:
         kind, weights = _trainable_weights(model)
         if weights:
@@ -67,33 +70,30 @@ def save_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[st
             torch.save(updater_state, tmp / "updater.pt")
         meta = {"format": _FORMAT, "weights": kind, "modules": sorted(modules)}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        write_manifest(tmp)
 
     target = write_atomic_dir(path, write)
     return target
 
 
-def load_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[str, torch.nn.Module]) -> dict[str, Any] | None:
-    """Load what :func:`save_llm_state` wrote into ``model`` and ``modules``.
+_READ_ERRORS = (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError)
 
-    Args:
-        path: Folder written by :func:`save_llm_state`.
-        model: The model to load trainable weights into (same adapter setup as when saved).
-        modules: Module functions by name (same names as when saved).
 
-    Returns:
-        The saved updater state, or ``None`` if none was saved.
-
-    Raises:
-        CheckpointError: When the folder is missing, incomplete or does not match the model.
-    """
-    from safetensors.torch import load_file
-
-    folder = Path(path)
+def _read_meta(folder: Path) -> dict[str, Any]:
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
         raise CheckpointError(f"path={str(folder)!r} holds no LLM checkpoint (meta.json missing); pass a folder written by LLM.save.")
-    meta = json.loads(meta_path.read_text())
-    kind, _ = _trainable_weights(model)
+    verify_manifest(folder)
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except _READ_ERRORS as exc:
+        raise CheckpointError(f"{meta_path} is unreadable ({exc}); pass a folder written by LLM.save.") from exc
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{meta_path} holds no LLM checkpoint metadata; pass a folder written by LLM.save.")
+    return meta
+
+
+def _check_meta(folder: Path, meta: dict[str, Any], kind: str, modules: Mapping[str, torch.nn.Module]) -> None:
     if meta.get("format") != _FORMAT or meta.get("weights") != kind:
         raise CheckpointError(
             f"checkpoint {str(folder)!r} holds {meta.get('weights')!r} weights but this LLM trains {kind!r} weights; "
@@ -104,21 +104,65 @@ def load_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[st
             f"checkpoint {str(folder)!r} has module functions {meta.get('modules')} but this LLM has {sorted(modules)}; "
             "build the LLM with the same module_functions keys."
         )
-    if kind != "none":
-        weights = load_file(str(folder / "weights.safetensors"))
-        if kind == "adapter":
-            from peft import set_peft_model_state_dict
 
-            result = set_peft_model_state_dict(model, weights)
-            unexpected = list(getattr(result, "unexpected_keys", []))
-        else:
-            result = model.load_state_dict(weights, strict=False)
-            unexpected = list(result.unexpected_keys)
-        if unexpected:
-            raise CheckpointError(f"checkpoint {str(folder)!r} has weights this model lacks: {unexpected[:5]}.")
+
+def _load_weights(folder: Path, model: Any, kind: str) -> None:
+    from safetensors.torch import load_file
+
+    weights = load_file(str(folder / "weights.safetensors"))
+    if kind == "adapter":
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(model, weights)
+        unexpected = list(getattr(result, "unexpected_keys", []))
+    else:
+        result = model.load_state_dict(weights, strict=False)
+        unexpected = list(result.unexpected_keys)
+    if unexpected:
+        raise CheckpointError(f"checkpoint {str(folder)!r} has weights this model lacks: {unexpected[:5]}.")
+
+
+def _load_modules(folder: Path, modules: Mapping[str, torch.nn.Module]) -> None:
+    from safetensors.torch import load_file
+
     tensors = load_file(str(folder / "modules.safetensors"))
     for name, module in modules.items():
         prefix = f"{name}."
         module.load_state_dict({k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
+
+
+def load_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[str, torch.nn.Module]) -> dict[str, Any] | None:
+    """Load what :func:`save_llm_state` wrote into ``model`` and ``modules``.
+
+    The folder's manifest is verified first: every file it lists must be there, unchanged.
+
+    Args:
+        path: Folder written by :func:`save_llm_state`.
+        model: The model to load trainable weights into (same adapter setup as when saved).
+        modules: Module functions by name (same names as when saved).
+
+    Returns:
+        The saved updater state, or ``None`` if none was saved.
+
+    Raises:
+        CheckpointError: When the folder is missing, incomplete, corrupted or does not match the model.
+    """
+    from safetensors import SafetensorError
+
+    folder = Path(path)
+    meta = _read_meta(folder)
+    kind, _ = _trainable_weights(model)
+    _check_meta(folder, meta, kind, modules)
     updater_path = folder / "updater.pt"
-    return torch.load(updater_path, weights_only=True) if updater_path.is_file() else None
+    try:
+        if kind != "none":
+            _load_weights(folder, model, kind)
+        _load_modules(folder, modules)
+        return torch.load(updater_path, weights_only=True) if updater_path.is_file() else None
+    except CheckpointError:
+        raise
+    except (*_READ_ERRORS, SafetensorError) as exc:
+        raise CheckpointError(
+            f"checkpoint {str(folder)!r} could not be loaded into this LLM ({str(exc).splitlines()[0][:300]}); load it "
+            "into an LLM built with the same model and model.lora settings as the one that saved it."
+        ) from exc

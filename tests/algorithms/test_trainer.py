@@ -1,12 +1,14 @@
 """Trainer: logs, evaluation, checkpoints, exact resume."""
 
 import json
+import logging
+import shutil
 
 import pytest
 import torch
 
 from llmgym.algorithms.trainer import Trainer, evaluate_run, run_training
-from llmgym.errors import CheckpointError
+from llmgym.errors import CheckpointError, ConfigError
 from llmgym.metrics import read_metrics
 from llmgym.testing import tiny_causal_lm
 from tests.algorithms.helpers import tiny_config
@@ -76,6 +78,10 @@ def test_resume_equals_uninterrupted_training(tmp_path, model):
     first = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=16", "train.run_name=b"))
     first.train()
     first.close()
+    metrics = tmp_path / "b" / "metrics.jsonl"
+    with metrics.open("a") as fh:  # logged by a run killed before its checkpoint at step 24
+        fh.write(json.dumps({"kind": "train", "env_steps": 24}) + "\n")
+    (tmp_path / "b" / "checkpoints" / ".step-0000000024-tmp-x").mkdir()  # and its half-written checkpoint
     resumed = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=32",
                                    f"train.resume={tmp_path / 'b'}"))
     assert resumed.algorithm.env_steps == 16
@@ -85,6 +91,71 @@ def test_resume_equals_uninterrupted_training(tmp_path, model):
     assert all(torch.allclose(a, b, atol=0, rtol=0) for a, b in zip(expected, got))
     state = json.loads((tmp_path / "b" / "checkpoints" / "step-0000000032" / "trainer_state.json").read_text())
     assert state["algorithm"]["env_steps"] == 32
+    assert [r["env_steps"] for r in read_metrics(metrics) if r["kind"] == "train"] == [8, 16, 24, 32]
+    assert not [p for p in (tmp_path / "b" / "checkpoints").iterdir() if p.name.startswith(".")]
+
+
+SOURCE = [*COUNTDOWN, "model.lora.r=4", "train.total_env_steps=16", "train.checkpoint_every=8"]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A LoRA run of 16 env steps with checkpoints at 8 and 16 (copy it before changing it)."""
+    root = tmp_path_factory.mktemp("runs")
+    trainer = _trainer(tiny_config(root, "llmgym/Countdown-v0", *SOURCE, "train.run_name=src"))
+    trainer.train()
+    trainer.close()
+    return root / "src"
+
+
+def _copy(run, tmp_path):
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def _resume_config(tmp_path, run, *overrides):
+    return tiny_config(tmp_path, "llmgym/Countdown-v0", *SOURCE, "train.run_name=src", f"train.resume={run}", *overrides)
+
+
+def test_resume_without_the_optimizer_state_is_refused_naming_the_file(trained_run, tmp_path):
+    run = _copy(trained_run, tmp_path)
+    for step in (8, 16):
+        (run / "checkpoints" / f"step-{step:010d}" / "llm" / "updater.pt").unlink()
+    with pytest.raises(CheckpointError, match=r"(?s)step-0000000016/llm/updater.pt is missing.*step-0000000008/llm/updater.pt"):
+        _trainer(_resume_config(tmp_path, run))
+
+
+def test_resume_falls_back_to_the_older_checkpoint_and_trims_the_metrics(trained_run, tmp_path, caplog):
+    run = _copy(trained_run, tmp_path)
+    (run / "checkpoints" / "step-0000000016" / "llm" / "updater.pt").write_bytes(b"corrupted")
+    with caplog.at_level(logging.WARNING):
+        trainer = _trainer(_resume_config(tmp_path, run))
+    trainer.close()
+    assert trainer.algorithm.env_steps == 8
+    assert "older checkpoint" in caplog.text and "updater.pt is corrupted" in caplog.text
+    assert [r["env_steps"] for r in read_metrics(run / "metrics.jsonl")] == [8]
+
+
+def test_resume_refuses_config_changes_naming_each_old_and_new_value(trained_run, tmp_path):
+    run = _copy(trained_run, tmp_path)
+    saved = (run / "config.yaml").read_text()
+    changes = {"model.lora.r": (4, 8), "env.num_envs": (2, 4), "train.seed": (0, 1),
+               "algorithm.learning_rate": (0.003, 0.001), "env.id": ("'llmgym/Countdown-v0'", "'llmgym/EchoWord-v0'")}
+    with pytest.raises(ConfigError) as info:
+        _trainer(_resume_config(tmp_path, run, *(f"{k}={new}".replace("'", "") for k, (_, new) in changes.items())))
+    for key, (old, new) in changes.items():
+        assert f"{key}: {old} -> {new}" in str(info.value)
+    assert (run / "config.yaml").read_text() == saved
+
+
+def test_resume_accepts_a_longer_run_and_other_harmless_changes(trained_run, tmp_path, caplog):
+    run = _copy(trained_run, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="llmgym.checkpoint"):
+        trainer = _trainer(_resume_config(tmp_path, run, "train.total_env_steps=24", "logging.log_every=2"))
+    trainer.close()
+    assert trainer.algorithm.env_steps == 16
+    [line] = caplog.messages
+    assert "changed settings: train.total_env_steps: 16 -> 24;" in line and "logging.log_every: 1 -> 2" in line
 
 
 def test_resume_without_checkpoint_is_clear(tmp_path):
@@ -127,3 +198,16 @@ def test_evaluate_reports_the_task_return_without_shaping(tmp_path):
     # Near-uniform sampled actions (the same draws in both runs) move the agent, so the shaping is not zero.
     results = [evaluate(build_agent(config, llm, 2), config, 6, seed=0, greedy=False) for config in (plain, shaped)]
     assert results[0] == pytest.approx(results[1])
+
+
+def test_resume_from_a_trainer_state_of_another_version_is_a_checkpoint_error(trained_run, tmp_path):
+    from llmgym.checkpoint import write_manifest
+
+    run = _copy(trained_run, tmp_path)
+    folder = run / "checkpoints" / "step-0000000016"
+    state = json.loads((folder / "trainer_state.json").read_text())
+    del state["last_eval_steps"]
+    (folder / "trainer_state.json").write_text(json.dumps(state))
+    write_manifest(folder)
+    with pytest.raises(CheckpointError, match="lacks 'last_eval_steps'.*another llmgym version"):
+        _trainer(_resume_config(tmp_path, run))

@@ -144,7 +144,9 @@ def test_save_load_round_trip(tmp_path, lora):
     before = llm.forward(["score", "value"], CONTEXTS, CANDIDATES)
     llm.save(tmp_path / "ckpt")
     llm.save(tmp_path / "ckpt")  # overwriting is atomic too
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["meta.json", "modules.safetensors", "updater.pt", "weights.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "manifest.json", "meta.json", "modules.safetensors", "updater.pt", "weights.safetensors"
+    ]
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
     fresh = _llm(lora=lora, module_functions={"value": ValueHead()}, updater=LabelUpdaterForSave)
     assert not torch.allclose(fresh.forward(["value"], CONTEXTS)[0]["value"], before[0]["value"])
@@ -178,6 +180,27 @@ def test_load_rejects_mismatched_checkpoints(tmp_path):
         _llm(lora=True).load(tmp_path / "a")
     with pytest.raises(CheckpointError, match="meta.json"):
         _llm().load(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(("name", "damage", "match"), [
+    ("updater.pt", lambda p: p.unlink(), "updater.pt is missing"),
+    ("weights.safetensors", lambda p: p.write_bytes(p.read_bytes()[:-8]), "weights.safetensors is corrupted"),
+    ("meta.json", lambda p: p.write_text("{"), "meta.json is corrupted"),
+])
+def test_load_names_a_missing_or_corrupted_file(tmp_path, name, damage, match):
+    llm = _llm(lora=True, module_functions={"value": ValueHead()}, updater=LabelUpdaterForSave)
+    llm.save(tmp_path / "a")
+    damage(tmp_path / "a" / name)
+    with pytest.raises(CheckpointError, match=match):
+        llm.load(tmp_path / "a")
+
+
+def test_load_into_a_differently_shaped_adapter_is_a_checkpoint_error(tmp_path):
+    _llm(lora=True, module_functions={"value": ValueHead()}).save(tmp_path / "a")
+    model, tok = tiny_causal_lm("llama", seed=0)
+    other = LocalLLM(ModelConfig(name="tiny", lora=LoRAConfig(r=2)), {"value": ValueHead()}, model=model, tokenizer=tok)
+    with pytest.raises(CheckpointError, match="same model and model.lora settings"):
+        other.load(tmp_path / "a")
 
 
 def test_token_logprobs_with_value_per_token(tiny_llama):

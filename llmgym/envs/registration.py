@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import WrapperSpec
 
 __all__ = ["register_envs", "list_envs", "ENV_SPECS", "EnvEntry"]
 
@@ -112,8 +113,16 @@ ENV_SPECS: tuple[EnvEntry, ...] = (
 )
 
 
+#: Outermost wrapper of every llmgym env made by :func:`gymnasium.make`.
+_GUARD = WrapperSpec("EpisodeGuard", "llmgym.envs.core:EpisodeGuard", {})
+
+
 def register_envs() -> None:
-    """Register every llmgym env with Gymnasium (idempotent: registered ids are skipped)."""
+    """Register every llmgym env with Gymnasium (idempotent: registered ids are skipped).
+
+    ``gymnasium.make`` wraps each in :class:`~llmgym.envs.core.EpisodeGuard`, outside its time
+    limit, so stepping a finished episode is an error.
+    """
     for entry in ENV_SPECS:
         if entry.id not in gym.registry:
             gym.register(
@@ -121,6 +130,7 @@ def register_envs() -> None:
                 entry_point=entry.entry_point,
                 kwargs=dict(entry.kwargs),
                 max_episode_steps=entry.max_episode_steps,
+                additional_wrappers=(_GUARD,),
             )
 
 

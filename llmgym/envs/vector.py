@@ -22,7 +22,6 @@ and the error of a step before it names the failure.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import multiprocessing as mp
 import os
@@ -37,7 +36,7 @@ import numpy as np
 from gymnasium.wrappers import TimeLimit
 
 from llmgym.envs.core import TextEnv, observation_text
-from llmgym.envs.registration import register_envs
+from llmgym.envs.registration import check_env_id, register_envs
 from llmgym.errors import BackendError, ConfigError, InputError, InvalidActionError
 
 __all__ = ["TextVectorEnv", "make_vec", "PromptBuilder"]
@@ -424,19 +423,6 @@ def _with_time_limit(fn: Callable[[], gym.Env], max_episode_steps: int) -> gym.E
     return TimeLimit(fn(), max_episode_steps=max_episode_steps)
 
 
-def _check_env_id(env_id: str) -> None:
-    register_envs()
-    try:
-        gym.spec(env_id)
-    except gym.error.Error as exc:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
-        hint = f" Did you mean {close}?" if close else ""
-        raise ConfigError(
-            f"env_id={env_id!r} is not a registered Gymnasium env.{hint} Fix: run `llmgym envs` to list "
-            "llmgym's envs, or pass env factories instead of an id."
-        ) from exc
-
-
 def make_vec(
     env_id: str | Sequence[Callable[[], gym.Env]],
     num_envs: int | None = None,
@@ -477,7 +463,7 @@ def make_vec(
     if isinstance(env_id, str):
         if not _is_int(num_envs) or num_envs < 1:
             raise ConfigError(f"num_envs={num_envs!r} is invalid; expected an int >= 1 with an env id.")
-        _check_env_id(env_id)
+        check_env_id(env_id)
         factory = functools.partial(_make_registered, env_id, max_episode_steps, dict(env_kwargs or {}))
         env_fns: list[Callable[[], gym.Env]] = [factory] * num_envs
     else:

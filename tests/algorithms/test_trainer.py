@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from llmgym.algorithms.trainer import Trainer, evaluate_run, run_training
-from llmgym.errors import CheckpointError
+from llmgym.errors import CheckpointError, ConfigError
 from llmgym.metrics import read_metrics
 from llmgym.testing import tiny_causal_lm
 from tests.algorithms.helpers import tiny_config
@@ -91,6 +91,13 @@ def test_resume_without_checkpoint_is_clear(tmp_path):
     config = tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, f"train.resume={tmp_path / 'none'}")
     with pytest.raises(CheckpointError, match="No checkpoint"):
         _trainer(config)
+
+
+def test_an_unknown_env_id_fails_before_the_run_directory_and_the_model(tmp_path):
+    config = tiny_config(tmp_path, "llmgym/EchoWrd-v0", "train.run_name=run", "model.name=/no/such/model")
+    with pytest.raises(ConfigError, match=r"'llmgym/EchoWrd-v0' is not a registered.*'llmgym/EchoWord-v0'.*llmgym envs"):
+        Trainer(config)  # a model loaded first would raise ModelNotFoundError
+    assert not (tmp_path / "run").exists()
 
 
 def test_evaluate_run_loads_the_checkpoint(tmp_path, tiny_model_dir, capsys):

@@ -8,6 +8,8 @@ index). ``info["success"]`` is a ``bool`` on the last step of an episode whereve
 defined. Where part of a step's reward is shaping (a training aid, not the task's reward), the
 env reports it as ``info["shaping_reward"]``: training uses the whole reward, evaluations report the
 return without it. An action outside the valid ones raises :class:`~llmgym.errors.InvalidActionError`.
+Made with :func:`gymnasium.make`, an llmgym env is wrapped in :class:`EpisodeGuard`, which refuses
+``step()`` before ``reset()`` and after the episode ended.
 """
 
 from __future__ import annotations

@@ -79,8 +79,8 @@ def check_candidates(candidates: Any, num_contexts: int) -> list[list[str]]:
         The candidates as a list of lists.
 
     Raises:
-        InputError: On a length mismatch, a bare string instead of a list, a non-string or an
-            empty candidate.
+        InputError: On a length mismatch, a bare string instead of a list, a non-string, a
+            string with a lone surrogate or an empty candidate.
     """
     if isinstance(candidates, str) or not isinstance(candidates, Sequence):
         raise InputError(
@@ -103,6 +103,7 @@ def check_candidates(candidates: Any, num_contexts: int) -> list[list[str]]:
                 raise InputError(
                     f"candidates[{i}][{j}] must be a string, got {type(candidate).__name__}: {_preview(candidate)}."
                 )
+            _check_encodable(candidate, f"candidates[{i}][{j}]")
             if candidate == "":
                 raise InputError(
                     f"candidates[{i}][{j}] is an empty string, which has no tokens to score; remove it "

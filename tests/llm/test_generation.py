@@ -220,8 +220,10 @@ def test_empty_context_and_lone_surrogate_are_input_errors(tiny_gpt2):
         llm.generate(["a", ""], max_new_tokens=2)
     with pytest.raises(InputError, match=r"contexts\[0\] holds the lone surrogate '\\ud800' at character 1"):
         llm.generate(["a\ud800b"], max_new_tokens=2)
-    with pytest.raises(InputError, match="lone surrogate"):
+    with pytest.raises(InputError, match=r"contexts\[0\] holds the lone surrogate"):
         llm.score(["\udfff"], [["a"]])
+    with pytest.raises(InputError, match=r"candidates\[0\]\[1\] holds the lone surrogate '\\udfff'"):
+        llm.score(["a"], [["b", "c\udfff"]])
 
 
 @given(st.lists(st.text(alphabet=st.characters(codec=None, min_codepoint=0xD700, max_codepoint=0xE100)), max_size=4))

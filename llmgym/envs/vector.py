@@ -361,7 +361,8 @@ class TextVectorEnv:
             results = self._backend.run("step", list(actions))
         except Exception as exc:
             if self._partly_stepped(exc):
-                self._reset_reason = f"the previous step failed ({type(exc).__name__}: {exc!s:.300}) after some envs had stepped"
+                cause = f"{type(exc).__name__}: {exc!s:.300}"
+                self._reset_reason = f"the previous step failed ({cause}), maybe after some envs had stepped"
             raise
         observations = [r[0] for r in results]
         rewards = np.fromiter((r[1] for r in results), dtype=np.float32, count=self.num_envs)

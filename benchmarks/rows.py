@@ -34,7 +34,9 @@ def rollout_contexts(envs: int, seed: int = 0) -> list[str]:
     for index in range(envs):
         obs, _ = env.reset(seed=seed * 1000 + index)
         for _ in range(rng.randint(0, 5)):
-            obs, *_ = env.step(rng.choice(ACTIONS[:3]))
+            obs, _, terminated, truncated, _ = env.step(rng.choice(ACTIONS[:3]))
+            if terminated or truncated:  # a finished episode cannot step again
+                break
         contexts.append(PROMPT.format(obs=obs["text"]))
     env.close()
     return contexts

@@ -128,8 +128,10 @@ def _cmd_play(env_id: str, seed: int) -> int:
     import gymnasium as gym
 
     from llmgym.envs.core import observation_text
+    from llmgym.envs.registration import check_env_id
     from llmgym.errors import InvalidActionError
 
+    check_env_id(env_id)
     env = gym.make(env_id)
     obs, info = env.reset(seed=seed)
     total = 0.0
@@ -217,18 +219,20 @@ def _quiet_third_party_output() -> None:
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``llmgym`` command; returns the exit status."""
-    _quiet_third_party_output()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "launch":  # the launcher parses its own flags and passes the rest through
-        from llmgym.llm.distributed.launch import launch_main
+def _cmd_train(config_arg: str | None, overrides: list[str]) -> int:
+    from llmgym.config import load_config
+    from llmgym.envs.registration import check_env_id
 
-        try:
-            return launch_main(argv[1:])
-        except LLMGymError as exc:
-            print(f"llmgym launch: error: {exc}", file=sys.stderr)
-            return 2
+    config = load_config(*_split_config_arg(config_arg, overrides))
+    check_env_id(config.env.id)  # before torch is imported, the model loads or the run directory exists
+    from llmgym.algorithms.trainer import run_training
+
+    run_training(config)
+    return 0
+
+
+def _run(argv: list[str]) -> int:
+    """Parse ``argv`` and run its command."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
@@ -237,36 +241,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "overrides", None) is None or any(e.startswith("-") or "=" not in e for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
+    if args.command == "train":
+        return _cmd_train(args.config, args.overrides)
+    if args.command == "sweep":
+        return _cmd_sweep(args)
+    if args.command == "eval":
+        from llmgym.algorithms.trainer import evaluate_run
+
+        evaluate_run(args.run_dir, episodes=args.episodes, seed=args.seed, overrides=args.overrides, greedy=not args.sample)
+        return 0
+    if args.command == "envs":
+        return _cmd_envs()
+    if args.command == "play":
+        return _cmd_play(args.env_id, args.seed)
+    if args.command == "config":
+        return _cmd_config(args)
+    if args.command == "bench":
+        return _cmd_bench(args.name, args.bench_args)
+    raise AssertionError(f"unhandled command {args.command}")  # argparse restricts the choices
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``llmgym`` command; returns the exit status.
+
+    Every :class:`~llmgym.errors.LLMGymError` (bad input, unknown env, missing extra...) ends the
+    command with one line on stderr, ``llmgym COMMAND: error: MESSAGE``, and exit status 2 (as
+    argparse's usage errors); Ctrl-C exits with 130.
+    """
+    _quiet_third_party_output()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv else ""
     try:
-        if args.command == "train":
-            from llmgym.algorithms.trainer import run_training
-            from llmgym.config import load_config
+        if command == "launch":  # the launcher parses its own flags and passes the rest through
+            from llmgym.llm.distributed.launch import launch_main
 
-            config = load_config(*_split_config_arg(args.config, args.overrides))
-            run_training(config)
-            return 0
-        if args.command == "sweep":
-            return _cmd_sweep(args)
-        if args.command == "eval":
-            from llmgym.algorithms.trainer import evaluate_run
-
-            evaluate_run(args.run_dir, episodes=args.episodes, seed=args.seed, overrides=args.overrides, greedy=not args.sample)
-            return 0
-        if args.command == "envs":
-            return _cmd_envs()
-        if args.command == "play":
-            return _cmd_play(args.env_id, args.seed)
-        if args.command == "config":
-            return _cmd_config(args)
-        if args.command == "bench":
-            return _cmd_bench(args.name, args.bench_args)
+            return launch_main(argv[1:])
+        return _run(argv)
     except LLMGymError as exc:
-        print(f"llmgym {args.command}: error: {exc}", file=sys.stderr)
+        print(f"llmgym {command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"llmgym {args.command}: interrupted", file=sys.stderr)
+        print(f"llmgym {command}: interrupted", file=sys.stderr)
         return 130
-    raise AssertionError(f"unhandled command {args.command}")  # argparse restricts the choices
 
 
 if __name__ == "__main__":

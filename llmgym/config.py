@@ -4,7 +4,8 @@ A run is described by :class:`Config`, made of one dataclass per section (``mode
 ``distributed``, ``env``, ``agent``, ``algorithm``, ``train``, ``logging``). Configs are loaded
 from YAML and dotted command-line overrides (``algorithm.learning_rate=1e-5``) through OmegaConf.
 Unknown keys and wrong types raise :class:`~llmgym.errors.ConfigError` naming the key, with a
-close-match suggestion. Every field carries one help text (``metadata["help"]``), shown by
+close-match suggestion. Every section checks each field against its type hint first (numbers must
+be finite: NaN and infinity pass every range check), then its own ranges and choices. Every field carries one help text (``metadata["help"]``), shown by
 ``llmgym train --help`` and in the generated config reference.
 """
 
@@ -12,10 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import numbers
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from llmgym.errors import ConfigError
 
@@ -67,10 +71,116 @@ def _check_unit(section: str, name: str, value: float) -> None:
         raise ConfigError(f"{section}.{name}={value!r} must lie in [0, 1].")
 
 
+def _expected(key: str, value: Any, what: str, default: Any) -> ConfigError:
+    hint = "" if default is dataclasses.MISSING else f" (default: {default!r})"
+    return ConfigError(
+        f"{key}={value!r:.200} is a {type(value).__name__}; expected {what}. Fix: set {key} to {what}{hint}."
+    )
+
+
+def _check_type(key: str, value: Any, hint: Any, default: Any = dataclasses.MISSING) -> Any:
+    """Check a config value against its field's type hint; return it in its canonical type.
+
+    ``int`` and ``float`` fields take any integral or real number (not a bool) and must be
+    finite (NaN and infinity pass every range check, so they are refused here); an optional
+    field also takes ``None``; a section field takes its dataclass or a mapping of its keys.
+
+    Args:
+        key: Dotted key of the field, used in messages.
+        value: The value given.
+        hint: The field's resolved type hint.
+        default: The field's default, shown in messages.
+
+    Returns:
+        ``value`` as ``int``/``float``/``list``/``dict``, or the section built from a mapping.
+
+    Raises:
+        ConfigError: Naming the key, the value, the expected type and the default.
+    """
+    if typing.get_origin(hint) is typing.Union:
+        if value is None:
+            return None
+        (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    if hint is Any:
+        return value
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _as_section(key, value, hint)
+    origin = typing.get_origin(hint)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise _expected(key, value, "a list", default)
+        (item_hint,) = typing.get_args(hint)
+        return [_check_type(f"{key}[{i}]", item, item_hint) for i, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise _expected(key, value, "a mapping", default)
+        return dict(value)
+    return _check_scalar(key, value, hint, default)
+
+
+def _check_scalar(key: str, value: Any, hint: type, default: Any) -> Any:
+    """The ``bool``, ``int``, ``float`` and ``str`` cases of :func:`_check_type`."""
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise _expected(key, value, "true or false", default)
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise _expected(key, value, "an integer", default)
+        return int(value)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise _expected(key, value, "a finite number", default)
+        if not math.isfinite(value):
+            raise _expected(key, value, "a finite number (not nan or inf)", default)
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise _expected(key, value, "a string", default)
+        return value
+    raise TypeError(f"config field {key} has an unsupported type hint {hint!r}")  # pragma: no cover
+
+
+def _as_section(key: str, value: Any, cls: type) -> Any:
+    """A section field's value: an instance of ``cls``, or one built from a mapping of its keys."""
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{key}={value!r:.200} is a {type(value).__name__}; expected a {cls.__name__} or a mapping of its keys."
+        )
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(str(k) for k in value if k not in known)
+    if unknown:
+        raise ConfigError(f"Unknown config key '{key}.{unknown[0]}'; {key} has the keys {known}.")
+    return cls(**value)
+
+
+class _Section:
+    """Base of the config sections: every field is checked against its type hint, then ``_check`` runs.
+
+    Attributes:
+        _section: Dotted name of the section in :class:`Config` (``""`` for :class:`Config`), used in messages.
+    """
+
+    _section: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            key = f"{self._section}.{f.name}" if self._section else f.name
+            setattr(self, f.name, _check_type(key, getattr(self, f.name), hints[f.name], f.default))
+        self._check()
+
+    def _check(self) -> None:
+        """Section-specific checks (ranges, choices), run after the type checks."""
+
+
 @dataclass
-class LoRAConfig:
+class LoRAConfig(_Section):
     """Low-rank adapters (PEFT LoRA) on the LLM."""
 
+    _section: ClassVar[str] = "model.lora"
     r: int = _f(8, "LoRA rank.")
     alpha: int = _f(16, "LoRA scaling numerator (scale = alpha / r).")
     dropout: float = _f(0.0, "Dropout on the LoRA branch.")
@@ -83,16 +193,17 @@ class LoRAConfig:
         "four, so backward stops there). null adapts every block.",
     )
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         _check_positive("model.lora", "r", self.r)
         _check_positive("model.lora", "alpha", self.alpha)
         _check_unit("model.lora", "dropout", self.dropout)
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(_Section):
     """Which LLM to load and how (the ``model`` section)."""
 
+    _section: ClassVar[str] = "model"
     name: str = _f(
         "SmolLM2-135M-Instruct",
         "Model to load: a local folder, a hub id, a .gguf file, or the alias "
@@ -131,7 +242,7 @@ class ModelConfig:
         "either way within rounding.",
     )
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         if not self.name:
             raise ConfigError("model.name is empty; give a local folder, a hub id or a .gguf file.")
         if self.model_type is not None:
@@ -142,14 +253,13 @@ class ModelConfig:
         _check_positive("model", "max_context_tokens", self.max_context_tokens)
         _check_positive("model", "trunk_cache_mb", self.trunk_cache_mb, allow_zero=True)
         _check_positive("model", "row_tokens", self.row_tokens, allow_zero=True)
-        if isinstance(self.lora, dict):
-            self.lora = LoRAConfig(**self.lora)
 
 
 @dataclass
-class DistributedConfig:
+class DistributedConfig(_Section):
     """How many LLM servers serve the RL client (the ``distributed`` section)."""
 
+    _section: ClassVar[str] = "distributed"
     llm_processes: int = _f(1, "Number of LLM server processes; 1 runs the LLM in-process.")
     rl_processes: int = _f(1, "Number of RL client processes (only 1 is supported).")
     model_parallelism_size: int = _f(1, "GPUs per LLM server (the model is sharded across them).")
@@ -159,7 +269,7 @@ class DistributedConfig:
     master_port: int = _f(29500, "TCP port of the rendezvous on the rank-0 machine.")
     timeout_s: float = _f(60.0, "Seconds before a silent LLM server is declared dead.")
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         for name in ("llm_processes", "model_parallelism_size", "nnodes", "timeout_s"):
             _check_positive("distributed", name, getattr(self, name))
         if self.rl_processes != 1:
@@ -176,25 +286,27 @@ class DistributedConfig:
 
 
 @dataclass
-class EnvConfig:
+class EnvConfig(_Section):
     """The environments (the ``env`` section)."""
 
+    _section: ClassVar[str] = "env"
     id: str = _f("llmgym/BabyAI-Text-GoToRedBall-v0", "Gymnasium id of the text env (llmgym envs lists them).")
     num_envs: int = _f(4, "Number of environments stepped in parallel.")
     vectorization_mode: str = _f("sync", "sync (one process) or async (one subprocess per env).")
     max_episode_steps: Optional[int] = _f(None, "Truncate episodes after this many steps; null keeps the env's.")
     kwargs: dict[str, Any] = _f({}, "Extra keyword arguments for gymnasium.make.")
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         _check_positive("env", "num_envs", self.num_envs)
         _check_choice("env", "vectorization_mode", self.vectorization_mode, ("sync", "async"))
         _check_positive("env", "max_episode_steps", self.max_episode_steps)
 
 
 @dataclass
-class AgentConfig:
+class AgentConfig(_Section):
     """How observations become prompts and model outputs become actions (the ``agent`` section)."""
 
+    _section: ClassVar[str] = "agent"
     type: str = _f(
         "scoring",
         "scoring (softmax over candidate actions), generative (free text parsed into an action) "
@@ -216,7 +328,7 @@ class AgentConfig:
     )
     invalid_action_penalty: float = _f(-1.0, "Reward added when a generated action cannot be parsed.")
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         _check_choice("agent", "type", self.type, ("scoring", "generative", "token"))
         _check_choice("agent", "invalid_action", self.invalid_action, ("penalty", "error"))
         _check_choice("agent", "score_normalize", self.score_normalize, ("sum", "mean"))
@@ -227,9 +339,10 @@ class AgentConfig:
 
 
 @dataclass
-class AlgorithmConfig:
+class AlgorithmConfig(_Section):
     """The RL algorithm and its hyper-parameters (the ``algorithm`` section)."""
 
+    _section: ClassVar[str] = "algorithm"
     name: str = _f("ppo", "ppo or a2c.")
     updater: Optional[str] = _f(
         None, "Custom Updater class as 'module:Class'; null uses the algorithm's own updater."
@@ -256,7 +369,7 @@ class AlgorithmConfig:
         "hidden states but its loss does not train the LLM).",
     )
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         _check_choice("algorithm", "name", self.name, ("ppo", "a2c"))
         _check_choice("algorithm", "value_head", self.value_head, ("shared", "detached"))
         for name in ("learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps"):
@@ -274,9 +387,10 @@ class AlgorithmConfig:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(_Section):
     """The training loop (the ``train`` section)."""
 
+    _section: ClassVar[str] = "train"
     total_env_steps: int = _f(2048, "Env steps (summed over envs) to train for.")
     seed: int = _f(0, "Seed of everything: envs, sampling, initialisation.")
     output_dir: str = _f("runs", "Folder under which each run gets its own directory.")
@@ -295,7 +409,7 @@ class TrainConfig:
     checkpoint_every: Optional[int] = _f(None, "Checkpoint every this many env steps; null only at the end.")
     resume: Optional[str] = _f(None, "Run directory to resume from (its latest checkpoint).")
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         _check_positive("train", "total_env_steps", self.total_env_steps)
         _check_positive("train", "eval_every", self.eval_every)
         _check_positive("train", "eval_episodes", self.eval_episodes, allow_zero=True)
@@ -304,35 +418,35 @@ class TrainConfig:
 
 
 @dataclass
-class WandbConfig:
+class WandbConfig(_Section):
     """Weights & Biases logging."""
 
+    _section: ClassVar[str] = "logging.wandb"
     mode: str = _f("disabled", "disabled, offline or online.")
     project: str = _f("llmgym", "wandb project.")
     entity: Optional[str] = _f(None, "wandb entity (team or user); null uses your default.")
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         _check_choice("logging.wandb", "mode", self.mode, ("disabled", "offline", "online"))
 
 
 @dataclass
-class LoggingConfig:
+class LoggingConfig(_Section):
     """Where metrics go (the ``logging`` section)."""
 
+    _section: ClassVar[str] = "logging"
     progress: bool = _f(True, "Show a progress bar.")
     log_every: int = _f(1, "Write metrics every this many updates.")
     tensorboard: bool = _f(False, "Also write TensorBoard event files.")
     plot: bool = _f(True, "Write learning_curve.png at the end of training.")
     wandb: WandbConfig = _f(WandbConfig, "Weights & Biases settings.")
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         _check_positive("logging", "log_every", self.log_every)
-        if isinstance(self.wandb, dict):
-            self.wandb = WandbConfig(**self.wandb)
 
 
 @dataclass
-class Config:
+class Config(_Section):
     """A whole run: one field per section."""
 
     model: ModelConfig = _f(ModelConfig, "The LLM.")

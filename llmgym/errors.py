@@ -18,6 +18,8 @@ __all__ = [
     "AuthenticationError",
     "CheckpointError",
     "MissingDependencyError",
+    "require",
+    "require_installed",
 ]
 
 
@@ -80,7 +82,30 @@ def require(module: str, extra: str, feature: str) -> object:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingDependencyError(
-            f"{feature} needs the optional package '{module}', which is not installed. "
-            f"Install it with: pip install 'llmgym[{extra}]'"
-        ) from exc
+        raise _missing(module, extra, feature) from exc
+
+
+def require_installed(module: str, extra: str, feature: str) -> None:
+    """Raise the error of :func:`require` if a top-level module is not installed, without importing it.
+
+    For checks that must stay fast, e.g. before a model loads.
+
+    Args:
+        module: Top-level module name, e.g. ``"minigrid"``.
+        extra: The llmgym extra that installs it.
+        feature: What needs it, used in the message.
+
+    Raises:
+        MissingDependencyError: If no such module can be found.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise _missing(module, extra, feature)
+
+
+def _missing(module: str, extra: str, feature: str) -> MissingDependencyError:
+    return MissingDependencyError(
+        f"{feature} needs the optional package '{module}', which is not installed. "
+        f"Install it with: pip install 'llmgym[{extra}]'"
+    )

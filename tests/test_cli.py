@@ -53,6 +53,39 @@ def test_play_reads_actions_from_stdin():
     assert "Say the word" in out and "episode over" in out
 
 
+def test_play_an_unknown_env_is_one_line_naming_close_matches():
+    proc = run("play", "llmgym/EchoWrd-v0", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("llmgym play: error: ")
+    assert "'llmgym/EchoWord-v0'" in proc.stderr and "`llmgym envs`" in proc.stderr
+
+
+def _main_in_subprocess(args, setup=""):
+    """Run ``llmgym.cli.main(args)``; stdout's last line tells whether torch got imported."""
+    code = f"import sys; {setup}\nfrom llmgym.cli import main\nrc = main({list(args)!r})\nprint('torch' in sys.modules)\nsys.exit(rc)"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+
+
+def test_train_checks_the_env_before_torch_the_model_or_the_run_directory(tmp_path):
+    args = ["train", "env.id=llmgym/EchoWrd-v0", "model.name=/no/such/model", f"train.output_dir={tmp_path}"]
+    proc = _main_in_subprocess(args)
+    assert proc.returncode == 2 and proc.stdout.strip() == "False"  # failed before importing torch (in ~0.4 s)
+    assert proc.stderr.startswith("llmgym train: error: env id 'llmgym/EchoWrd-v0'") and proc.stderr.count("\n") == 1
+    assert "'llmgym/EchoWord-v0'" in proc.stderr and "`llmgym envs`" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_train_and_play_report_a_missing_extra_before_loading(tmp_path):
+    hide_minigrid = "sys.modules['minigrid'] = None"  # what an install without the babyai extra looks like
+    env_id = "llmgym/BabyAI-Text-GoToRedBall-v0"
+    proc = _main_in_subprocess(["train", f"env.id={env_id}", f"train.output_dir={tmp_path}"], hide_minigrid)
+    assert proc.returncode == 2 and proc.stdout.strip() == "False" and list(tmp_path.iterdir()) == []
+    assert "needs the optional package 'minigrid'" in proc.stderr and "pip install 'llmgym[babyai]'" in proc.stderr
+    proc = _main_in_subprocess(["play", env_id], hide_minigrid)
+    assert proc.returncode == 2 and "llmgym[babyai]" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_launch_and_bench_usage_errors():
     assert "--llm-processes" in run("launch", "--help").stdout
     proc = run("bench", "no-such-benchmark", check=False)

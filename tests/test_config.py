@@ -1,6 +1,9 @@
 import dataclasses
+import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llmgym.config import (
     Config,
@@ -103,3 +106,77 @@ def test_every_field_has_help():
     for cls in (cfg.Config, cfg.ModelConfig, cfg.LoRAConfig, cfg.EnvConfig, cfg.AgentConfig,
                 cfg.AlgorithmConfig, cfg.TrainConfig, cfg.LoggingConfig, cfg.WandbConfig, cfg.DistributedConfig):
         walk(cls)
+
+
+def _numeric_fields():
+    """``(section class, field name)`` of every int or float field (optional ones included)."""
+    import typing
+
+    from llmgym import config as cfg
+
+    rows = []
+    for cls in (cfg.ModelConfig, cfg.LoRAConfig, cfg.DistributedConfig, cfg.EnvConfig, cfg.AgentConfig,
+                cfg.AlgorithmConfig, cfg.TrainConfig, cfg.LoggingConfig):
+        for name, hint in typing.get_type_hints(cls).items():
+            if hint in (int, float, typing.Optional[int], typing.Optional[float]):
+                rows.append((cls, name))
+    return rows
+
+
+NUMERIC_FIELDS = _numeric_fields()
+
+
+@pytest.mark.parametrize(("cls", "name"), NUMERIC_FIELDS, ids=[f"{c.__name__}.{n}" for c, n in NUMERIC_FIELDS])
+def test_every_numeric_field_refuses_nan_inf_and_strings(cls, name):
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(ConfigError, match=rf"{name}=.*(finite number \(not nan or inf\)|an integer)"):
+            cls(**{name: bad})
+    with pytest.raises(ConfigError, match=rf"{name}='fast' is a str; expected .*Fix: set .*{name}"):
+        cls(**{name: "fast"})
+    with pytest.raises(ConfigError, match=rf"{name}=True is a bool"):
+        cls(**{name: True})
+
+
+def test_nan_learning_rate_is_refused_by_load_config_and_direct_construction():
+    from llmgym.config import AlgorithmConfig
+
+    assert len(NUMERIC_FIELDS) > 30
+    with pytest.raises(ConfigError, match=r"algorithm\.learning_rate=nan .*finite"):
+        load_config(None, ["algorithm.learning_rate=nan"])
+    with pytest.raises(ConfigError, match=r"distributed\.timeout_s=inf"):
+        load_config(None, ["distributed.timeout_s=inf"])
+    with pytest.raises(ConfigError, match=r"algorithm\.learning_rate='fast'"):
+        AlgorithmConfig(learning_rate="fast")
+    assert AlgorithmConfig(learning_rate=1).learning_rate == 1.0 and isinstance(AlgorithmConfig(epochs=2).epochs, int)
+
+
+@given(value=st.floats(allow_nan=True, allow_infinity=True))
+def test_float_fields_accept_exactly_the_finite_in_range_values(value):
+    from llmgym.config import AgentConfig, AlgorithmConfig
+
+    ok = math.isfinite(value) and value > 0
+    for build in (lambda: AlgorithmConfig(learning_rate=value), lambda: AgentConfig(temperature=value),
+                  lambda: AlgorithmConfig(clip_range=value), lambda: AlgorithmConfig(target_kl=value)):
+        if ok:
+            build()
+        else:
+            with pytest.raises(ConfigError):
+                build()
+
+
+def test_wrong_types_in_lists_sections_and_flags():
+    from llmgym.config import AgentConfig, EnvConfig, LoggingConfig, LoRAConfig
+
+    with pytest.raises(ConfigError, match=r"model\.lora\.layers\[1\]='x' is a str; expected an integer"):
+        LoRAConfig(layers=[-1, "x"])
+    with pytest.raises(ConfigError, match=r"Unknown config key 'model\.lora\.rank'"):
+        ModelConfig(lora={"rank": 4})
+    assert ModelConfig(lora={"r": 4}).lora == LoRAConfig(r=4)
+    with pytest.raises(ConfigError, match=r"logging\.wandb=3 is a int"):
+        LoggingConfig(wandb=3)
+    with pytest.raises(ConfigError, match=r"agent\.use_chat_template='yes' is a str; expected true or false"):
+        AgentConfig(use_chat_template="yes")
+    with pytest.raises(ConfigError, match=r"env\.kwargs=\[1\] is a list; expected a mapping"):
+        EnvConfig(kwargs=[1])
+    with pytest.raises(ConfigError, match=r"model\.name=3 is a int; expected a string"):
+        ModelConfig(name=3)

@@ -32,6 +32,7 @@ from llmgym.checkpoint import (
     save_checkpoint,
 )
 from llmgym.config import AlgorithmConfig, Config, config_to_dict, load_config, save_config
+from llmgym.envs.registration import check_env_id
 from llmgym.errors import CheckpointError, ConfigError
 from llmgym.llm.updater import Updater
 from llmgym.metrics import RunLogger, plot_learning_curve, trim_metrics
@@ -225,9 +226,14 @@ class Trainer:
         run_dir: Run directory; default ``train.output_dir/train.run_name`` (or ``train.resume``).
         model: Optional prebuilt model (tests); loaded from ``config.model`` otherwise.
         tokenizer: Its tokenizer.
+
+    Raises:
+        ConfigError: If ``env.id`` is not registered (before the run directory or the model exist).
+        MissingDependencyError: If the env needs an optional package that is not installed.
     """
 
     def __init__(self, config: Config, run_dir: Optional[str | Path] = None, *, model: Any = None, tokenizer: Any = None) -> None:
+        check_env_id(config.env.id)
         self.config = config
         train = config.train
         if run_dir is None:

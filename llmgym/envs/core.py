@@ -8,6 +8,8 @@ index). ``info["success"]`` is a ``bool`` on the last step of an episode whereve
 defined. Where part of a step's reward is shaping (a training aid, not the task's reward), the
 env reports it as ``info["shaping_reward"]``: training uses the whole reward, evaluations report the
 return without it. An action outside the valid ones raises :class:`~llmgym.errors.InvalidActionError`.
+Made with :func:`gymnasium.make`, an llmgym env is wrapped in :class:`EpisodeGuard`, which refuses
+``step()`` before ``reset()`` and after the episode ended.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "PROSE_CHARSET",
     "TextSpace",
     "TextEnv",
+    "EpisodeGuard",
     "observation_text",
     "normalize_action_text",
     "check_text_env",
@@ -153,6 +156,45 @@ class TextEnv(gym.Env[ObsT, Any], Generic[ObsT]):
             f"{names} or an index in [0, {len(self.action_names) - 1}]. Fix: map the agent's output "
             "onto one of these strings."
         )
+
+
+class EpisodeGuard(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
+    """Refuse :meth:`step` before the first :meth:`reset` and after an episode ended.
+
+    :func:`gymnasium.make` puts it outermost on every ``llmgym/`` env, so an episode that the
+    time limit truncated counts as ended too. Without it a finished env would keep stepping (or
+    fail in its own words) past the end of its episode.
+
+    Args:
+        env: The env to guard.
+    """
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
+        self._needs_reset: str | None = "step() called before reset()"
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset the env; stepping is allowed again."""
+        self._needs_reset = None
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Step the env, remembering when its episode ends.
+
+        Raises:
+            InputError: Before the first reset, or after a step returned ``terminated`` or
+                ``truncated``, until the next reset.
+        """
+        if self._needs_reset is not None:
+            spec = self.unwrapped.spec
+            name = repr(spec.id) if spec is not None else type(self.unwrapped).__name__
+            raise InputError(f"{self._needs_reset}: {name} must be reset before it steps. Fix: call env.reset().")
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            flag = "terminated" if terminated else "truncated"
+            self._needs_reset = f"step() called after the episode ended ({flag}=True)"
+        return obs, reward, terminated, truncated, info
 
 
 _NAME_INDEX_CACHE: dict[tuple[str, ...], dict[str, int]] = {}

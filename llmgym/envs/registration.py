@@ -6,12 +6,16 @@ stays light and an env's module loads on its first :func:`gymnasium.make`.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import WrapperSpec
 
-__all__ = ["register_envs", "list_envs", "ENV_SPECS", "EnvEntry"]
+from llmgym.errors import ConfigError, require_installed
+
+__all__ = ["register_envs", "list_envs", "check_env_id", "ENV_SPECS", "EnvEntry"]
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,7 @@ class EnvEntry:
         description: One line shown by ``llmgym envs``.
         kwargs: Constructor arguments.
         max_episode_steps: Time limit added by :func:`gymnasium.make`, if any.
+        requires: ``(module, extra)`` of the optional package the env needs, if any.
     """
 
     id: str
@@ -31,6 +36,7 @@ class EnvEntry:
     description: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     max_episode_steps: int | None = None
+    requires: tuple[str, str] | None = None
 
 
 _BABYAI = "llmgym.envs.babyai_text:BabyAITextEnv"
@@ -53,11 +59,12 @@ _BABYAI_LEVELS: dict[str, str] = {
     "GoTo": "go to an object in a 3x3 maze of rooms",
     "Pickup": "pick up an object in a 3x3 maze of rooms",
 }
+_MINIGRID = ("minigrid", "babyai")
 _GLAM_TRAIN = ("GoToLocal", "PickupLocal", "PutNextLocal", "UnlockLocal", "PickUpSeqGoTo")
 
 ENV_SPECS: tuple[EnvEntry, ...] = (
     *(
-        EnvEntry(f"llmgym/BabyAI-Text-{level}-v0", _BABYAI, f"BabyAI-Text: {text}.", {"level": level})
+        EnvEntry(f"llmgym/BabyAI-Text-{level}-v0", _BABYAI, f"BabyAI-Text: {text}.", {"level": level}, requires=_MINIGRID)
         for level, text in _BABYAI_LEVELS.items()
     ),
     EnvEntry(
@@ -65,6 +72,7 @@ ENV_SPECS: tuple[EnvEntry, ...] = (
         _BABYAI,
         "BabyAI-Text: GLAM's training mix, one of go to / pick up / put next / unlock / pick up then go to per episode.",
         {"level": list(_GLAM_TRAIN)},
+        requires=_MINIGRID,
     ),
     EnvEntry(
         "llmgym/Blackjack-Text-v0",
@@ -112,8 +120,16 @@ ENV_SPECS: tuple[EnvEntry, ...] = (
 )
 
 
+#: Outermost wrapper of every llmgym env made by :func:`gymnasium.make`.
+_GUARD = WrapperSpec("EpisodeGuard", "llmgym.envs.core:EpisodeGuard", {})
+
+
 def register_envs() -> None:
-    """Register every llmgym env with Gymnasium (idempotent: registered ids are skipped)."""
+    """Register every llmgym env with Gymnasium (idempotent: registered ids are skipped).
+
+    ``gymnasium.make`` wraps each in :class:`~llmgym.envs.core.EpisodeGuard`, outside its time
+    limit, so stepping a finished episode is an error.
+    """
     for entry in ENV_SPECS:
         if entry.id not in gym.registry:
             gym.register(
@@ -121,9 +137,41 @@ def register_envs() -> None:
                 entry_point=entry.entry_point,
                 kwargs=dict(entry.kwargs),
                 max_episode_steps=entry.max_episode_steps,
+                additional_wrappers=(_GUARD,),
             )
 
 
 def list_envs() -> list[tuple[str, str]]:
     """Return ``(id, one-line description)`` of every llmgym env, in registration order."""
     return [(entry.id, entry.description) for entry in ENV_SPECS]
+
+
+def check_env_id(env_id: str) -> None:
+    """Check, without building the env or importing its module, that an env id can be made.
+
+    Meant to run before anything slow (loading a model, creating a run directory).
+
+    Args:
+        env_id: A Gymnasium id, e.g. ``"llmgym/BabyAI-Text-GoToLocal-v0"``.
+
+    Raises:
+        ConfigError: If the id is not registered; the message lists close matches and points
+            to ``llmgym envs``.
+        MissingDependencyError: If it is an llmgym env whose optional package is not installed.
+    """
+    register_envs()
+    if not isinstance(env_id, str):
+        raise ConfigError(f"env id {env_id!r:.100} is a {type(env_id).__name__}; expected a string such as 'llmgym/EchoWord-v0'.")
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as exc:
+        close = difflib.get_close_matches(str(env_id), list(gym.registry), n=3)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise ConfigError(
+            f"env id {env_id!r} is not a registered Gymnasium env.{hint} Fix: run `llmgym envs` to list "
+            "llmgym's envs (or pass env factories instead of an id)."
+        ) from exc
+    for entry in ENV_SPECS:
+        if entry.id == spec.id and entry.requires is not None:
+            module, extra = entry.requires
+            require_installed(module, extra, spec.id)

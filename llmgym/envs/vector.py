@@ -15,20 +15,20 @@ so both modes give identical trajectories under the same seeds. Env ``i`` is see
 
 Actions are checked before any env steps: if one env of a process rejects its action with
 :class:`~llmgym.errors.InvalidActionError`, no env of that process steps (sync mode: none at all).
-In async mode other workers may have stepped already; the vector env then requires a
-:meth:`TextVectorEnv.reset` before the next step.
+In async mode other workers may have stepped already, and any other error of an env may come after
+other envs stepped; the vector env then requires a :meth:`TextVectorEnv.reset` before the next step,
+and the error of a step before it names the failure.
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
 import multiprocessing as mp
 import os
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeGuard
 
 import cloudpickle
 import gymnasium as gym
@@ -36,7 +36,7 @@ import numpy as np
 from gymnasium.wrappers import TimeLimit
 
 from llmgym.envs.core import TextEnv, observation_text
-from llmgym.envs.registration import register_envs
+from llmgym.envs.registration import check_env_id, register_envs
 from llmgym.errors import BackendError, ConfigError, InputError, InvalidActionError
 
 __all__ = ["TextVectorEnv", "make_vec", "PromptBuilder"]
@@ -236,7 +236,7 @@ class TextVectorEnv:
         context: Multiprocessing start method of the workers (default: Python's).
 
     Raises:
-        ConfigError: On an unknown mode or a bad worker count.
+        ConfigError: On an unknown mode, a bad worker count or a seed that is not an int.
     """
 
     def __init__(
@@ -251,6 +251,8 @@ class TextVectorEnv:
     ) -> None:
         if not env_fns:
             raise ConfigError("env_fns is empty; expected at least one env factory.")
+        if seed is not None and not _is_int(seed):
+            raise ConfigError(f"seed={seed!r:.100} is invalid; expected an int or None. Fix: pass e.g. seed=0.")
         self.num_envs = len(env_fns)
         self.vectorization_mode = vectorization_mode
         self.prompt_builder = prompt_builder
@@ -268,7 +270,7 @@ class TextVectorEnv:
                 f"vectorization_mode={vectorization_mode!r} is invalid; expected 'sync' or 'async'."
             )
         (self.single_observation_space, self.single_action_space) = self._backend.run("spaces", None)[0]
-        self._needs_reset = True
+        self._reset_reason: str | None = "step() called before reset()"
         self._closed = False
         self.observations: list[Any] = []
         self.infos: list[dict[str, Any]] = []
@@ -302,25 +304,35 @@ class TextVectorEnv:
             ``(observations, infos)``, one entry per env.
 
         Raises:
-            InputError: If a seed list does not have one entry per env.
+            InputError: If the seed is neither an int, ``None`` nor a list of one int or ``None``
+                per env.
         """
         self._check_open()
         if seed is None and self._seed is not None:
             seed, self._seed = self._seed, None
-        if seed is None:
-            seeds: list[int | None] = [None] * self.num_envs
-        elif isinstance(seed, (int, np.integer)):
-            seeds = [int(seed) + i for i in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != self.num_envs:
-                raise InputError(f"seed has {len(seeds)} entries; expected one per env ({self.num_envs}).")
-        results = self._backend.run("reset", seeds, options)
+        results = self._backend.run("reset", self._seeds(seed), options)
         observations = [obs for obs, _ in results]
         infos = [info for _, info in results]
-        self._needs_reset = False
+        self._reset_reason = None
         self._record(observations, infos)
         return observations, infos
+
+    def _seeds(self, seed: Any) -> list[int | None]:
+        """One seed per env from ``reset``'s ``seed`` argument."""
+        if seed is None:
+            return [None] * self.num_envs
+        if _is_int(seed):
+            return [int(seed) + i for i in range(self.num_envs)]
+        if isinstance(seed, (str, bytes)) or not isinstance(seed, Sequence):
+            raise InputError(
+                f"seed={seed!r:.100} is invalid; expected an int, None or a list of {self.num_envs} ints or Nones."
+            )
+        if len(seed) != self.num_envs:
+            raise InputError(f"seed has {len(seed)} entries; expected one per env ({self.num_envs}).")
+        bad = [s for s in seed if s is not None and not _is_int(s)]
+        if bad:
+            raise InputError(f"seed={list(seed)!r:.200} holds {bad[0]!r:.50}; expected an int or None per env.")
+        return [None if s is None else int(s) for s in seed]
 
     def step(
         self, actions: Sequence[Any]
@@ -334,20 +346,23 @@ class TextVectorEnv:
             ``(observations, rewards float32[N], terminated bool[N], truncated bool[N], infos)``.
 
         Raises:
-            InputError: If the number of actions is wrong or :meth:`reset` is needed.
+            InputError: If ``actions`` is not a sequence of one action per env, or :meth:`reset` is
+                needed (before the first one, or after a step that failed part way).
             InvalidActionError: If an env rejects its action (the message names the env).
         """
         self._check_open()
-        if self._needs_reset:
-            raise InputError("step() called before reset(); expected reset() first. Fix: call envs.reset().")
-        if isinstance(actions, (str, bytes)) or len(actions) != self.num_envs:
+        if self._reset_reason is not None:
+            raise InputError(f"{self._reset_reason}; expected reset() first. Fix: call envs.reset().")
+        if isinstance(actions, (str, bytes)) or not hasattr(actions, "__len__") or len(actions) != self.num_envs:
             raise InputError(
                 f"actions={actions!r:.200} is invalid; expected a sequence of {self.num_envs} actions, one per env."
             )
         try:
             results = self._backend.run("step", list(actions))
-        except InvalidActionError:
-            self._needs_reset = isinstance(self._backend, _AsyncBackend) and len(self._backend.conns) > 1
+        except Exception as exc:
+            if self._partly_stepped(exc):
+                cause = f"{type(exc).__name__}: {exc!s:.300}"
+                self._reset_reason = f"the previous step failed ({cause}), maybe after some envs had stepped"
             raise
         observations = [r[0] for r in results]
         rewards = np.fromiter((r[1] for r in results), dtype=np.float32, count=self.num_envs)
@@ -356,6 +371,15 @@ class TextVectorEnv:
         infos = [r[4] for r in results]
         self._record(observations, infos)
         return observations, rewards, terminated, truncated, infos
+
+    def _partly_stepped(self, exc: Exception) -> bool:
+        """Whether a failed step may have stepped some envs but not others.
+
+        An invalid action is caught before any env of its process steps, so it leaves a sync vector
+        env (and a single worker) as it was; any other error, or several workers, may not.
+        """
+        several_workers = isinstance(self._backend, _AsyncBackend) and len(self._backend.conns) > 1
+        return several_workers or not isinstance(exc, InvalidActionError)
 
     def get_attr(self, name: str) -> list[Any]:
         """Return attribute ``name`` of every (unwrapped) env, e.g. ``"instructions"``."""
@@ -386,6 +410,11 @@ class TextVectorEnv:
         return f"TextVectorEnv(num_envs={self.num_envs}, mode={self.vectorization_mode!r})"
 
 
+def _is_int(value: Any) -> TypeGuard[int]:
+    """Whether ``value`` is a Python or NumPy integer (not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def _make_registered(env_id: str, max_episode_steps: int | None, kwargs: Mapping[str, Any]) -> gym.Env:
     register_envs()
     return gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
@@ -393,19 +422,6 @@ def _make_registered(env_id: str, max_episode_steps: int | None, kwargs: Mapping
 
 def _with_time_limit(fn: Callable[[], gym.Env], max_episode_steps: int) -> gym.Env:
     return TimeLimit(fn(), max_episode_steps=max_episode_steps)
-
-
-def _check_env_id(env_id: str) -> None:
-    register_envs()
-    try:
-        gym.spec(env_id)
-    except gym.error.Error as exc:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
-        hint = f" Did you mean {close}?" if close else ""
-        raise ConfigError(
-            f"env_id={env_id!r} is not a registered Gymnasium env.{hint} Fix: run `llmgym envs` to list "
-            "llmgym's envs, or pass env factories instead of an id."
-        ) from exc
 
 
 def make_vec(
@@ -437,12 +453,18 @@ def make_vec(
         The vector env (call :meth:`TextVectorEnv.reset` first).
 
     Raises:
-        ConfigError: On an unknown id, a bad ``num_envs`` or ``env_kwargs`` given with factories.
+        ConfigError: On an unknown id, a bad ``num_envs``, ``max_episode_steps`` or ``seed``, or
+            ``env_kwargs`` given with factories.
     """
+    if max_episode_steps is not None and (not _is_int(max_episode_steps) or max_episode_steps < 1):
+        raise ConfigError(
+            f"max_episode_steps={max_episode_steps!r:.100} is invalid; expected an int >= 1, or None to keep "
+            "the env's own time limit."
+        )
     if isinstance(env_id, str):
-        if not isinstance(num_envs, int) or num_envs < 1:
+        if not _is_int(num_envs) or num_envs < 1:
             raise ConfigError(f"num_envs={num_envs!r} is invalid; expected an int >= 1 with an env id.")
-        _check_env_id(env_id)
+        check_env_id(env_id)
         factory = functools.partial(_make_registered, env_id, max_episode_steps, dict(env_kwargs or {}))
         env_fns: list[Callable[[], gym.Env]] = [factory] * num_envs
     else:

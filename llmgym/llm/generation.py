@@ -26,6 +26,7 @@ from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows
 from llmgym.llm.scoring import split_causal_lm
 from llmgym.llm.tokenization import TextEncoder
 from llmgym.llm.tree_attention import packed_row_attention, supports_tree_attention
+from llmgym.llm.validation import check_generation_kwargs
 
 __all__ = ["Generation", "generated_length", "generate", "packed_prompt_cache", "PreallocatedLayer"]
 
@@ -221,6 +222,50 @@ def _step_logprobs(step_scores: Sequence[torch.Tensor], tokens: torch.Tensor) ->
     return torch.stack(columns, 1) if columns else tokens.new_zeros(tokens.shape, dtype=torch.float32)
 
 
+def _new_tokens(model: Any, kwargs: dict[str, Any]) -> int:
+    """Most tokens a sequence may generate: ``max_new_tokens``, else the model's, else 64."""
+    return int(kwargs.get("max_new_tokens") or model.generation_config.max_new_tokens or 64)
+
+
+def _check_prompts(prompts: Sequence[Sequence[int]], new_tokens: int, window: int | None, seq2seq: bool) -> None:
+    """Refuse empty prompts and prompts whose continuation would run past the model window.
+
+    Checked before anything is allocated: the cache reserves ``new_tokens`` positions per row.
+
+    Raises:
+        InputError: Naming the context, its length, ``max_new_tokens`` and the window.
+    """
+    for index, prompt in enumerate(prompts):
+        if not prompt:
+            raise InputError(
+                f"contexts[{index}] encodes to no tokens (the tokenizer adds no BOS), so there is nothing to "
+                "continue. Fix: pass a non-empty context."
+            )
+    if window is None:
+        return
+    if seq2seq:
+        if new_tokens > window:
+            raise InputError(
+                f"max_new_tokens={new_tokens} is more than the model's window of {window} decoder positions. "
+                f"Fix: set max_new_tokens <= {window}."
+            )
+        return
+    index = max(range(len(prompts)), key=lambda i: len(prompts[i]))
+    length = len(prompts[index])
+    if length + new_tokens <= window:
+        return
+    problem = (
+        f"contexts[{index}] has {length} tokens and max_new_tokens={new_tokens} would take it to "
+        f"{length + new_tokens}, past the model's context window of {window} tokens."
+    )
+    if new_tokens >= window:
+        raise InputError(f"{problem} Fix: set max_new_tokens to at most {window - length} (window less the prompt).")
+    raise InputError(
+        f"{problem} Fix: lower max_new_tokens to at most {max(0, window - length)}, or set model.max_context_tokens "
+        f"to at most {window - new_tokens} so that contexts are truncated to leave room."
+    )
+
+
 def generate(
     model: Any,
     tokenizer: Any,
@@ -246,8 +291,10 @@ def generate(
         Per context, ``num_return_sequences`` :class:`Generation` objects.
 
     Raises:
-        InputError: For beam search (its scores are not per-token log-probs) or for arguments
-            this function sets itself.
+        InputError: For beam search (its scores are not per-token log-probs), for arguments
+            this function sets itself, for sampling arguments out of range
+            (:func:`~llmgym.llm.validation.check_generation_kwargs`), for a context that encodes to
+            no tokens, or when prompt plus ``max_new_tokens`` would exceed the model window.
     """
     owned = [k for k in _OWNED_KWARGS if k in generation_kwargs]
     if owned:
@@ -257,14 +304,17 @@ def generate(
             f"num_beams={generation_kwargs['num_beams']} is not supported: beam scores are not per-token "
             "log-probs of sampled ids; use num_beams=1 (sampling or greedy)."
         )
+    check_generation_kwargs(generation_kwargs)
+    seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+    new_tokens = _new_tokens(model, generation_kwargs)
     device = next(model.parameters()).device
     prompts = encoder.encode_contexts(encoder.fit_contexts(contexts))
+    _check_prompts(prompts, new_tokens, encoder.window, seq2seq)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     kwargs = dict(generation_kwargs)
     kwargs.setdefault("pad_token_id", pad_id)
     if kwargs.get("stop_strings"):
         kwargs.setdefault("tokenizer", tokenizer)
-    seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
     repeats = int(kwargs.get("num_return_sequences") or 1)
     longest = max(len(p) for p in prompts)
     pads = [longest - len(p) for p in prompts]
@@ -273,8 +323,7 @@ def generate(
     with torch.inference_mode():
         cache = None
         if packed_prefill and not seq2seq:
-            new_tokens = kwargs.get("max_new_tokens") or model.generation_config.max_new_tokens or 64
-            cache = packed_prompt_cache(model, prompts, pad_id, spare=int(new_tokens) + 1)
+            cache = packed_prompt_cache(model, prompts, pad_id, spare=new_tokens + 1)
         if cache is not None:
             if repeats > 1:
                 cache.batch_repeat_interleave(repeats)

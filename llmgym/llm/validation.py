@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import numbers
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llmgym.config import ModelConfig
 from llmgym.errors import ConfigError, InputError
 
 __all__ = [
-    "as_model_config","check_contexts", "check_candidates", "check_normalize", "check_minibatch_size", "check_token_ids"]
+    "as_model_config",
+    "check_contexts",
+    "check_candidates",
+    "check_normalize",
+    "check_minibatch_size",
+    "check_token_ids",
+    "check_generation_kwargs",
+]
 
 
 def _preview(value: Any) -> str:
@@ -28,7 +37,8 @@ def check_contexts(contexts: Any, name: str = "contexts") -> list[str]:
         The contexts as a list.
 
     Raises:
-        InputError: If it is a single string, not a sequence, or holds a non-string.
+        InputError: If it is a single string, not a sequence, or holds a non-string or a string
+            with a lone surrogate (which no tokenizer can encode).
     """
     if isinstance(contexts, str):
         raise InputError(
@@ -42,7 +52,20 @@ def check_contexts(contexts: Any, name: str = "contexts") -> list[str]:
                 f"{name}[{index}] must be a string, got {type(context).__name__}: {_preview(context)}; "
                 "pass text (format observations into prompts first)."
             )
+        _check_encodable(context, f"{name}[{index}]")
     return list(contexts)
+
+
+def _check_encodable(text: str, name: str) -> None:
+    r"""Raise if ``text`` holds a lone surrogate (e.g. ``"\ud800"``), which is not valid Unicode text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(
+            f"{name} holds the lone surrogate {text[exc.start]!r} at character {exc.start}, which is not valid "
+            "Unicode and cannot be tokenized. Fix: decode the source bytes with errors='replace', or drop "
+            "the surrogates (text.encode('utf-8', 'ignore').decode())."
+        ) from None
 
 
 def check_candidates(candidates: Any, num_contexts: int) -> list[list[str]]:
@@ -56,8 +79,8 @@ def check_candidates(candidates: Any, num_contexts: int) -> list[list[str]]:
         The candidates as a list of lists.
 
     Raises:
-        InputError: On a length mismatch, a bare string instead of a list, a non-string or an
-            empty candidate.
+        InputError: On a length mismatch, a bare string instead of a list, a non-string, a
+            string with a lone surrogate or an empty candidate.
     """
     if isinstance(candidates, str) or not isinstance(candidates, Sequence):
         raise InputError(
@@ -80,6 +103,7 @@ def check_candidates(candidates: Any, num_contexts: int) -> list[list[str]]:
                 raise InputError(
                     f"candidates[{i}][{j}] must be a string, got {type(candidate).__name__}: {_preview(candidate)}."
                 )
+            _check_encodable(candidate, f"candidates[{i}][{j}]")
             if candidate == "":
                 raise InputError(
                     f"candidates[{i}][{j}] is an empty string, which has no tokens to score; remove it "
@@ -134,6 +158,45 @@ def check_token_ids(prompt_ids: Any, completion_ids: Any) -> tuple[list[list[int
                 "(e.g. BOS) and one completion token."
             )
     return prompts, completions
+
+
+#: ``name -> (low, whether low itself is allowed, high, what is expected)`` of the real generation arguments.
+_GENERATION_RANGES: dict[str, tuple[float, bool, float, str]] = {
+    "temperature": (0.0, False, math.inf, "a finite number > 0"),
+    "top_p": (0.0, False, 1.0, "a number in (0, 1]"),
+    "min_p": (0.0, True, 1.0, "a number in [0, 1]"),
+    "repetition_penalty": (0.0, False, math.inf, "a finite number > 0"),
+}
+
+#: ``name -> lowest value`` of the integer generation arguments.
+_GENERATION_COUNTS: dict[str, int] = {"max_new_tokens": 1, "num_return_sequences": 1, "top_k": 0}
+
+
+def check_generation_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """Check the sampling arguments of ``generate`` that transformers would accept silently or fail on late.
+
+    ``max_new_tokens`` and ``num_return_sequences`` must be integers >= 1, ``top_k`` an integer
+    >= 0 (0 disables it), ``temperature`` and ``repetition_penalty`` finite and > 0, ``top_p`` in
+    ``(0, 1]``; ``None`` leaves an argument to the model's generation config.
+
+    Args:
+        kwargs: The generation arguments passed by the caller.
+
+    Raises:
+        InputError: Naming the argument, its value and the range expected.
+    """
+    for name, lowest in _GENERATION_COUNTS.items():
+        value = kwargs.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lowest):
+            raise InputError(f"{name}={_preview(value)} is invalid; expected an integer >= {lowest}, or None for the default.")
+    for name, (low, closed, high, what) in _GENERATION_RANGES.items():
+        value = kwargs.get(name)
+        if value is None:
+            continue
+        number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+        in_range = math.isfinite(number) and (low <= number if closed else low < number) and number <= high
+        if not in_range:
+            raise InputError(f"{name}={_preview(value)} is invalid; expected {what}, or None for the default.")
 
 
 def as_model_config(config: ModelConfig | str | None) -> ModelConfig:

@@ -164,6 +164,13 @@ def test_resume_without_checkpoint_is_clear(tmp_path):
         _trainer(config)
 
 
+def test_an_unknown_env_id_fails_before_the_run_directory_and_the_model(tmp_path):
+    config = tiny_config(tmp_path, "llmgym/EchoWrd-v0", "train.run_name=run", "model.name=/no/such/model")
+    with pytest.raises(ConfigError, match=r"'llmgym/EchoWrd-v0' is not a registered.*'llmgym/EchoWord-v0'.*llmgym envs"):
+        Trainer(config)  # a model loaded first would raise ModelNotFoundError
+    assert not (tmp_path / "run").exists()
+
+
 def test_evaluate_run_loads_the_checkpoint(tmp_path, tiny_model_dir, capsys):
     config = tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.total_env_steps=8", "train.run_name=e",
                          f"model.name={tiny_model_dir}")

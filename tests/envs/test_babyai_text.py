@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("minigrid")
 
 from llmgym.envs.babyai_text import BABYAI_ACTIONS, BabyAITextEnv, describe_view  # noqa: E402
-from llmgym.errors import ConfigError, MissingDependencyError  # noqa: E402
+from llmgym.errors import ConfigError, InputError, MissingDependencyError  # noqa: E402
 
 EMPTY, WALL, DOOR, KEY, BALL, BOX = 1, 2, 4, 5, 6, 7
 RED, GREEN, BLUE, PURPLE, YELLOW, GREY = range(6)
@@ -91,11 +91,13 @@ def test_goto_local_seed_0_matches_glam_template():
     assert obs["view"].startswith(
         "You see a purple key 1 step left and 1 step forward, You see a yellow key 1 step left"
     )
-    # Go to the green ball: 2 steps forward reach it; success discounted by minigrid's formula.
-    env.step("go forward")
+    # Go to the green ball (3 steps forward): facing it after 2 steps is success, discounted by
+    # minigrid's formula; the episode is then over.
     _, reward, terminated, truncated, info = env.step("go forward")
     assert terminated and not truncated and info["success"]
-    assert reward == pytest.approx(1 - 0.9 * 3 / env.unwrapped.minigrid_env.max_steps)
+    assert reward == pytest.approx(1 - 0.9 * 2 / env.unwrapped.minigrid_env.max_steps)
+    with pytest.raises(InputError, match=r"after the episode ended \(terminated=True\).*env\.reset\(\)"):
+        env.step("go forward")
 
 
 def test_same_layout_as_raw_minigrid_and_reward_scale():

@@ -93,3 +93,26 @@ def test_check_text_env_catches_nondeterminism():
 
     with pytest.raises(AssertionError, match="not deterministic"):
         check_text_env(Flaky(), check_gymnasium=False)
+
+
+@pytest.mark.parametrize("env_id", ["llmgym/EchoWord-v0", "llmgym/Countdown-v0"])
+def test_a_made_env_refuses_to_step_before_reset_and_after_its_episode_ended(env_id):
+    env = gym.make(env_id)
+    with pytest.raises(InputError, match=rf"step\(\) called before reset\(\): '{env_id}' must be reset"):
+        env.step(0)
+    env.reset(seed=0)
+    terminated = False
+    while not terminated:
+        *_, terminated, _, _ = env.step(0)
+    with pytest.raises(InputError, match=r"after the episode ended \(terminated=True\).*Fix: call env\.reset\(\)"):
+        env.step(0)
+    env.reset()
+    env.step(0)
+
+
+def test_a_truncated_episode_has_ended_too():
+    env = gym.make("llmgym/ConstantReward-v0", max_episode_steps=2)
+    env.reset(seed=0)
+    assert not env.step(0)[3] and env.step(0)[3]
+    with pytest.raises(InputError, match=r"truncated=True"):
+        env.step(0)

@@ -172,3 +172,55 @@ def test_episode_return_leaves_out_shaping_but_step_rewards_keep_it():
     assert truncated[0] and any(rewards)
     assert infos[0]["episode"]["return"] == 0.0  # no success: the task's return is 0
     envs.close()
+
+
+@pytest.mark.parametrize("actions", [None, 3, "ab", b"ab"])
+def test_step_with_a_non_sequence_is_an_input_error(actions):
+    with make_vec("llmgym/EchoWord-v0", 2, seed=0) as envs:
+        envs.reset()
+        with pytest.raises(InputError, match=r"actions=.* is invalid; expected a sequence of 2 actions"):
+            envs.step(actions)
+        envs.step(np.array([0, 1]))  # an array of indices is a sequence of actions
+
+
+@pytest.mark.parametrize("steps", [-1, 0, 2.5, "10", True])
+def test_make_vec_refuses_bad_max_episode_steps(steps):
+    with pytest.raises(ConfigError, match=r"max_episode_steps=.* is invalid; expected an int >= 1"):
+        make_vec("llmgym/EchoWord-v0", 1, max_episode_steps=steps)
+    with pytest.raises(ConfigError, match=r"max_episode_steps="):
+        make_vec([EchoWordEnv], max_episode_steps=steps)
+
+
+def test_seeds_that_are_not_ints_are_typed_errors():
+    with pytest.raises(ConfigError, match=r"seed='x' is invalid; expected an int or None"):
+        make_vec("llmgym/EchoWord-v0", 2, seed="x")
+    with make_vec("llmgym/EchoWord-v0", 2) as envs:
+        for bad in ("x", 1.5, True, ["a", 1]):
+            with pytest.raises(InputError, match=r"seed=.*expected an int"):
+                envs.reset(seed=bad)
+        obs, _ = envs.reset(seed=[np.int64(5), None])
+        assert obs[0] == EchoWordEnv().reset(seed=5)[0]
+
+
+@pytest.mark.parametrize("failure", ["invalid", "crash"])
+def test_a_step_that_failed_part_way_names_its_cause_on_the_next_step(failure):
+    class Crash(EchoWordEnv):
+        def step(self, action):
+            raise RuntimeError("kaboom")
+
+    if failure == "invalid":
+        envs = make_vec("llmgym/Countdown-v0", 2, "async", seed=0, num_workers=2)
+        actions, cause = ["left", "fly"], r"InvalidActionError: env 1: .*'fly'"
+    else:
+        envs = make_vec([EchoWordEnv, Crash], seed=0)
+        actions, cause = [0, 0], r"RuntimeError: kaboom"
+    with envs:
+        envs.reset()
+        with pytest.raises(Exception, match="fly|kaboom"):
+            envs.step(actions)
+        with pytest.raises(InputError, match=rf"the previous step failed \({cause}.*\), maybe after some envs had stepped.*reset\(\)") as info:
+            envs.step(actions)
+        assert "before reset" not in str(info.value)
+        envs.reset()
+        if failure == "invalid":
+            envs.step(["left", "left"])

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llmgym.config import ModelConfig
 from llmgym.errors import InputError
@@ -159,3 +163,76 @@ def test_preallocated_layer_matches_a_dynamic_layer_through_every_cache_operatio
     expected = plain.update(*new)
     assert torch.equal(keys, expected[0]) and torch.equal(values, expected[1])
     assert grown._owns_states()  # decoding writes in place again after the batch was rebuilt
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        ({"num_return_sequences": 0}, r"num_return_sequences=0 is invalid; expected an integer >= 1"),
+        ({"max_new_tokens": 0}, r"max_new_tokens=0 is invalid"),
+        ({"max_new_tokens": 2.5}, r"max_new_tokens=2\.5 is invalid"),
+        ({"top_p": 2.0}, r"top_p=2\.0 is invalid; expected a number in \(0, 1\]"),
+        ({"top_p": 0.0}, r"top_p=0\.0 is invalid"),
+        ({"top_k": -1}, r"top_k=-1 is invalid; expected an integer >= 0"),
+        ({"temperature": 0.0}, r"temperature=0\.0 is invalid; expected a finite number > 0"),
+        ({"temperature": float("nan")}, r"temperature=nan is invalid"),
+        ({"temperature": float("inf")}, r"temperature=inf is invalid"),
+        ({"min_p": 1.5}, r"min_p=1\.5 is invalid"),
+        ({"repetition_penalty": -1.0}, r"repetition_penalty=-1\.0 is invalid"),
+    ],
+)
+def test_sampling_arguments_out_of_range_are_input_errors(tiny_gpt2, kwargs, pattern):
+    model, tok = tiny_gpt2
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    with pytest.raises(InputError, match=pattern):
+        llm.generate(PROMPTS[:1], **kwargs)
+
+
+@given(top_p=st.floats(allow_nan=True, allow_infinity=True), temperature=st.floats(allow_nan=True, allow_infinity=True))
+def test_check_generation_kwargs_accepts_exactly_the_valid_ranges(top_p, temperature):
+    from llmgym.llm.validation import check_generation_kwargs
+
+    valid = 0 < top_p <= 1 and math.isfinite(temperature) and temperature > 0
+    if valid:
+        check_generation_kwargs({"top_p": top_p, "temperature": temperature})
+    else:
+        with pytest.raises(InputError):
+            check_generation_kwargs({"top_p": top_p, "temperature": temperature})
+
+
+@pytest.mark.parametrize("arch", ["tiny_llama", "tiny_gpt2"])
+def test_prompt_plus_new_tokens_past_the_window_is_refused_before_allocating(arch, request):
+    model, tok = request.getfixturevalue(arch)
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    window = llm.window
+    with pytest.raises(InputError, match=rf"context window of {window} tokens\. Fix: set max_new_tokens to at most"):
+        llm.generate(PROMPTS[:1], max_new_tokens=10**9)  # would reserve a cache of 10**9 positions
+    length = len(llm.encoder.encode_contexts(PROMPTS[1:2])[0])
+    with pytest.raises(InputError, match=rf"contexts\[0\] has {length} tokens.*at most {window - length}.*max_context_tokens"):
+        llm.generate(PROMPTS[1:2], max_new_tokens=window - length + 1)
+    assert len(llm.generate(PROMPTS[1:2], max_new_tokens=window - length, do_sample=False, eos_token_id=-1)[0][0].token_ids) == window - length
+
+
+def test_empty_context_and_lone_surrogate_are_input_errors(tiny_gpt2):
+    model, tok = tiny_gpt2
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    with pytest.raises(InputError, match=r"contexts\[1\] encodes to no tokens"):
+        llm.generate(["a", ""], max_new_tokens=2)
+    with pytest.raises(InputError, match=r"contexts\[0\] holds the lone surrogate '\\ud800' at character 1"):
+        llm.generate(["a\ud800b"], max_new_tokens=2)
+    with pytest.raises(InputError, match=r"contexts\[0\] holds the lone surrogate"):
+        llm.score(["\udfff"], [["a"]])
+    with pytest.raises(InputError, match=r"candidates\[0\]\[1\] holds the lone surrogate '\\udfff'"):
+        llm.score(["a"], [["b", "c\udfff"]])
+
+
+@given(st.lists(st.text(alphabet=st.characters(codec=None, min_codepoint=0xD700, max_codepoint=0xE100)), max_size=4))
+def test_check_contexts_refuses_exactly_the_texts_with_surrogates(contexts):
+    from llmgym.llm.validation import check_contexts
+
+    bad = [i for i, text in enumerate(contexts) if any(0xD800 <= ord(c) <= 0xDFFF for c in text)]
+    if bad:
+        with pytest.raises(InputError, match=rf"contexts\[{bad[0]}\] holds the lone surrogate"):
+            check_contexts(contexts)
+    else:
+        assert check_contexts(contexts) == contexts

@@ -1,5 +1,6 @@
 """Attacks on the control plane, reproduced and refused: no code runs for anyone without the job secret."""
 
+import contextlib
 import os
 import pickle
 import signal
@@ -202,9 +203,21 @@ def test_multi_node_launch_requires_a_shared_secret():
 
 
 def _listening(pids: list[int]) -> list[str]:
-    """Local addresses of the TCP sockets in LISTEN state held by ``pids`` (from ``ss``)."""
-    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
-    return [line.split()[3] for line in out.splitlines() if any(f"pid={pid}," in line for pid in pids)]
+    """Local ``IP:PORT`` of the IPv4 TCP sockets in LISTEN state held by ``pids`` (what ``ss -ltnp`` shows)."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:["):-1])
+    addresses = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+            ip_hex, port_hex = fields[1].split(":")
+            addresses.append(f"{socket.inet_ntoa(bytes.fromhex(ip_hex)[::-1])}:{int(port_hex, 16)}")
+    return addresses
 
 
 @pytest.mark.timeout(60)

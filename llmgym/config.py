@@ -322,6 +322,18 @@ class AgentConfig(_Section):
         "How a scoring agent scores a candidate from its tokens' log-probs: sum (log p of the whole action) "
         "or mean (per token, so an action of several tokens is not disfavoured for its length).",
     )
+    action_head: bool = _f(
+        True,
+        "Scoring agents trained by llmgym train: the policy's logits come from a head on the LLM (logit = "
+        "prior_weight * log p(candidate) + w . h(candidate), w zero-initialised, both learned), so training starts "
+        "from a near-uniform policy that explores every action whatever the LLM's prior; false: softmax of the "
+        "raw candidate log-probs (GLAM's policy).",
+    )
+    prior_weight: float = _f(
+        0.1,
+        "Initial weight of the LLM's candidate log-probs in the action head's logits (0: the first policy is "
+        "exactly uniform; 1: it is the LLM's scoring policy). Greedy actions follow the LLM from the start.",
+    )
     max_new_tokens: int = _f(16, "Max generated tokens per step (generative and token agents).")
     invalid_action: str = _f(
         "penalty", "Unparsable generated action: penalty (fallback action + penalty reward) or error."
@@ -335,6 +347,7 @@ class AgentConfig(_Section):
         _check_positive("agent", "history_length", self.history_length, allow_zero=True)
         _check_positive("agent", "max_prompt_tokens", self.max_prompt_tokens)
         _check_positive("agent", "temperature", self.temperature)
+        _check_positive("agent", "prior_weight", self.prior_weight, allow_zero=True)
         _check_positive("agent", "max_new_tokens", self.max_new_tokens)
 
 

@@ -29,11 +29,11 @@ import torch
 from llmgym.agents.history import History, Prompt
 from llmgym.config import AgentConfig, AlgorithmConfig
 from llmgym.errors import InputError
+from llmgym.llm.modules import VALUE_KEY
 
 __all__ = ["Decision", "BaseAgent", "DEFAULT_SYSTEM_PROMPT", "VALUE_KEY"]
 
 DEFAULT_SYSTEM_PROMPT = "You are an agent in a text environment. Reply with one action."
-VALUE_KEY = "value"
 
 
 @dataclass

@@ -1,4 +1,9 @@
-"""ScoringAgent (GLAM / SayCan): the policy is a softmax over the LLM's log-probs of the candidates."""
+"""ScoringAgent (GLAM / SayCan): the policy is a softmax over logits of the candidate actions.
+
+The logits are the LLM's log-probs of the candidates, or, when the LLM has an
+:class:`~llmgym.llm.modules.ActionHead` (module-function key ``"policy"``, what ``llmgym train``
+builds by default), that head's logits, which start near uniform.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,22 @@ from typing import Optional
 
 import torch
 
-from llmgym.agents.base import VALUE_KEY, BaseAgent, Decision
+from llmgym.agents.base import BaseAgent, Decision
 from llmgym.agents.history import Prompt
 from llmgym.errors import InputError
+from llmgym.llm.modules import POLICY_KEY, SCORE_KEY, VALUE_KEY
 
-__all__ = ["ScoringAgent", "candidate_policy", "scored_candidates"]
+__all__ = ["ScoringAgent", "candidate_policy", "policy_logits_key", "scored_candidates"]
 
-SCORE_KEY = "score"
+
+def policy_logits_key(module_function_keys: Sequence[str]) -> str:
+    """The ``LLM.forward`` output the candidate policy is a softmax of.
+
+    ``"policy"`` (the :class:`~llmgym.llm.modules.ActionHead`'s logits) when the LLM has that
+    module function, else ``"score"`` (the candidates' log-probs). Agents and updaters both call
+    this, so the policy that samples is the policy that is trained.
+    """
+    return POLICY_KEY if POLICY_KEY in module_function_keys else SCORE_KEY
 
 
 def scored_candidates(prompt: str, candidates: list[str]) -> list[str]:
@@ -31,7 +45,8 @@ def candidate_policy(scores: torch.Tensor, temperature: float) -> torch.Tensor:
     """Log-probabilities of the candidate-action policy.
 
     Args:
-        scores: ``[k]`` log p(candidate | prompt) from ``llm.score``.
+        scores: ``[k]`` candidate logits: log p(candidate | prompt) from ``llm.score``, or the
+            action head's logits.
         temperature: Softmax temperature (> 0).
 
     Returns:
@@ -43,8 +58,8 @@ def candidate_policy(scores: torch.Tensor, temperature: float) -> torch.Tensor:
 class ScoringAgent(BaseAgent):
     """Chooses among the candidate actions (``info["valid_actions"]`` by default) by scoring them.
 
-    One forward pass per step gives both the candidates' log-probs and, when the LLM has a
-    ``"value"`` module function, the value of the prompt. Sampling uses the agent's seeded
+    One forward pass per step gives the candidates' logits (see :func:`policy_logits_key`) and,
+    when the LLM has a ``"value"`` module function, the value of the prompt. Sampling uses the agent's seeded
     generator; ``greedy=True`` takes the most likely candidate.
     """
 
@@ -60,11 +75,13 @@ class ScoringAgent(BaseAgent):
         texts = [p.text for p in prompts]
         options_per_env = [list(c or []) for c in candidates]
         groups = [scored_candidates(text, options) for text, options in zip(texts, options_per_env)]
-        keys = [SCORE_KEY, VALUE_KEY] if VALUE_KEY in self.llm.module_function_keys else [SCORE_KEY]
+        module_keys = self.llm.module_function_keys
+        logits_key = policy_logits_key(module_keys)
+        keys = [logits_key, VALUE_KEY] if VALUE_KEY in module_keys else [logits_key]
         outputs = self.llm.forward(keys, contexts=texts, candidates=groups, normalize=self.config.score_normalize)
         decisions = []
         for prompt, options, scored, out in zip(prompts, options_per_env, groups, outputs):
-            log_probs = candidate_policy(torch.as_tensor(out[SCORE_KEY]), self.config.temperature)
+            log_probs = candidate_policy(torch.as_tensor(out[logits_key]).detach(), self.config.temperature)
             if greedy:
                 index = int(torch.argmax(log_probs))
             else:

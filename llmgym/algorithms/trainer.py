@@ -75,7 +75,7 @@ def resolve_updater(config: AlgorithmConfig) -> Updater:
 
 
 def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> Any:
-    """An :class:`llmgym.LLM` with a value head and the configured updater.
+    """An :class:`llmgym.LLM` with a value head, the action head of scoring agents and the configured updater.
 
     Args:
         config: The run config (``model``, ``algorithm``).
@@ -83,11 +83,18 @@ def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> An
         tokenizer: Its tokenizer.
     """
     from llmgym.llm.client import LLM
-    from llmgym.llm.modules import ValueHead
+    from llmgym.llm.modules import POLICY_KEY, VALUE_KEY, ActionHead, ModuleFunction, ValueHead
 
-    head = ValueHead(detach_input=config.algorithm.value_head == "detached")
+    heads: dict[str, ModuleFunction] = {VALUE_KEY: ValueHead(detach_input=config.algorithm.value_head == "detached")}
+    if config.agent.type == "scoring" and config.agent.action_head:
+        if config.algorithm.kl_coef > 0:
+            raise ConfigError(
+                f"algorithm.kl_coef={config.algorithm.kl_coef:g} penalises the KL to the LLM's own scoring policy, which "
+                "agent.action_head replaces; set agent.action_head=false to keep the KL penalty, or algorithm.kl_coef=0."
+            )
+        heads[POLICY_KEY] = ActionHead(prior_weight=config.agent.prior_weight, normalize=config.agent.score_normalize)
     return LLM(
-        config.model, module_functions={"value": head}, updater=resolve_updater(config.algorithm),
+        config.model, module_functions=heads, updater=resolve_updater(config.algorithm),
         model=model, tokenizer=tokenizer, distributed=config.distributed,
     )
 

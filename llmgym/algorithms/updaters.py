@@ -8,7 +8,8 @@ samples and calls ``llm.sync_gradients(n_own)``, a weighted all-reduce, so the s
 step on the full minibatch whatever the number of servers (a server with no sample joins with
 weight 0). Two kinds of action are supported:
 
-* action level (ScoringAgent): the action is a candidate; ``log pi(a|s) = log_softmax(score / T)[a]``;
+* action level (ScoringAgent): the action is a candidate; ``log pi(a|s) = log_softmax(logits / T)[a]``
+  with the logits the agent sampled from (:func:`~llmgym.agents.scoring.policy_logits_key`);
 * generated (GenerativeAgent): the action is the sampled token sequence; ``log pi(a|s)`` is the
   sum of its token log-probs, computed on the stored token ids (never re-tokenized text).
 """
@@ -28,14 +29,14 @@ from llmgym.algorithms.losses import (
     ppo_policy_loss,
     value_loss,
 )
+from llmgym.agents.scoring import policy_logits_key
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import InputError
+from llmgym.llm.modules import POLICY_KEY, SCORE_KEY, VALUE_KEY
 from llmgym.llm.updater import Updater
 
 __all__ = ["PolicyGradientUpdater", "PPOUpdater", "A2CUpdater", "VALUE_KEY"]
 
-VALUE_KEY = "value"
-SCORE_KEY = "score"
 
 
 def _chunks(items: Sequence[int], parts: int) -> list[list[int]]:
@@ -96,15 +97,21 @@ class PolicyGradientUpdater(Updater):
         if candidates is not None:
             ctx = [contexts[i] for i in local]
             cands = [list(candidates[i]) for i in local]
-            keys = [SCORE_KEY, VALUE_KEY] if has_value else [SCORE_KEY]
+            logits_key = policy_logits_key(list(self.llm.module_functions))
+            keys = [logits_key, VALUE_KEY] if has_value else [logits_key]
             outputs = self.llm.forward(keys, ctx, cands, require_grad=True, normalize=batch["normalize"])
-            logits, mask = pad_candidate_scores([o[SCORE_KEY] for o in outputs], temperature=batch["temperature"])
+            logits, mask = pad_candidate_scores([o[logits_key] for o in outputs], temperature=batch["temperature"])
             actions = batch["actions"][torch.tensor(chunk)].long().to(logits.device)
             log_probs = categorical_log_prob(logits, actions, mask)
             entropy = categorical_entropy(logits, mask)
             values = torch.stack([o[VALUE_KEY].reshape(()) for o in outputs]) if has_value else torch.zeros_like(log_probs)
             kl = torch.zeros_like(log_probs)
             if kl_coef > 0:
+                if logits_key == POLICY_KEY:
+                    raise InputError(
+                        "algorithm.kl_coef > 0 measures the KL to the LLM's own scoring policy, which an action head "
+                        "replaces; set agent.action_head=false or algorithm.kl_coef=0."
+                    )
                 with torch.no_grad(), self.llm.reference():
                     ref = self.llm.forward([SCORE_KEY], ctx, cands, normalize=batch["normalize"])
                 ref_logits, _ = pad_candidate_scores([o[SCORE_KEY] for o in ref], temperature=batch["temperature"])

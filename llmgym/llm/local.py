@@ -17,7 +17,7 @@ from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
 from llmgym.llm.generation import Generation, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
-from llmgym.llm.modules import ModuleFunction
+from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, save_llm_state
 from llmgym.llm.scoring import Minibatch, forward_items, reduce_token_scores, row_length, score_items
 from llmgym.llm.tokenization import TextEncoder, model_window
@@ -33,8 +33,6 @@ from llmgym.llm.validation import (
 )
 
 __all__ = ["LocalLLM", "SCORE_KEY"]
-
-SCORE_KEY = "score"
 
 
 class LocalLLM:

@@ -9,9 +9,18 @@ from typing import Any
 
 import torch
 
-from llmgym.llm.scoring import ForwardOutputs, Minibatch
+from llmgym.errors import InputError
+from llmgym.llm.scoring import ForwardOutputs, Minibatch, reduce_token_scores
 
-__all__ = ["ModuleFunction", "ValueHead", "LogitsHead", "mlp"]
+__all__ = ["ModuleFunction", "ValueHead", "LogitsHead", "ActionHead", "mlp", "SCORE_KEY", "VALUE_KEY", "POLICY_KEY"]
+
+#: The built-in output of ``LLM.forward``: the candidates' log-probs.
+SCORE_KEY = "score"
+#: The module-function key of the state-value head (:class:`ValueHead`) that actor-critic training reads.
+VALUE_KEY = "value"
+#: The module-function key of the candidate-action policy head (:class:`ActionHead`); scoring agents
+#: and their updaters use its logits instead of the raw scores when the LLM has it.
+POLICY_KEY = "policy"
 
 
 class ModuleFunction(torch.nn.Module, abc.ABC):
@@ -135,3 +144,51 @@ class LogitsHead(ModuleFunction):
         """Logits ``[S, A]`` of the states in ``forward_outputs.context_hidden [S, H]``."""
         hidden = forward_outputs.context_hidden.to(next(self.net.parameters()).dtype)
         return self.net(hidden)
+
+
+class ActionHead(ModuleFunction):
+    """Policy logits over each item's candidate actions that start near uniform (GLAM-style head).
+
+    The logit of candidate ``c`` in state ``s`` is
+
+        ``prior_weight * score(c | s) + w . h(s, c)``
+
+    where ``score`` is the LLM's log-prob of the candidate (summed or averaged over its tokens, as
+    ``normalize`` says), ``h(s, c)`` the last hidden state of the candidate's tokens read after the
+    context, ``w`` a linear map initialised to zero and ``prior_weight`` a learned scalar. With a
+    small initial ``prior_weight`` the first policy is close to uniform whatever the LLM's prior
+    (so every action is explored), its greedy choice is still the LLM's, and training moves
+    probability through both the adapters (``h``) and the head.
+
+    Args:
+        prior_weight: Initial weight of the LLM's candidate log-probs (0: exactly uniform).
+        normalize: ``"sum"`` or ``"mean"``: how candidate token log-probs make one score.
+
+    Returns (forward):
+        One float32 tensor ``[k_i]`` of logits per item (its ``k_i`` candidates).
+    """
+
+    def __init__(self, prior_weight: float = 0.1, normalize: str = "sum") -> None:
+        super().__init__()
+        if normalize not in ("sum", "mean"):
+            raise InputError(f"ActionHead normalize={normalize!r} must be 'sum' or 'mean'.")
+        self.initial_prior_weight = float(prior_weight)
+        self.normalize = normalize
+
+    def initialize(self) -> None:
+        """A zero-initialised linear map ``H -> 1`` and the learned prior weight."""
+        self.linear = torch.nn.Linear(self.hidden_size, 1)
+        torch.nn.init.zeros_(self.linear.weight)
+        torch.nn.init.zeros_(self.linear.bias)
+        self.prior_weight = torch.nn.Parameter(torch.tensor(self.initial_prior_weight))
+
+    def forward(
+        self, forward_outputs: ForwardOutputs, minibatch: Minibatch, tokenized_contexts: Sequence[Sequence[int]], **kwargs: Any
+    ) -> list[torch.Tensor]:
+        """Logits of every item's candidates, ``[k_i]`` each, from ``candidate_hidden [C, H]``."""
+        if not any(minibatch.candidate_counts):
+            raise InputError("ActionHead scores candidate actions: call LLM.forward with candidates.")
+        scores = reduce_token_scores(forward_outputs.token_logprobs, forward_outputs.token_counts, self.normalize)
+        hidden = forward_outputs.candidate_hidden.to(self.linear.weight.dtype)
+        logits = self.prior_weight * scores.float() + self.linear(hidden).squeeze(-1)
+        return list(logits.split(minibatch.candidate_counts))

@@ -228,15 +228,15 @@ class ModelConfig(_Section):
     )
     seed: int = _f(0, "Seed used to initialise module functions (heads) identically everywhere.")
     trunk_cache_mb: int = _f(
-        0,
+        1024,
         "Memory for the frozen-trunk cache (0: off): with LoRA on the top blocks only, forward passes reuse "
         "the activations of the frozen blocks below for every prompt seen before, in the update's epochs "
-        "and in later rollouts (e.g. 1024).",
+        "and in later rollouts.",
     )
     row_tokens: int = _f(
-        0,
-        "Causal models: pack several contexts per forward row, as a token trie of about this many tokens "
-        "(e.g. 512), so prefixes shared across contexts are computed once and rows are balanced instead of "
+        512,
+        "Causal models: pack several contexts per forward row, as a token trie of about this many tokens, "
+        "so prefixes shared across contexts are computed once and rows are balanced instead of "
         "padded; 0: one context per row (its candidates still share it). Rows over 1,024 tokens use "
         "block-sparse tree attention (cost linear in the row) where the model allows it. Scores agree "
         "either way within rounding.",
@@ -365,10 +365,14 @@ class AlgorithmConfig(_Section):
     rollout_steps: int = _f(64, "Env steps collected per env before each update.")
     epochs: int = _f(4, "Passes over each rollout (PPO); A2C always uses 1.")
     minibatch_size: int = _f(32, "Transitions per gradient step.")
-    gradient_accumulation_steps: int = _f(1, "Minibatches accumulated before an optimizer step.")
+    gradient_accumulation_steps: int = _f(
+        1,
+        "Chunks each minibatch is split into, their gradients accumulated before its one optimizer step "
+        "(less memory, the same step).",
+    )
     gamma: float = _f(0.99, "Discount factor.")
     gae_lambda: float = _f(0.95, "GAE lambda (1: Monte-Carlo returns, 0: one-step TD).")
-    normalize_advantages: bool = _f(True, "Whiten advantages per minibatch.")
+    normalize_advantages: bool = _f(True, "Whiten advantages (mean 0, std 1) over the whole rollout before the update.")
     clip_range: float = _f(0.2, "PPO policy ratio clip.")
     value_clip_range: Optional[float] = _f(0.2, "PPO value clip around the old value; null disables it.")
     value_coef: float = _f(0.5, "Weight of the value loss.")

@@ -16,7 +16,7 @@ from llmgym.algorithms.advantages import whiten
 from llmgym.algorithms.buffer import RolloutBuffer
 from llmgym.config import AlgorithmConfig
 
-__all__ = ["add_decisions", "run_update", "update_from_episodes"]
+__all__ = ["add_decisions", "rollout_statistics", "run_update", "update_from_episodes"]
 
 
 def add_decisions(
@@ -97,7 +97,8 @@ def run_update(
         normalize: How the scoring agent scores a candidate (``agent.score_normalize``).
 
     Returns:
-        Sample-weighted means of the last epoch's statistics, plus ``epochs`` run.
+        Sample-weighted means of the last epoch's statistics, plus ``epochs`` run and the
+        rollout's advantage, value and return statistics (:func:`rollout_statistics`).
     """
     count = len(buffer)
     batch = buffer.get(torch.arange(count))
@@ -127,7 +128,29 @@ def run_update(
         if config.target_kl is not None and stats.get("approx_kl", 0.0) > config.target_kl:
             break
     stats["epochs"] = float(run)
+    stats.update(rollout_statistics(batch.advantages, batch.old_values, batch.returns))
     return stats
+
+
+def rollout_statistics(advantages: torch.Tensor, values: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
+    """What the critic and the advantages looked like in a rollout (before whitening).
+
+    Args:
+        advantages: ``[B]`` GAE advantages.
+        values: ``[B]`` the critic's values at collection time.
+        returns: ``[B]`` the value targets (advantages + values).
+
+    Returns:
+        ``advantage_mean``, ``advantage_std``, ``advantage_abs_mean``, ``value_mean`` and ``return_mean``.
+    """
+    adv = advantages.float()
+    return {
+        "advantage_mean": float(adv.mean()),
+        "advantage_std": float(adv.std(unbiased=False)),
+        "advantage_abs_mean": float(adv.abs().mean()),
+        "value_mean": float(values.float().mean()),
+        "return_mean": float(returns.float().mean()),
+    }
 
 
 def update_from_episodes(

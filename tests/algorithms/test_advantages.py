@@ -213,3 +213,12 @@ def test_kl_penalized_token_rewards():
         kl_penalized_token_rewards(torch.zeros(2), logp, ref, mask & torch.tensor([[True] * 3, [False] * 3]), 0.1)
     with pytest.raises(InputError, match="scores"):
         kl_penalized_token_rewards(torch.zeros(3), logp, ref, mask, 0.1)
+
+
+def test_rollout_statistics_by_hand():
+    from llmgym.algorithms.update import rollout_statistics
+
+    stats = rollout_statistics(torch.tensor([1.0, -3.0]), torch.tensor([0.5, 1.5]), torch.tensor([1.5, -1.5]))
+    assert stats == {
+        "advantage_mean": -1.0, "advantage_std": 2.0, "advantage_abs_mean": 2.0, "value_mean": 1.0, "return_mean": 0.0,
+    }

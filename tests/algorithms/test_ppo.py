@@ -12,13 +12,17 @@ from tests.algorithms.helpers import build, tiny_config
 ECHO = "env.kwargs.words=[banana,cherry,dog,cat]"
 
 
-# With mean scores the update must score the candidates as the agent did, or the ratio is off.
+# The update must compute the policy the agent sampled from: the same logits (the action head's or
+# the raw scores), the same score normalisation and the same temperature, or the ratio is off.
+@pytest.mark.parametrize("action_head", [True, False])
 @pytest.mark.parametrize("normalize", ["sum", "mean"])
-def test_first_minibatch_ratio_is_one_and_nothing_clipped(tmp_path, normalize):
+def test_first_minibatch_ratio_is_one_and_nothing_clipped(tmp_path, normalize, action_head):
     words = "env.kwargs.words=[banana split,dog,go forward now,cat]"  # candidates of 1 to 3 tokens
     config = tiny_config(tmp_path, "llmgym/EchoWord-v0", words, "algorithm.epochs=1", "algorithm.minibatch_size=32",
-                         f"agent.score_normalize={normalize}", "agent.temperature=0.5")
-    _, envs, _, algorithm = build(config)
+                         f"agent.score_normalize={normalize}", "agent.temperature=0.5",
+                         f"agent.action_head={str(action_head).lower()}", "agent.prior_weight=0.5")
+    llm, envs, _, algorithm = build(config)
+    assert ("policy" in llm.module_function_keys) == action_head
     algorithm.collect_rollout()
     stats = algorithm.update()
     envs.close()
@@ -123,3 +127,15 @@ def test_trunk_cache_gives_the_same_training(tmp_path, row_tokens):
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(plain_params, cached_params))
     assert plain["policy_loss"] == pytest.approx(cached["policy_loss"], abs=1e-5)
 
+
+
+def test_kl_penalty_with_the_action_head_is_refused_before_training(tmp_path):
+    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.kl_coef=0.1")
+    with pytest.raises(ConfigError, match="agent.action_head=false"):
+        build(config)
+    build(tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.kl_coef=0.1", "agent.action_head=false"))
+
+
+def test_a_negative_prior_weight_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="prior_weight"):
+        tiny_config(tmp_path, "llmgym/EchoWord-v0", "agent.prior_weight=-1")

@@ -9,7 +9,7 @@ setup:
 	@bash scripts/setup.sh
 
 train: setup
-	$(VENV)/bin/llmgym train configs/quickstart.yaml $(ARGS)
+	$(VENV)/bin/llmgym train quickstart $(ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check llmgym tests benchmarks examples scripts

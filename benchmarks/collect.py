@@ -13,7 +13,7 @@ batch layout, so an action sampled near a tie may differ).
 ``--checkpoint RUN_DIR`` loads a trained adapter first (a policy that walks towards the goal
 repeats fewer prompts than the zero-shot one).
 
-Usage: ``python benchmarks/collect.py [--config configs/gotoredball.yaml] [--iterations 2]
+Usage: ``python benchmarks/collect.py [--config gotoredball] [--iterations 2]
 [--checkpoint RUN_DIR]``.
 """
 
@@ -22,15 +22,12 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
-def collect(config_path: Path, cache_mb: int, iterations: int, checkpoint: str | None) -> tuple[float, list[Any], float]:
+def collect(config_path: str, cache_mb: int, iterations: int, checkpoint: str | None) -> tuple[float, list[Any], float]:
     """Run ``iterations`` collections of the config's PPO run; returns ``(seconds, actions, hit share)``."""
     from llmgym.algorithms.trainer import Trainer
     from llmgym.checkpoint import latest_checkpoint
@@ -54,7 +51,7 @@ def collect(config_path: Path, cache_mb: int, iterations: int, checkpoint: str |
 def main() -> None:
     """Run both sides and print the table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "gotoredball.yaml")
+    parser.add_argument("--config", default="gotoredball", help="YAML config file or shipped config name")
     parser.add_argument("--iterations", type=int, default=2, help="rollouts to collect per side")
     parser.add_argument("--checkpoint", default=None, help="run directory whose latest adapter to load")
     parser.add_argument("--cache-mb", type=int, default=1024, help="cache budget of the cached side")
@@ -63,7 +60,7 @@ def main() -> None:
         name: collect(args.config, cache_mb, args.iterations, args.checkpoint)
         for name, cache_mb in (("whole model for every prompt", 0), ("frozen-trunk cache", args.cache_mb))
     }
-    print(f"{args.config.name}: {args.iterations} rollouts per side, "
+    print(f"{args.config}: {args.iterations} rollouts per side, "
           f"{'trained adapter of ' + args.checkpoint if args.checkpoint else 'zero-shot policy'}, "
           f"threads={torch.get_num_threads()}")
     print(f"{'method':<30}{'collect s':>10}{'from cache':>12}")

@@ -5,8 +5,8 @@ probability of each candidate action on the first observation of ``--states`` se
 (at the training temperature, with the heads ``llmgym train`` builds), and the success rate of the
 untrained policy sampled and greedy over ``--episodes`` seeded episodes.
 
-    python benchmarks/first_policy.py configs/quickstart.yaml
-    python benchmarks/first_policy.py configs/quickstart.yaml agent.action_head=false agent.temperature=2
+    python benchmarks/first_policy.py quickstart
+    python benchmarks/first_policy.py quickstart agent.action_head=false agent.temperature=2
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 The policy is the softmax over the LLM's log-probs of BabyAI's 6 actions given a GLAM prompt
 (goal, the last 3 observations and actions); a value head sits on the LLM's last context token
-(same forward pass) and PPO fine-tunes the whole LLM (see ``configs/babyai_ppo.yaml``, whose
-settings this script loads; ``babyai_ppo_lora.py`` trains LoRA adapters instead).
+(same forward pass) and PPO fine-tunes the whole LLM (see ``llmgym/configs/babyai_ppo.yaml``,
+whose settings this script loads; ``babyai_ppo_lora.py`` trains LoRA adapters instead).
 
-Run (needs the ``babyai`` extra)::
+Run::
 
     python examples/babyai_ppo.py                        # SmolLM2-135M-Instruct, 100k env steps
     python examples/babyai_ppo.py --steps 2048 --eval-episodes 20
@@ -14,7 +14,6 @@ Run (needs the ``babyai`` extra)::
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import gymnasium as gym
 
@@ -22,7 +21,7 @@ from llmgym import load_config
 from llmgym.algorithms import PPO
 from llmgym.algorithms.trainer import build_agent, build_llm, evaluate, make_envs
 
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "babyai_ppo.yaml"
+CONFIG = "babyai_ppo"  # a shipped config (llmgym/configs/babyai_ppo.yaml)
 
 
 def parse_args(argv: list[str] | None = None, description: str | None = __doc__) -> argparse.Namespace:
@@ -36,7 +35,7 @@ def parse_args(argv: list[str] | None = None, description: str | None = __doc__)
 
 
 def main(
-    argv: list[str] | None = None, config_path: Path = CONFIG, metric: str = "success_rate", description: str | None = __doc__
+    argv: list[str] | None = None, config_path: str = CONFIG, metric: str = "success_rate", description: str | None = __doc__
 ) -> dict[str, float]:
     """Train with PPO from a config and evaluate greedily before and after.
 

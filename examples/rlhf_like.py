@@ -4,7 +4,7 @@
 ``TokenAgent`` samples one token (the action), the env appends it, and the episode ends at EOS or
 after 16 tokens with a lexicon sentiment reward. A per-token KL penalty to the reference policy
 (the LLM with its LoRA adapter disabled) keeps the text fluent, and a value head on each token's
-state gives the per-token advantages (see ``configs/rlhf_like_token.yaml``, which this loads).
+state gives the per-token advantages (see ``llmgym/configs/rlhf_like_token.yaml``, which this loads).
 
 Run::
 
@@ -14,11 +14,9 @@ Run::
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from babyai_ppo import main  # the same script, run on another config (examples/ is on sys.path when run)
 
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "rlhf_like_token.yaml"
+CONFIG = "rlhf_like_token"  # a shipped config (llmgym/configs/rlhf_like_token.yaml)
 
 if __name__ == "__main__":
     main(config_path=CONFIG, description=__doc__, metric="episode_return")

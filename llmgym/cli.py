@@ -9,9 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llmgym.config import iter_field_help
-from llmgym.errors import LLMGymError
+from llmgym.errors import InputError, LLMGymError, SourceCheckoutError
 
 __all__ = ["main", "build_parser", "config_reference"]
+
+_CONFIG_HELP = "YAML config file or the name of a shipped config, e.g. quickstart (omit for the default run)"
 
 
 def config_reference() -> str:
@@ -39,11 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser(
         "train",
         help="train an agent from a YAML config with key=value overrides",
-        description="Train an agent. Example: llmgym train configs/babyai_ppo.yaml algorithm.learning_rate=1e-5",
+        description=(
+            "Train an agent. CONFIG is the path of a YAML file or the name of a shipped config "
+            "(`llmgym config list`). Example: llmgym train babyai_ppo algorithm.learning_rate=1e-5"
+        ),
         epilog=config_reference(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    train.add_argument("config", nargs="?", help="YAML config file (omit for the default run)")
+    train.add_argument("config", nargs="?", help=_CONFIG_HELP)
     train.add_argument("overrides", nargs="*", help="dotted overrides such as train.seed=3")
 
     sweep = sub.add_parser(
@@ -56,10 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
             "interquartile mean (IQM) of final success and return over the runs with a 95% percentile bootstrap "
             "confidence interval, and write sweep.json and sweep_curves.png there. A failed run is reported in the "
             "table and the exit status is 1. "
-            "Example: llmgym sweep configs/quickstart.yaml --seeds 0-4 train.total_env_steps=512"
+            "CONFIG is the path of a YAML file or the name of a shipped config (`llmgym config list`). "
+            "Example: llmgym sweep quickstart --seeds 0-4 train.total_env_steps=512"
         ),
     )
-    sweep.add_argument("config", nargs="?", help="YAML config file (omit for the default run)")
+    sweep.add_argument("config", nargs="?", help=_CONFIG_HELP)
     sweep.add_argument("overrides", nargs="*", help="dotted overrides applied to every run, as for llmgym train")
     sweep.add_argument("--seeds", required=True, help="seeds as ranges and commas: 0-4, 0,2,5 or 0-2,7")
     sweep.add_argument(
@@ -95,13 +101,30 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("env_id", help="environment id, e.g. llmgym/BabyAI-Text-GoToRedBall-v0")
     play.add_argument("--seed", type=int, default=0)
 
-    cfg = sub.add_parser("config", help="print the default config or the config reference")
+    cfg = sub.add_parser(
+        "config",
+        help="list or show the shipped configs, print a resolved config or the config reference",
+        description=(
+            "llmgym config [CONFIG] [key=value ...] prints the resolved config (the defaults without CONFIG); "
+            "llmgym config list lists the shipped configs; llmgym config show NAME prints one as written "
+            "(llmgym config show quickstart > my.yaml makes an editable copy). A file named list or show "
+            "is reached as ./list or ./show."
+        ),
+    )
     cfg.add_argument("--markdown", action="store_true", help="print the reference as a Markdown table")
     cfg.add_argument("--reference", action="store_true", help="print every key with its help text")
-    cfg.add_argument("config", nargs="?", help="YAML config to resolve (with overrides)")
-    cfg.add_argument("overrides", nargs="*")
+    cfg.add_argument("config", nargs="?", help="'list', 'show', or a config to resolve: " + _CONFIG_HELP)
+    cfg.add_argument("overrides", nargs="*", help="dotted overrides; after 'show', the config to print")
 
-    bench = sub.add_parser("bench", help="run a benchmark script from a source checkout")
+    bench = sub.add_parser(
+        "bench",
+        help="run a benchmark script (needs a source checkout)",
+        description=(
+            "Run benchmarks/NAME.py of llmgym's source checkout with this Python. The benchmark scripts "
+            "are not part of the installed package: from a wheel this command exits with status 2; clone "
+            "the repository and install it with pip install -e . to run them."
+        ),
+    )
     bench.add_argument("name", help="benchmark name: score, generate, envs, distributed, ...")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     return parser
@@ -115,12 +138,13 @@ def _split_config_arg(config: str | None, overrides: list[str]) -> tuple[str | N
 
 
 def _cmd_envs() -> int:
-    from llmgym.envs.registration import list_envs
+    """Print every registered env with its description and, where some settings need one, the extra."""
+    from llmgym.envs.registration import ENV_SPECS, extras_note
 
-    rows = list_envs()
-    width = max(len(env_id) for env_id, _ in rows)
-    for env_id, description in rows:
-        print(f"{env_id.ljust(width)}  {description}")
+    width = max(len(entry.id) for entry in ENV_SPECS)
+    for entry in ENV_SPECS:
+        note = extras_note(entry)
+        print(f"{entry.id.ljust(width)}  {entry.description}" + (f" [{note}]" if note else ""))
     return 0
 
 
@@ -159,7 +183,43 @@ def _cmd_play(env_id: str, seed: int) -> int:
             return 0
 
 
+def _header_summary(text: str) -> str:
+    """The first line of a YAML file's header comment, or ``""`` when it has none."""
+    first = text.lstrip().splitlines()[0] if text.strip() else ""
+    return first.lstrip("#").strip() if first.startswith("#") else ""
+
+
+def _cmd_config_list() -> int:
+    """Print each shipped config's name with the first line of its header comment."""
+    from llmgym.config import shipped_configs
+
+    shipped = shipped_configs()
+    width = max(len(name) for name in shipped)
+    for name, file in shipped.items():
+        print(f"{name.ljust(width)}  {_header_summary(file.read_text(encoding='utf-8'))}".rstrip())
+    return 0
+
+
+def _cmd_config_show(names: list[str]) -> int:
+    """Print a config file as written (comments included)."""
+    from llmgym.config import resolve_config
+
+    if len(names) != 1:
+        raise InputError(
+            f"llmgym config show takes one config name, got {len(names)} ({' '.join(names) or 'none'}); "
+            "e.g. llmgym config show quickstart > my.yaml (`llmgym config list` lists the names)."
+        )
+    print(resolve_config(names[0]).read_text(encoding="utf-8"), end="")
+    return 0
+
+
 def _cmd_config(args: argparse.Namespace) -> int:
+    if args.config == "list":
+        if args.overrides:
+            raise InputError(f"llmgym config list takes no arguments, got {' '.join(args.overrides)}.")
+        return _cmd_config_list()
+    if args.config == "show":
+        return _cmd_config_show(args.overrides)
     if args.markdown:
         print(config_reference_markdown(), end="")
         return 0
@@ -196,15 +256,25 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _benchmarks_dir() -> Path | None:
+    """``benchmarks/`` of the source checkout llmgym is imported from, or ``None`` for an installed wheel."""
+    root = Path(__file__).resolve().parent.parent
+    folder = root / "benchmarks"
+    return folder if folder.is_dir() and (root / "pyproject.toml").is_file() else None
+
+
 def _cmd_bench(name: str, bench_args: list[str]) -> int:
-    root = Path(__file__).resolve().parent.parent / "benchmarks"
-    script = root / f"{name}.py"
-    if not script.is_file():
-        available = sorted(p.stem for p in root.glob("*.py") if not p.stem.startswith("_")) if root.is_dir() else []
-        raise LLMGymError(
-            f"benchmark {name!r} not found in {root}; benchmarks run from a source checkout. "
-            f"Available: {available or 'none (not a source checkout)'}."
+    folder = _benchmarks_dir()
+    if folder is None:
+        raise SourceCheckoutError(
+            f"llmgym bench runs the scripts in benchmarks/ of a source checkout, and this llmgym "
+            f"({Path(__file__).resolve().parent}) is an installed package without them. Fix: clone the "
+            "llmgym repository, pip install -e . from it, and run llmgym bench there."
         )
+    script = folder / f"{name}.py"
+    if not script.is_file():
+        available = sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+        raise InputError(f"benchmark {name!r} not found in {folder}. Available: {', '.join(available)}.")
     return subprocess.call([sys.executable, str(script), *bench_args])
 
 
@@ -220,11 +290,10 @@ def _quiet_third_party_output() -> None:
 
 
 def _cmd_train(config_arg: str | None, overrides: list[str]) -> int:
-    from llmgym.config import load_config
-    from llmgym.envs.registration import check_env_id
+    from llmgym.config import check_requirements, load_config
 
     config = load_config(*_split_config_arg(config_arg, overrides))
-    check_env_id(config.env.id)  # before torch is imported, the model loads or the run directory exists
+    check_requirements(config)  # before torch is imported, the model loads or the run directory exists
     from llmgym.algorithms.trainer import run_training
 
     run_training(config)

@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.resources
 import math
 import numbers
+import os
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from llmgym.errors import ConfigError
+from llmgym.errors import ConfigError, require_installed
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 __all__ = [
     "LoRAConfig",
@@ -35,6 +40,9 @@ __all__ = [
     "LoggingConfig",
     "Config",
     "load_config",
+    "shipped_configs",
+    "resolve_config",
+    "check_requirements",
     "save_config",
     "config_to_dict",
     "iter_field_help",
@@ -514,15 +522,85 @@ def _omegaconf_error(exc: Exception, source: str) -> ConfigError:
     return ConfigError(f"Invalid value for config key '{key}' in {source}: {msg}")
 
 
+def shipped_configs() -> dict[str, Traversable]:
+    """The configs shipped with llmgym (package data ``llmgym/configs/*.yaml``), by name, sorted.
+
+    Returns:
+        ``{name: file}``, the name being the file name without ``.yaml``.
+    """
+    folder = importlib.resources.files("llmgym") / "configs"
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".yaml")), key=lambda f: f.name)
+    return {f.name.removesuffix(".yaml"): f for f in files}
+
+
+def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
+    """The YAML file a config argument names: a file that exists, else a shipped config.
+
+    Args:
+        config: The path of a YAML file, or the name of a shipped config with or without
+            ``.yaml`` (``quickstart``, ``quickstart.yaml``). A path that exists wins over a name.
+
+    Returns:
+        The file (open it with ``open()``).
+
+    Raises:
+        ConfigError: If ``config`` is neither an existing file nor a shipped config's name; the
+            message lists the shipped names.
+    """
+    path = Path(config)
+    if path.is_file():
+        return path
+    shipped = shipped_configs()
+    name = path.name.removesuffix(".yaml")
+    if path.name == os.fspath(config) and name in shipped:  # a bare name, not a path
+        return shipped[name]
+    close = difflib.get_close_matches(name, list(shipped), n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    raise ConfigError(
+        f"Config file '{os.fspath(config)}' does not exist and is not the name of a shipped config.{hint} "
+        f"Shipped configs: {', '.join(shipped)} (`llmgym config list` describes them). "
+        "Fix: pass the path of a YAML file or one of these names."
+    )
+
+
+#: ``(setting, whether the config uses it, module, extra)`` of each setting that needs an optional package.
+_SETTING_EXTRAS: tuple[tuple[str, Callable[[Config], bool], str, str], ...] = (
+    ("logging.tensorboard=true", lambda c: c.logging.tensorboard, "tensorboard", "tensorboard"),
+    ("model.load_in_4bit=true", lambda c: c.model.load_in_4bit, "bitsandbytes", "quantization"),
+)
+
+
+def check_requirements(config: Config) -> None:
+    """Check that a config can run: its env id is registered and every optional package it needs is installed.
+
+    Fast (nothing is imported or built): meant to run before a model loads or a run directory exists.
+
+    Args:
+        config: The run config.
+
+    Raises:
+        ConfigError: If ``env.id`` is not registered (with close matches).
+        MissingDependencyError: If the env (with ``env.kwargs``) or a setting needs an optional
+            package that is not installed; the message names the extra to install.
+    """
+    from llmgym.envs.registration import check_env_id
+
+    check_env_id(config.env.id, config.env.kwargs)
+    for setting, uses, module, extra in _SETTING_EXTRAS:
+        if uses(config):
+            require_installed(module, extra, setting)
+
+
 def load_config(
-    path: str | Path | None = None,
+    path: str | os.PathLike[str] | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     base: Config | None = None,
 ) -> Config:
     """Load a :class:`Config` from YAML and dotted overrides.
 
     Args:
-        path: YAML file whose keys are a subset of :class:`Config`; ``None`` starts from defaults.
+        path: YAML file whose keys are a subset of :class:`Config`, or the name of a shipped
+            config (see :func:`resolve_config`); ``None`` starts from defaults.
         overrides: ``section.key=value`` strings applied after the file, in order.
         base: Config to start from instead of the defaults.
 
@@ -530,7 +608,7 @@ def load_config(
         The validated config.
 
     Raises:
-        ConfigError: On a missing file, an unknown key (with a suggestion), a wrong type, an
+        ConfigError: On a missing file or unknown config name, an unknown key (with a suggestion), a wrong type, an
             override without ``=``, or a value out of range.
     """
     from omegaconf import DictConfig, OmegaConf
@@ -538,11 +616,10 @@ def load_config(
 
     layers: list[tuple[Any, str]] = []
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"Config file '{p}' does not exist; pass the path of a YAML file (see configs/).")
+        p = resolve_config(path)
         try:
-            loaded = OmegaConf.load(p)
+            with p.open(encoding="utf-8") as file:
+                loaded = OmegaConf.load(file)
         except Exception as exc:  # yaml errors have many types
             raise ConfigError(f"Config file '{p}' is not valid YAML: {exc}") from exc
         if loaded is None:

@@ -18,6 +18,7 @@ __all__ = [
     "AuthenticationError",
     "CheckpointError",
     "MissingDependencyError",
+    "SourceCheckoutError",
     "require",
     "require_installed",
 ]
@@ -61,6 +62,10 @@ class CheckpointError(LLMGymError, RuntimeError):
 
 class MissingDependencyError(LLMGymError, ImportError):
     """An optional dependency is needed for the requested feature; the message names the extra."""
+
+
+class SourceCheckoutError(LLMGymError, FileNotFoundError):
+    """A command needs files of llmgym's source checkout (e.g. ``benchmarks/``) that an installed wheel lacks."""
 
 
 def require(module: str, extra: str, feature: str) -> object:

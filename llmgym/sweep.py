@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from llmgym.config import load_config
+from llmgym.config import check_requirements, load_config
 from llmgym.errors import ConfigError
 from llmgym.metrics import read_metrics
 from llmgym.stats import bootstrap_ci, iqm
@@ -354,7 +354,7 @@ def run_sweep(
     A line is printed as each run ends.
 
     Args:
-        config_path: YAML config file, or ``None`` for the defaults.
+        config_path: YAML config file or the name of a shipped config, or ``None`` for the defaults.
         overrides: Dotted overrides, as for ``llmgym train``.
         seeds: The ``train.seed`` values.
         threads: ``OMP_NUM_THREADS`` values to run each seed at; empty: see above.
@@ -368,9 +368,12 @@ def run_sweep(
     Raises:
         ConfigError: On an invalid config or override, no seeds, ``jobs < 1``, a bad ``resamples`` or
             ``confidence``, ``train.resume`` set, ``train.eval_episodes=0`` (nothing to compare) or a
-            sweep directory that is not empty (checked before any run starts).
+            sweep directory that is not empty (checked before any run starts), or an unregistered
+            ``env.id``.
+        MissingDependencyError: If the config needs an optional package that is not installed.
     """
     config = load_config(config_path, list(overrides))
+    check_requirements(config)
     if not seeds:
         raise ConfigError("a sweep needs at least one seed (--seeds).")
     if jobs < 1:

@@ -1,4 +1,4 @@
-"""Train from a YAML config: ``python scripts/train.py CONFIG [key=value ...]`` (same as ``llmgym train``)."""
+"""Train from a config: ``python scripts/train.py CONFIG [key=value ...]``, CONFIG a YAML file or a shipped name (same as ``llmgym train``)."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""Subprocess smoke runs of every CLI command and every config in configs/ (tiny model)."""
+"""Subprocess smoke runs of every CLI command and every shipped config (tiny model)."""
 
 import json
 import os
@@ -8,25 +8,31 @@ from pathlib import Path
 
 import pytest
 
+from llmgym.config import shipped_configs
+
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+CONFIGS = list(shipped_configs())  # names: llmgym train NAME resolves them from the package
 
 
-def run(*args, input_text=None, check=True):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+def run(*args, input_text=None, check=True, cwd=ROOT):
+    # PYTHONPATH: this checkout's llmgym, also when the command runs in another directory.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-m", "llmgym.cli", *args], capture_output=True, text=True, input=input_text,
-        env=env, cwd=ROOT, timeout=240,
+        env=env, cwd=cwd, timeout=240,
     )
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
 
-def test_envs_lists_every_registered_env():
+def test_envs_lists_every_registered_env_and_marks_the_extras():
     out = run("envs").stdout
     assert "llmgym/BabyAI-Text-GoToRedBall-v0" in out and "llmgym/Blackjack-Text-v0" in out
     assert all(len(line.split(None, 1)) == 2 for line in out.strip().splitlines())
+    marked = [line.split()[0] for line in out.splitlines() if "pip install" in line]
+    assert marked == ["llmgym/TextGen-v0"]  # minigrid is a core dependency: BabyAI needs no extra
+    assert "pip install 'llmgym[metrics]' for reward=bleu or reward=rouge" in out
 
 
 def test_train_help_shows_every_field_help():
@@ -35,15 +41,32 @@ def test_train_help_shows_every_field_help():
 
 
 def test_config_prints_resolved_yaml_and_reference(tmp_path):
-    out = run("config", str(CONFIGS[0]), "train.seed=9").stdout
+    out = run("config", CONFIGS[0], "train.seed=9").stdout
     assert "seed: 9" in out
     markdown = run("config", "--markdown").stdout
     assert markdown.startswith("# Config reference") and "| `env.num_envs` |" in markdown
     assert (ROOT / "docs" / "config.md").read_text() == markdown, "docs/config.md is stale: llmgym config --markdown > docs/config.md"
 
 
+def test_config_list_and_show_the_shipped_configs(tmp_path):
+    listed = dict(line.split(None, 1) for line in run("config", "list").stdout.splitlines())
+    assert list(listed) == CONFIGS
+    assert listed["quickstart"].startswith("The default run of `make train`")
+    text = (ROOT / "llmgym" / "configs" / "quickstart.yaml").read_text()
+    assert run("config", "show", "quickstart", cwd=tmp_path).stdout == text  # from any directory
+    assert run("config", "show", "quickstart.yaml").stdout == text
+    proc = run("config", "show", "quickstrt", check=False)
+    assert proc.returncode == 2 and "Did you mean 'quickstart'?" in proc.stderr and "textgen_a2c" in proc.stderr
+
+
+def test_a_config_file_that_exists_wins_over_a_shipped_name(tmp_path):
+    (tmp_path / "quickstart.yaml").write_text("train:\n  seed: 77\n")
+    assert "seed: 77" in run("config", "quickstart.yaml", cwd=tmp_path).stdout
+    assert "seed: 77" not in run("config", "quickstart", cwd=tmp_path).stdout  # no file of that name: shipped
+
+
 def test_bad_override_is_a_clear_error_not_a_traceback():
-    proc = run("train", str(CONFIGS[0]), "algorithm.learnin_rate=1", check=False)
+    proc = run("train", CONFIGS[0], "algorithm.learnin_rate=1", check=False)
     assert proc.returncode == 2
     assert "Did you mean 'algorithm.learning_rate'" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -76,20 +99,29 @@ def test_train_checks_the_env_before_torch_the_model_or_the_run_directory(tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
-def test_train_and_play_report_a_missing_extra_before_loading(tmp_path):
-    hide_minigrid = "sys.modules['minigrid'] = None"  # what an install without the babyai extra looks like
-    env_id = "llmgym/BabyAI-Text-GoToRedBall-v0"
-    proc = _main_in_subprocess(["train", f"env.id={env_id}", f"train.output_dir={tmp_path}"], hide_minigrid)
+@pytest.mark.parametrize(
+    ("hidden", "overrides", "extra"),
+    [
+        ("sacrebleu", ["env.id=llmgym/TextGen-v0", "env.kwargs.reward=bleu"], "metrics"),
+        ("tensorboard", ["logging.tensorboard=true"], "tensorboard"),
+    ],
+)
+def test_train_reports_a_missing_extra_before_loading(tmp_path, hidden, overrides, extra):
+    hide = f"sys.modules[{hidden!r}] = None"  # what an install without the extra looks like
+    proc = _main_in_subprocess(["train", *overrides, f"train.output_dir={tmp_path}"], hide)
     assert proc.returncode == 2 and proc.stdout.strip() == "False" and list(tmp_path.iterdir()) == []
-    assert "needs the optional package 'minigrid'" in proc.stderr and "pip install 'llmgym[babyai]'" in proc.stderr
-    proc = _main_in_subprocess(["play", env_id], hide_minigrid)
+    assert f"needs the optional package '{hidden}'" in proc.stderr and f"pip install 'llmgym[{extra}]'" in proc.stderr
+
+
+def test_play_reports_a_missing_minigrid():
+    proc = _main_in_subprocess(["play", "llmgym/BabyAI-Text-GoToRedBall-v0"], "sys.modules['minigrid'] = None")
     assert proc.returncode == 2 and "llmgym[babyai]" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_launch_and_bench_usage_errors():
     assert "--llm-processes" in run("launch", "--help").stdout
     proc = run("bench", "no-such-benchmark", check=False)
-    assert proc.returncode == 2 and "Available:" in proc.stderr
+    assert proc.returncode == 2 and "Available:" in proc.stderr and "score" in proc.stderr
     proc = run("eval", "some-run", "--episodes", "2", "not-an-override", check=False)
     assert proc.returncode == 2 and "unrecognized arguments: not-an-override" in proc.stderr
 
@@ -102,9 +134,17 @@ SMOKE = [
 ]
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_bench_outside_a_source_checkout_says_it_needs_one():
+    assert "source checkout" in " ".join(run("bench", "--help").stdout.split())
+    proc = _main_in_subprocess(["bench", "score"], "import llmgym.cli; llmgym.cli._benchmarks_dir = lambda: None")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("llmgym bench: error: llmgym bench runs the scripts in benchmarks/ of a source checkout")
+    assert "pip install -e ." in proc.stderr
+
+
+@pytest.mark.parametrize("config", CONFIGS)
 def test_every_config_trains_and_evaluates(config, tiny_model_dir, tmp_path):
-    run("train", str(config), f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path}", "train.run_name=run", *SMOKE)
+    run("train", config, f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path}", "train.run_name=run", *SMOKE)
     run_dir = tmp_path / "run"
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(r["kind"] == "train" for r in records) and any(r["kind"] == "eval" for r in records)

@@ -1,5 +1,6 @@
 import dataclasses
 import math
+import sys
 
 import pytest
 from hypothesis import given
@@ -8,12 +9,15 @@ from hypothesis import strategies as st
 from llmgym.config import (
     Config,
     ModelConfig,
+    check_requirements,
     config_to_dict,
     iter_field_help,
     load_config,
+    resolve_config,
     save_config,
+    shipped_configs,
 )
-from llmgym.errors import ConfigError
+from llmgym.errors import ConfigError, MissingDependencyError
 
 
 def test_defaults_load_without_file():
@@ -76,6 +80,50 @@ def test_override_without_equals_and_missing_file(tmp_path):
     bad.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_config(bad)
+
+
+def test_a_shipped_config_loads_by_name_with_or_without_yaml(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # names resolve from the package, not from the working directory
+    by_file = load_config(str(shipped_configs()["gotoredball"]), ["train.seed=3"])
+    assert config_to_dict(load_config("gotoredball", ["train.seed=3"])) == config_to_dict(by_file)
+    assert config_to_dict(load_config("gotoredball.yaml", ["train.seed=3"])) == config_to_dict(by_file)
+    assert by_file.env.id == "llmgym/BabyAI-Text-GoToRedBall-v0"
+
+
+def test_a_file_that_exists_wins_over_a_shipped_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quickstart.yaml").write_text("train:\n  seed: 77\n")
+    assert load_config("quickstart.yaml").train.seed == 77
+    assert load_config("quickstart").train.seed != 77  # no file named quickstart: the shipped config
+
+
+def test_an_unknown_config_name_lists_the_shipped_ones():
+    with pytest.raises(ConfigError, match=r"not the name of a shipped config\. Did you mean 'quickstart'\?") as info:
+        resolve_config("quickstrat")
+    assert all(name in str(info.value) for name in shipped_configs()) and "llmgym config list" in str(info.value)
+    with pytest.raises(ConfigError, match="does not exist"):
+        resolve_config("configs/quickstart.yaml")  # a path (the old layout), not a bare name
+
+
+@pytest.mark.parametrize(
+    ("module", "overrides", "extra"),
+    [
+        ("sacrebleu", ["env.id=llmgym/TextGen-v0", "env.kwargs.reward=bleu"], "metrics"),
+        ("rouge_score", ["env.id=llmgym/TextGen-v0", "env.kwargs.reward=rouge"], "metrics"),
+        ("tensorboard", ["logging.tensorboard=true"], "tensorboard"),
+        ("bitsandbytes", ["model.load_in_4bit=true"], "quantization"),
+    ],
+)
+def test_check_requirements_names_the_missing_extra(monkeypatch, module, overrides, extra):
+    monkeypatch.setitem(sys.modules, module, None)  # what an install without the extra looks like
+    with pytest.raises(MissingDependencyError, match=rf"'{module}'.*pip install 'llmgym\[{extra}\]'"):
+        check_requirements(load_config(None, overrides))
+    check_requirements(load_config(None, ["env.id=llmgym/TextGen-v0"]))  # the default reward needs nothing
+
+
+def test_check_requirements_rejects_an_unknown_env_id():
+    with pytest.raises(ConfigError, match="llmgym envs"):
+        check_requirements(load_config(None, ["env.id=llmgym/NoSuchEnv-v0"]))
 
 
 def test_config_error_is_value_error():

@@ -31,7 +31,14 @@ from llmgym.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from llmgym.config import AlgorithmConfig, Config, config_to_dict, load_config, save_config
+from llmgym.config import (
+    AlgorithmConfig,
+    Config,
+    check_requirements,
+    config_to_dict,
+    load_config,
+    save_config,
+)
 from llmgym.envs.registration import check_env_id
 from llmgym.errors import CheckpointError, ConfigError
 from llmgym.llm.updater import Updater
@@ -45,6 +52,7 @@ __all__ = [
     "evaluate",
     "Trainer",
     "run_training",
+    "evaluation_summary",
     "evaluate_run",
 ]
 
@@ -236,11 +244,11 @@ class Trainer:
 
     Raises:
         ConfigError: If ``env.id`` is not registered (before the run directory or the model exist).
-        MissingDependencyError: If the env needs an optional package that is not installed.
+        MissingDependencyError: If the env or a setting needs an optional package that is not installed.
     """
 
     def __init__(self, config: Config, run_dir: Optional[str | Path] = None, *, model: Any = None, tokenizer: Any = None) -> None:
-        check_env_id(config.env.id)
+        check_requirements(config)
         self.config = config
         train = config.train
         if run_dir is None:
@@ -391,6 +399,39 @@ class Trainer:
         self.llm.close()
 
 
+def _before_after(before: Optional[dict[str, Any]], after: dict[str, Any], prefix: str) -> str:
+    """``before X -> after Y (mean return ...)`` of one policy, or ``after Y (...)`` without a before-evaluation."""
+    rate, ret = f"{prefix}success_rate", f"{prefix}episode_return"
+    if before is None:
+        return f"after {after[rate]:.3f} (mean return {after[ret]:.3f}"
+    return f"before {before[rate]:.3f} -> after {after[rate]:.3f} (mean return {before[ret]:.3f} -> {after[ret]:.3f}"
+
+
+def evaluation_summary(evaluations: list[dict[str, Any]], temperature: float) -> list[str]:
+    """The lines ``llmgym train`` prints about a run's evaluations: success before and after training.
+
+    The "before" side is the evaluation labelled ``"before"`` (``train.eval_before``); without one,
+    only the final evaluation is reported.
+
+    Args:
+        evaluations: The run's evaluations, in order (``Trainer.evaluations``).
+        temperature: ``agent.temperature``, at which the sampled policy was evaluated.
+
+    Returns:
+        No line without evaluations; one for the greedy policy, and one for the sampled policy
+        when it was evaluated (``train.eval_sample``).
+    """
+    if not evaluations:
+        return []
+    last = evaluations[-1]
+    before = next((e for e in evaluations if e.get("label") == "before"), None)
+    before = before if before is not last else None
+    lines = [f"success rate: {_before_after(before, last, '')}, {int(last['episodes'])} greedy episodes)"]
+    if "sampled_success_rate" in last and (before is None or "sampled_success_rate" in before):
+        lines.append(f"sampled at temperature {temperature:g}: {_before_after(before, last, 'sampled_')})")
+    return lines
+
+
 def run_training(config: Config, **kwargs: Any) -> dict[str, Any]:
     """Train a config end to end and print success before vs after and the learning-curve path."""
     trainer = Trainer(config, **kwargs)
@@ -398,21 +439,9 @@ def run_training(config: Config, **kwargs: Any) -> dict[str, Any]:
         summary = trainer.train()
     finally:
         trainer.close()
-    evals = summary["evaluations"]
     print(f"run directory: {summary['run_dir']}")
-    if evals:
-        first, last = evals[0], evals[-1]
-        print(
-            f"success rate: before {first['success_rate']:.3f} -> after {last['success_rate']:.3f} "
-            f"(mean return {first['episode_return']:.3f} -> {last['episode_return']:.3f}, "
-            f"{int(last['episodes'])} greedy episodes)"
-        )
-        if "sampled_success_rate" in first and "sampled_success_rate" in last:
-            print(
-                f"sampled at temperature {trainer.config.agent.temperature:g}: before {first['sampled_success_rate']:.3f} "
-                f"-> after {last['sampled_success_rate']:.3f} "
-                f"(mean return {first['sampled_episode_return']:.3f} -> {last['sampled_episode_return']:.3f})"
-            )
+    for line in evaluation_summary(summary["evaluations"], trainer.config.agent.temperature):
+        print(line)
     if summary["learning_curve"]:
         print(f"learning curve: {summary['learning_curve']}")
     print(f"wall time: {summary['wall_time_s']:.1f} s")
@@ -438,6 +467,7 @@ def evaluate_run(
     """
     folder = latest_checkpoint(run_dir)
     config = load_config(folder / "config.yaml", list(overrides))
+    check_env_id(config.env.id, config.env.kwargs)  # before the model loads
     _seed_everything(seed)
     llm = build_llm(config)
     try:

@@ -7,6 +7,7 @@ stays light and an env's module loads on its first :func:`gymnasium.make`.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,24 @@ from gymnasium.envs.registration import WrapperSpec
 
 from llmgym.errors import ConfigError, require_installed
 
-__all__ = ["register_envs", "list_envs", "check_env_id", "ENV_SPECS", "EnvEntry"]
+__all__ = ["register_envs", "list_envs", "check_env_id", "extras_note", "ENV_SPECS", "EnvEntry", "EnvExtra"]
+
+
+@dataclass(frozen=True)
+class EnvExtra:
+    """An optional package that an env needs for some values of one of its keyword arguments.
+
+    Attributes:
+        module: Top-level module of the package, e.g. ``"sacrebleu"``.
+        extra: The llmgym extra that installs it, e.g. ``"metrics"``.
+        kwarg: The env keyword argument that selects what needs it, e.g. ``"reward"``.
+        values: The values of ``kwarg`` that need it, e.g. ``("bleu",)``.
+    """
+
+    module: str
+    extra: str
+    kwarg: str
+    values: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -28,7 +46,7 @@ class EnvEntry:
         description: One line shown by ``llmgym envs``.
         kwargs: Constructor arguments.
         max_episode_steps: Time limit added by :func:`gymnasium.make`, if any.
-        requires: ``(module, extra)`` of the optional package the env needs, if any.
+        extras: The optional packages some of its settings need.
     """
 
     id: str
@@ -36,7 +54,7 @@ class EnvEntry:
     description: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     max_episode_steps: int | None = None
-    requires: tuple[str, str] | None = None
+    extras: tuple[EnvExtra, ...] = ()
 
 
 _BABYAI = "llmgym.envs.babyai_text:BabyAITextEnv"
@@ -59,12 +77,16 @@ _BABYAI_LEVELS: dict[str, str] = {
     "GoTo": "go to an object in a 3x3 maze of rooms",
     "Pickup": "pick up an object in a 3x3 maze of rooms",
 }
-_MINIGRID = ("minigrid", "babyai")
+# Kept in sync with the require() calls of llmgym.envs.rewards (a test checks it).
+_REWARD_EXTRAS = (
+    EnvExtra("sacrebleu", "metrics", "reward", ("bleu",)),
+    EnvExtra("rouge_score", "metrics", "reward", ("rouge",)),
+)
 _GLAM_TRAIN = ("GoToLocal", "PickupLocal", "PutNextLocal", "UnlockLocal", "PickUpSeqGoTo")
 
 ENV_SPECS: tuple[EnvEntry, ...] = (
     *(
-        EnvEntry(f"llmgym/BabyAI-Text-{level}-v0", _BABYAI, f"BabyAI-Text: {text}.", {"level": level}, requires=_MINIGRID)
+        EnvEntry(f"llmgym/BabyAI-Text-{level}-v0", _BABYAI, f"BabyAI-Text: {text}.", {"level": level})
         for level, text in _BABYAI_LEVELS.items()
     ),
     EnvEntry(
@@ -72,7 +94,6 @@ ENV_SPECS: tuple[EnvEntry, ...] = (
         _BABYAI,
         "BabyAI-Text: GLAM's training mix, one of go to / pick up / put next / unlock / pick up then go to per episode.",
         {"level": list(_GLAM_TRAIN)},
-        requires=_MINIGRID,
     ),
     EnvEntry(
         "llmgym/Blackjack-Text-v0",
@@ -101,6 +122,7 @@ ENV_SPECS: tuple[EnvEntry, ...] = (
         "llmgym/TextGen-v0",
         "llmgym.envs.generation:TextGenEnv",
         "Text generation: complete a prompt from a datapool, scored by a reward function.",
+        extras=_REWARD_EXTRAS,
     ),
     EnvEntry(
         "llmgym/EchoWord-v0",
@@ -146,18 +168,36 @@ def list_envs() -> list[tuple[str, str]]:
     return [(entry.id, entry.description) for entry in ENV_SPECS]
 
 
-def check_env_id(env_id: str) -> None:
+def extras_note(entry: EnvEntry) -> str:
+    """What to install for the settings of an env that need an optional package, or ``""``.
+
+    Args:
+        entry: A registered env.
+
+    Returns:
+        E.g. ``"pip install 'llmgym[metrics]' for reward=bleu or reward=rouge"``.
+    """
+    settings: dict[str, list[str]] = {}
+    for extra in entry.extras:
+        settings.setdefault(extra.extra, []).extend(f"{extra.kwarg}={value}" for value in extra.values)
+    return "; ".join(f"pip install 'llmgym[{name}]' for {' or '.join(used)}" for name, used in settings.items())
+
+
+def check_env_id(env_id: str, kwargs: Mapping[str, Any] | None = None) -> None:
     """Check, without building the env or importing its module, that an env id can be made.
 
     Meant to run before anything slow (loading a model, creating a run directory).
 
     Args:
         env_id: A Gymnasium id, e.g. ``"llmgym/BabyAI-Text-GoToLocal-v0"``.
+        kwargs: The keyword arguments it will be made with (``env.kwargs``), which may select a
+            feature that needs an optional package (e.g. ``reward="bleu"``).
 
     Raises:
         ConfigError: If the id is not registered; the message lists close matches and points
             to ``llmgym envs``.
-        MissingDependencyError: If it is an llmgym env whose optional package is not installed.
+        MissingDependencyError: If it is an llmgym env whose ``kwargs`` need an optional package that
+            is not installed.
     """
     register_envs()
     if not isinstance(env_id, str):
@@ -172,6 +212,10 @@ def check_env_id(env_id: str) -> None:
             "llmgym's envs (or pass env factories instead of an id)."
         ) from exc
     for entry in ENV_SPECS:
-        if entry.id == spec.id and entry.requires is not None:
-            module, extra = entry.requires
-            require_installed(module, extra, spec.id)
+        if entry.id != spec.id:
+            continue
+        used = {**entry.kwargs, **(kwargs or {})}
+        for extra in entry.extras:
+            value = used.get(extra.kwarg)
+            if isinstance(value, str) and value in extra.values:
+                require_installed(extra.module, extra.extra, f"{spec.id} with {extra.kwarg}={value!r}")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from llmgym.config import LoRAConfig
-from llmgym.errors import ConfigError, require
+from llmgym.errors import ConfigError
 
 __all__ = ["apply_lora", "base_model", "check_quantization", "is_peft_model", "lora_target_modules"]
 
@@ -51,11 +51,7 @@ def apply_lora(model: Any, lora: LoRAConfig, *, quantized: bool = False) -> Any:
 
     Returns:
         The ``peft.PeftModel``.
-
-    Raises:
-        MissingDependencyError: If peft is not installed.
     """
-    require("peft", "lora", "model.lora")
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
     if quantized:

@@ -2,12 +2,13 @@
 
 import json
 import logging
+import re
 import shutil
 
 import pytest
 import torch
 
-from llmgym.algorithms.trainer import Trainer, evaluate_run, run_training
+from llmgym.algorithms.trainer import Trainer, evaluate_run, evaluation_summary, run_training
 from llmgym.errors import CheckpointError, ConfigError
 from llmgym.metrics import read_metrics
 from llmgym.testing import tiny_causal_lm
@@ -41,6 +42,31 @@ def test_train_writes_config_metrics_eval_checkpoint_and_plot(tmp_path):
     assert {"loss", "policy_loss", "value_loss", "entropy", "approx_kl", "steps_per_s"} <= train[-1].keys()
     assert summary["learning_curve"] == str(run / "learning_curve.png")
     assert (run / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_without_eval_before_only_the_final_evaluation_is_printed(tmp_path, capsys):
+    config = tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.total_env_steps=4", "train.run_name=a",
+                         "train.eval_episodes=2", "train.eval_before=false")
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    summary = run_training(config, model=model, tokenizer=tokenizer)
+    assert [e["label"] for e in summary["evaluations"]] == ["after"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "success" in line]
+    assert len(lines) == 1 and re.fullmatch(r"success rate: after [\d.]+ \(mean return [-\d.]+, 2 greedy episodes\)", lines[0])
+
+
+def test_evaluation_summary_compares_with_the_before_evaluation_only():
+    def ev(label, rate):
+        return {"label": label, "success_rate": rate, "episode_return": rate, "episodes": 4.0,
+                "sampled_success_rate": rate / 2, "sampled_episode_return": rate / 2}
+
+    assert evaluation_summary([], 1.0) == []
+    assert evaluation_summary([ev("periodic", 0.25), ev("after", 0.5)], 2.0) == [
+        "success rate: after 0.500 (mean return 0.500, 4 greedy episodes)",
+        "sampled at temperature 2: after 0.250 (mean return 0.250)",
+    ]
+    assert evaluation_summary([ev("before", 0.0), ev("periodic", 0.25), ev("after", 0.5)], 1.0)[0] == (
+        "success rate: before 0.000 -> after 0.500 (mean return 0.000 -> 0.500, 4 greedy episodes)"
+    )
 
 
 def test_eval_sample_also_evaluates_the_sampled_policy_reproducibly(tmp_path, capsys):

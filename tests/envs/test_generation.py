@@ -1,14 +1,16 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import gymnasium as gym
 import pytest
 
-from llmgym.envs import get_reward, list_rewards, load_datapool, register_datapool, register_reward
+from llmgym.envs import get_reward, list_rewards, load_datapool, register_datapool, register_reward, rewards
 from llmgym.envs.datapools import Sample
 from llmgym.envs.generation import TextGenEnv
-from llmgym.errors import ConfigError, InputError, InvalidActionError
+from llmgym.envs.registration import ENV_SPECS, check_env_id
+from llmgym.errors import ConfigError, InputError, InvalidActionError, MissingDependencyError
 
 
 def test_rewards_against_hand_values():
@@ -39,6 +41,19 @@ def test_bleu_and_rouge():
     assert get_reward("rouge", rouge_type="rouge1")("p", "mat cat", [ref]) == pytest.approx(
         2 * (1 * 2 / 6) / (1 + 2 / 6)
     )
+
+
+@pytest.mark.parametrize("extra", next(e for e in ENV_SPECS if e.id == "llmgym/TextGen-v0").extras)
+def test_textgen_extras_match_the_rewards_and_are_checked_before_making(monkeypatch, extra):
+    for name in [extra.module, *(m for m in sys.modules if m.startswith(f"{extra.module}."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # what an install without the extra looks like
+    rewards._rouge_scorer.cache_clear()
+    for value in extra.values:
+        with pytest.raises(MissingDependencyError, match=rf"pip install 'llmgym\[{extra.extra}\]'"):
+            get_reward(value)("p", "c", ["r"])  # what the registry declares is what the reward needs
+        with pytest.raises(MissingDependencyError, match=rf"{extra.kwarg}='{value}'.*'{extra.module}'"):
+            check_env_id("llmgym/TextGen-v0", {extra.kwarg: value})
+    check_env_id("llmgym/TextGen-v0", {extra.kwarg: "sentiment"})
 
 
 def test_reward_registry_and_errors():

@@ -104,7 +104,7 @@ def client_command(command: Sequence[str]) -> list[str]:
 
     Args:
         command: ``SCRIPT.py ARGS...``, ``-m MODULE ARGS...``, ``python ...``, or an llmgym
-            subcommand (``train configs/x.yaml ...``).
+            subcommand (``train quickstart ...``).
 
     Returns:
         The argv to execute, with this interpreter for Python code.
@@ -115,7 +115,7 @@ def client_command(command: Sequence[str]) -> list[str]:
     if not command:
         raise ConfigError(
             "llmgym launch needs a command after its options, e.g. `llmgym launch --llm-processes 2 "
-            "train configs/babyai_ppo.yaml` or `llmgym launch --llm-processes 2 my_script.py`."
+            "train babyai_ppo` or `llmgym launch --llm-processes 2 my_script.py`."
         )
     first = command[0]
     if first == "-m" or first.endswith(".py") or Path(first).is_file():

@@ -300,7 +300,7 @@ class EnvConfig(_Section):
     _section: ClassVar[str] = "env"
     id: str = _f("llmgym/BabyAI-Text-GoToRedBall-v0", "Gymnasium id of the text env (llmgym envs lists them).")
     num_envs: int = _f(4, "Number of environments stepped in parallel.")
-    vectorization_mode: str = _f("sync", "sync (one process) or async (one subprocess per env).")
+    vectorization_mode: str = _f("sync", "sync (one process) or async (the envs spread over min(num_envs, CPUs) worker processes).")
     max_episode_steps: Optional[int] = _f(None, "Truncate episodes after this many steps; null keeps the env's.")
     kwargs: dict[str, Any] = _f({}, "Extra keyword arguments for gymnasium.make.")
 

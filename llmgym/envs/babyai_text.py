@@ -212,17 +212,19 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
             the target ("go to" missions only; 0 disables it).
         shaping_gamma: Discount of the shaping potential, in (0, 1]; set it to the algorithm's
             ``gamma`` so that shaping leaves the optimal policies unchanged.
-        render_mode: Passed to minigrid (``"rgb_array"`` or ``None``).
+        render_mode: ``"ansi"`` (:meth:`render` returns the observation text), ``"rgb_array"``
+            (minigrid's picture of the grid) or ``None``.
 
     Raises:
         MissingDependencyError: If minigrid is not installed (``pip install 'llmgym[babyai]'``).
-        ConfigError: If a level is unknown, a shaping parameter is out of range, or shaping is asked
-            for on a mission that is not "go to".
+        ConfigError: If a level or the render mode is unknown, a shaping parameter is out of range,
+            or shaping is asked for on a mission that is not "go to".
     """
 
     description = "BabyAI level in words (GLAM): reach the mission's goal with 6 navigation actions."
     action_names = BABYAI_ACTIONS
-    metadata = {"render_modes": ["rgb_array"]}
+    #: The frame rate is minigrid's.
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}
 
     def __init__(
         self,
@@ -234,6 +236,7 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         render_mode: str | None = None,
     ) -> None:
         require("minigrid", "babyai", "BabyAI-Text")
+        self._init_render_mode(render_mode)
         self.levels = _resolve_levels(level)
         self.reward_scale = float(reward_scale)
         if reward_shaping < 0:
@@ -247,10 +250,11 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         self.reward_shaping = float(reward_shaping)
         self.shaping_gamma = float(shaping_gamma)
         self._distance: int | None = None
-        self.render_mode = render_mode
-        self._inner = [_make_level(name, render_mode) for name in self.levels]
+        minigrid_render_mode = render_mode if render_mode == "rgb_array" else None
+        self._inner = [_make_level(name, minigrid_render_mode) for name in self.levels]
         self._views = [EgocentricView(inner) for inner in self._inner]
         self._current = 0
+        self._started = False
         self.action_space = Discrete(len(BABYAI_ACTIONS))
         self.observation_space: gym.spaces.Space[Any] = Dict(
             {"text": TextSpace(8192), "mission": TextSpace(1024), "view": TextSpace(8192)}
@@ -302,6 +306,7 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         # minigrid prints a line each time its level generator rejects a layout.
         with contextlib.redirect_stdout(io.StringIO()):
             self._views[self._current].reset()
+        self._started = True
         if self.reward_shaping:
             if not has_goto_mission(self.minigrid_env):
                 raise ConfigError(
@@ -334,8 +339,18 @@ class BabyAITextEnv(TextEnv[dict[str, str]]):
         return self.reward_shaping * (previous - self.shaping_gamma * distance)
 
     def render(self) -> Any:
-        """Render the current level through minigrid (``render_mode="rgb_array"``)."""
-        return self.minigrid_env.render()
+        """Render the current episode (``None`` before the first reset or with ``render_mode=None``).
+
+        Returns:
+            With ``render_mode="ansi"`` the observation text, with ``"rgb_array"`` minigrid's
+            ``uint8`` picture of the grid (height, width, 3).
+        """
+        if self.render_mode == "rgb_array":
+            return self.minigrid_env.render() if self._started else None
+        return super().render()
+
+    def _render_text(self) -> str | None:
+        return self._observe()[0]["text"] if self._started else None
 
     def close(self) -> None:
         """Close the minigrid envs."""

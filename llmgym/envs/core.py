@@ -22,9 +22,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.spaces import Discrete, Text
 
-from llmgym.errors import InputError, InvalidActionError
+from llmgym.envs.shared_memory import register_text_shared_memory
+from llmgym.errors import ConfigError, InputError, InvalidActionError
 
 __all__ = [
+    "ANSI_METADATA",
     "PROSE_CHARSET",
     "TextSpace",
     "TextEnv",
@@ -39,6 +41,10 @@ ObsT = TypeVar("ObsT")
 #: Characters of English prose: letters, digits, punctuation, space, newline and tab.
 PROSE_CHARSET: str = string.ascii_letters + string.digits + string.punctuation + " \n\t"
 
+#: ``metadata`` of a text env whose only render mode is ``"ansi"`` (the observation text); the frame
+#: rate, meaningless for text, is the one of Gymnasium's toy-text games.
+ANSI_METADATA: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
+
 
 class TextSpace(Text):
     """A :class:`gymnasium.spaces.Text` space for prose.
@@ -46,7 +52,8 @@ class TextSpace(Text):
     Gymnasium's default ``Text`` charset is alphanumeric only, so it rejects spaces and
     punctuation. This space samples from :data:`PROSE_CHARSET` and, with ``strict=False``, accepts
     any string of admissible length (for prompts taken from user datasets, which may hold any
-    Unicode character).
+    Unicode character). Gymnasium's ``AsyncVectorEnv(shared_memory=True)`` passes its strings
+    through unchanged (see :mod:`llmgym.envs.shared_memory`).
 
     Args:
         max_length: Longest admissible string.
@@ -79,6 +86,9 @@ class TextSpace(Text):
         return f"TextSpace(max_length={self.max_length}, min_length={self.min_length}, strict={self.strict})"
 
 
+register_text_shared_memory(TextSpace)
+
+
 def normalize_action_text(action: str) -> str:
     """Normalise an action string for matching: lower case, single spaces, no outer blanks.
 
@@ -99,6 +109,12 @@ class TextEnv(gym.Env[ObsT, Any], Generic[ObsT]):
     and optionally :attr:`action_aliases` (extra spellings accepted by :meth:`parse_action`, never
     listed as valid actions). :meth:`parse_action` turns a string or an index into the index and
     never changes the env's state, so a rejected action leaves the env as it was.
+
+    Rendering: an env that renders its text takes ``render_mode`` in its constructor and passes it to
+    :meth:`_init_render_mode`, lists ``"ansi"`` in ``metadata["render_modes"]`` (as
+    :data:`ANSI_METADATA` does) and implements :meth:`_render_text`; :meth:`render` then returns the
+    text of the current observation. Without that, the env declares no render mode and renders
+    nothing, as a plain :class:`gymnasium.Env`.
     """
 
     #: One-line description of the task.
@@ -107,6 +123,41 @@ class TextEnv(gym.Env[ObsT, Any], Generic[ObsT]):
     action_names: tuple[str, ...] = ()
     #: Extra accepted spellings, normalised, mapped to a name in :attr:`action_names`.
     action_aliases: ClassVar[Mapping[str, str]] = {}
+
+    def _init_render_mode(self, render_mode: str | None) -> None:
+        """Check ``render_mode`` against ``metadata["render_modes"]`` and set :attr:`render_mode`.
+
+        Args:
+            render_mode: ``None`` or one of the env's declared render modes.
+
+        Raises:
+            ConfigError: If ``render_mode`` is neither ``None`` nor a declared render mode.
+        """
+        modes = list(self.metadata.get("render_modes", ()))
+        if render_mode is not None and render_mode not in modes:
+            raise ConfigError(
+                f"render_mode={render_mode!r} is not supported by {type(self).__name__}; expected None or one "
+                f"of {modes}. Fix: pass render_mode='ansi' to get the observation text from render()."
+            )
+        self.render_mode = render_mode
+
+    def render(self) -> Any:
+        """Return the current observation's text when ``render_mode="ansi"``, else ``None``.
+
+        With ``"ansi"`` it is ``None`` too while the env has no state to show (a game before its first
+        reset).
+        """
+        return self._render_text() if self.render_mode == "ansi" else None
+
+    def _render_text(self) -> str | None:
+        """Return the text of the current observation, or ``None`` while there is no state to show.
+
+        Envs that declare the ``"ansi"`` render mode override it.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} has render_mode='ansi' but does not implement _render_text(). Fix: override "
+            "it to return the current observation text."
+        )
 
     def valid_actions(self) -> list[str]:
         """Return the actions legal in the current state (all of :attr:`action_names` by default)."""
@@ -234,6 +285,16 @@ def _fail(env: gym.Env, message: str) -> AssertionError:
     return AssertionError(f"check_text_env({env.unwrapped!r}): {message}")
 
 
+def _pick_action(env: gym.Env, info: dict[str, Any], rng: np.random.Generator) -> Any:
+    """Draw one of the valid actions, or a sample of the action space where there is no list."""
+    valid = info.get("valid_actions")
+    if valid:
+        return valid[int(rng.integers(len(valid)))]
+    if isinstance(env.action_space, Text):  # short strings: completions, tokens
+        return env.action_space.sample(mask=(int(rng.integers(1, 16)), None))
+    return env.action_space.sample()
+
+
 def _rollout(env: gym.Env, seed: int, num_steps: int) -> list[tuple[str, float, bool, bool]]:
     """Run a seeded rollout choosing among the valid actions with a seeded RNG."""
     rng = np.random.default_rng(seed)
@@ -241,14 +302,7 @@ def _rollout(env: gym.Env, seed: int, num_steps: int) -> list[tuple[str, float, 
     env.action_space.seed(seed)
     trace = [(observation_text(obs), 0.0, False, False)]
     for _ in range(num_steps):
-        valid = info.get("valid_actions")
-        if valid:
-            action = valid[int(rng.integers(len(valid)))]
-        elif isinstance(env.action_space, Text):  # short strings: completions, tokens
-            action = env.action_space.sample(mask=(int(rng.integers(1, 16)), None))
-        else:
-            action = env.action_space.sample()
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, reward, terminated, truncated, info = env.step(_pick_action(env, info, rng))
         trace.append((observation_text(obs), float(reward), bool(terminated), bool(truncated)))
         if terminated or truncated:
             obs, info = env.reset()
@@ -271,11 +325,13 @@ def _check_obs(env: gym.Env, obs: Any, info: Any, where: str) -> None:
 def check_text_env(env: gym.Env, *, seed: int = 0, num_steps: int = 40, check_gymnasium: bool = True) -> None:
     """Check that an env follows gymnasium's API and llmgym's text-env conventions.
 
-    Runs :func:`gymnasium.utils.env_checker.check_env` (render check skipped), then checks that
-    observations are text, that seeded rollouts are deterministic, that every valid action is
-    accepted, that ``info["success"]`` is a bool where present, and that an invalid action string
-    (and an out-of-range index, for a Discrete action space) raises
-    :class:`~llmgym.errors.InvalidActionError` whose message lists the valid actions.
+    Runs :func:`gymnasium.utils.env_checker.check_env` (its render and close checks only where the
+    env has a spec, from which they make new envs), then checks that observations are text, that
+    seeded rollouts are deterministic, that every valid action is accepted, that
+    ``info["success"]`` is a bool where present, that an invalid action string (and an out-of-range
+    index, for a Discrete action space) raises :class:`~llmgym.errors.InvalidActionError` whose
+    message lists the valid actions, and, where the env renders ``"ansi"``, that
+    :meth:`~gymnasium.Env.render` returns the observation text.
 
     Args:
         env: The env to check (wrapped or not); it is reset and stepped.
@@ -289,7 +345,8 @@ def check_text_env(env: gym.Env, *, seed: int = 0, num_steps: int = 40, check_gy
     if check_gymnasium:
         from gymnasium.utils.env_checker import check_env
 
-        check_env(env.unwrapped, skip_render_check=True, skip_close_check=True)
+        no_spec = env.unwrapped.spec is None
+        check_env(env.unwrapped, skip_render_check=no_spec, skip_close_check=no_spec)
 
     obs, info = env.reset(seed=seed)
     _check_obs(env, obs, info, "reset()")
@@ -312,7 +369,44 @@ def check_text_env(env: gym.Env, *, seed: int = 0, num_steps: int = 40, check_gy
         _check_rejects(env, seed, "definitely not an action \U0001f984", valid)
         if isinstance(env.action_space, Discrete):
             _check_rejects(env, seed, int(env.action_space.start + env.action_space.n), valid)
+    _check_ansi_render(env, seed, num_steps)
     env.close()
+
+
+def _check_ansi_render(env: gym.Env, seed: int, num_steps: int) -> None:
+    """Check that ``render()`` returns the observation text, where the env renders ``"ansi"``.
+
+    Checks ``env`` itself if it was made with ``render_mode="ansi"``, else an env made from its spec
+    with that mode if it has a spec and declares the mode; otherwise there is nothing to check.
+    """
+    spec = env.unwrapped.spec
+    if env.render_mode == "ansi":
+        ansi_env = env
+    elif spec is not None and "ansi" in env.metadata.get("render_modes", ()):
+        ansi_env = gym.make(spec, render_mode="ansi")
+    else:
+        return
+    rng = np.random.default_rng(seed)
+    obs, info = ansi_env.reset(seed=seed)
+    _check_rendered(env, ansi_env.render(), obs, "reset()")
+    for _ in range(num_steps):
+        obs, _, terminated, truncated, info = ansi_env.step(_pick_action(ansi_env, info, rng))
+        _check_rendered(env, ansi_env.render(), obs, "step()")
+        if terminated or truncated:
+            obs, info = ansi_env.reset()
+            _check_rendered(env, ansi_env.render(), obs, "reset()")
+    if ansi_env is not env:
+        ansi_env.close()
+
+
+def _check_rendered(env: gym.Env, rendered: Any, obs: Any, where: str) -> None:
+    text = observation_text(obs)
+    if rendered != text:
+        raise _fail(
+            env,
+            f"render() with render_mode='ansi' returned {rendered!r:.100} after {where}, not the observation "
+            f"text {text!r:.100}",
+        )
 
 
 def _check_rejects(env: gym.Env, seed: int, action: Any, valid: Sequence[str]) -> None:

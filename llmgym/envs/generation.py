@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.spaces import Dict
 
-from llmgym.envs.core import TextEnv, TextSpace
+from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace
 from llmgym.envs.datapools import Sample, load_datapool
 from llmgym.envs.rewards import get_reward
 from llmgym.errors import ConfigError, InvalidActionError
@@ -43,12 +43,15 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         eos_token: Action that ends a token-mode episode (not appended), or ``None``.
         max_completion_chars: Longest accepted completion, in characters.
         datapool_kwargs: Passed to :func:`~llmgym.envs.datapools.load_datapool`.
+        render_mode: ``"ansi"`` (:meth:`render` returns the prompt and the completion so far) or
+            ``None``.
 
     Raises:
-        ConfigError: On an unknown mode, reward or datapool, or a non-positive limit.
+        ConfigError: On an unknown mode, reward, datapool or render mode, or a non-positive limit.
     """
 
     description = "Complete a prompt from a datapool; a reward function scores the completion."
+    metadata = ANSI_METADATA
 
     def __init__(
         self,
@@ -61,7 +64,9 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         eos_token: str | None = None,
         max_completion_chars: int = 16384,
         datapool_kwargs: Mapping[str, Any] | None = None,
+        render_mode: str | None = None,
     ) -> None:
+        self._init_render_mode(render_mode)
         if mode not in _MODES:
             raise ConfigError(f"mode={mode!r} is invalid; expected one of {list(_MODES)}.")
         for name, value in (("max_tokens", max_tokens), ("max_completion_chars", max_completion_chars)):
@@ -118,6 +123,9 @@ class TextGenEnv(TextEnv[dict[str, str]]):
     def _obs(self) -> dict[str, str]:
         prompt = self._sample.prompt
         return {"text": prompt + self._completion, "prompt": prompt, "completion": self._completion}
+
+    def _render_text(self) -> str:
+        return self._obs()["text"]
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

@@ -15,7 +15,7 @@ from typing import Any
 
 from gymnasium.spaces import Discrete
 
-from llmgym.envs.core import TextEnv, TextSpace
+from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace
 from llmgym.errors import ConfigError
 
 __all__ = ["EchoWordEnv", "CountdownEnv", "ConstantRewardEnv", "DEFAULT_WORDS"]
@@ -34,11 +34,14 @@ class EchoWordEnv(TextEnv[str]):
 
     Args:
         words: The vocabulary, which is also the list of valid actions (at least two words).
+        render_mode: ``"ansi"`` (:meth:`render` returns the observation) or ``None``.
     """
 
     description = "Say the word you are shown (one step, reward 1 if right)."
+    metadata = ANSI_METADATA
 
-    def __init__(self, words: Sequence[str] = DEFAULT_WORDS) -> None:
+    def __init__(self, words: Sequence[str] = DEFAULT_WORDS, *, render_mode: str | None = None) -> None:
+        self._init_render_mode(render_mode)
         words = tuple(words)
         if (
             len(words) < 2
@@ -56,6 +59,9 @@ class EchoWordEnv(TextEnv[str]):
 
     def _obs(self) -> str:
         return f"Say the word: {self.action_names[self._target]}"
+
+    def _render_text(self) -> str:
+        return self._obs()
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -79,12 +85,15 @@ class CountdownEnv(TextEnv[str]):
 
     Args:
         length: How many right actions in a row are needed.
+        render_mode: ``"ansi"`` (:meth:`render` returns the observation) or ``None``.
     """
 
     description = "Repeat the named action several times in a row (sparse reward at the end)."
     action_names = ("left", "right")
+    metadata = ANSI_METADATA
 
-    def __init__(self, length: int = 3) -> None:
+    def __init__(self, length: int = 3, *, render_mode: str | None = None) -> None:
+        self._init_render_mode(render_mode)
         _check_positive("length", length)
         self.length = length
         self.action_space = Discrete(2)
@@ -95,6 +104,9 @@ class CountdownEnv(TextEnv[str]):
     def _obs(self) -> str:
         target = self.action_names[self._target]
         return f"Say '{target}' {self._remaining} more time{'s' if self._remaining != 1 else ''} in a row."
+
+    def _render_text(self) -> str:
+        return self._obs()
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -124,12 +136,16 @@ class ConstantRewardEnv(TextEnv[str]):
 
     Args:
         horizon: Steps before truncation.
+        render_mode: ``"ansi"`` (:meth:`render` returns the observation) or ``None``.
     """
 
     description = "Reward 1 at every step, truncated after a fixed horizon (value checks)."
     action_names = ("wait", "go")
+    metadata = ANSI_METADATA
+    _OBSERVATION = "Every step earns one point."
 
-    def __init__(self, horizon: int = 10) -> None:
+    def __init__(self, horizon: int = 10, *, render_mode: str | None = None) -> None:
+        self._init_render_mode(render_mode)
         _check_positive("horizon", horizon)
         self.horizon = horizon
         self.action_space = Discrete(2)
@@ -142,14 +158,17 @@ class ConstantRewardEnv(TextEnv[str]):
         """Start a new episode. See :meth:`gymnasium.Env.reset`."""
         super().reset(seed=seed)
         self._t = 0
-        return "Every step earns one point.", {"valid_actions": self.valid_actions()}
+        return self._OBSERVATION, {"valid_actions": self.valid_actions()}
+
+    def _render_text(self) -> str:
+        return self._OBSERVATION
 
     def step(self, action: str | int) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Take any valid action and earn 1. See :meth:`gymnasium.Env.step`."""
         self.parse_action(action)
         self._t += 1
         return (
-            "Every step earns one point.",
+            self._OBSERVATION,
             1.0,
             False,
             self._t >= self.horizon,

@@ -25,7 +25,7 @@ from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
 from gymnasium.envs.toy_text.taxi import TaxiEnv
 from gymnasium.spaces import Dict, Discrete
 
-from llmgym.envs.core import TextEnv, TextSpace
+from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace
 
 __all__ = [
     "BlackjackObservation",
@@ -39,12 +39,12 @@ __all__ = [
 class _ToyTextEnv(TextEnv[dict[str, Any]], abc.ABC):
     """A gymnasium toy-text game with its state described in words."""
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = ANSI_METADATA
 
     def __init__(self, inner: gym.Env, render_mode: str | None = None) -> None:
+        self._init_render_mode(render_mode)
         self._inner = inner
         self._state: Any = None
-        self.render_mode = render_mode
         self.action_space = Discrete(len(self.action_names))
         self.observation_space = self._make_observation_space()
 
@@ -79,11 +79,9 @@ class _ToyTextEnv(TextEnv[dict[str, Any]], abc.ABC):
         info = {"valid_actions": self.valid_actions(), "success": self._won(state, float(reward), terminated)}
         return self._observe(state), float(reward), bool(terminated), bool(truncated), info
 
-    def render(self) -> str | None:
-        """Return the current observation text (``render_mode="ansi"``)."""
-        if self.render_mode != "ansi" or self._state is None:
-            return None
-        return self._describe(self._state)
+    def _render_text(self) -> str | None:
+        """The description of the current state (``None`` before the first reset)."""
+        return None if self._state is None else self._describe(self._state)
 
 
 def _with_article(card: int) -> str:

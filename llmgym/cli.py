@@ -1,4 +1,4 @@
-"""The ``llmgym`` command: ``train | sweep | eval | launch | envs | play | config | bench``."""
+"""The ``llmgym`` command: ``train | sweep | eval | export | launch | envs | play | config | bench``."""
 
 from __future__ import annotations
 
@@ -88,6 +88,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="sample actions from the policy (at agent.temperature) instead of taking the most likely one",
     )
     ev.add_argument("overrides", nargs="*", help="dotted overrides applied to the run's config")
+
+    export = sub.add_parser(
+        "export",
+        help="export a run's checkpoint as a PEFT adapter or a merged transformers model, with its heads",
+        description=(
+            "Export the latest checkpoint of a run (or --checkpoint) into a folder that loads without llmgym. "
+            "A LoRA run gives a PEFT adapter (adapter_config.json, adapter_model.safetensors; load it with "
+            "PeftModel.from_pretrained(base, DIR), base being the model named by base_model_name_or_path in "
+            "adapter_config.json), or with --merge the adapter merged into the base model (load it with "
+            "AutoModelForCausalLM.from_pretrained(DIR)). A run without LoRA (full fine-tuning) always gives the "
+            "full model. The folder also holds the tokenizer, the trained heads (llmgym_heads.safetensors, "
+            "described by llmgym_heads.json; llmgym.export.load_heads(DIR) rebuilds them), the run's config "
+            "(llmgym_config.yaml) and a README.md model card. The model is loaded on the CPU (a QLoRA run's 4-bit "
+            "base on its GPU). See docs/export.md. Example: llmgym export runs/quickstart --merge --out quickstart-merged"
+        ),
+    )
+    export.add_argument("run_dir", help="run directory written by llmgym train")
+    export.add_argument(
+        "--merge", action="store_true",
+        help="merge the LoRA adapter into the base model and write a full transformers model",
+    )
+    export.add_argument(
+        "--out", default=None, metavar="DIR",
+        help="folder to write, absent or empty (default: RUN/export, or RUN/export-merged with --merge)",
+    )
+    export.add_argument(
+        "--checkpoint", default=None, metavar="NAME",
+        help="checkpoint folder under RUN/checkpoints to export, e.g. step-0000004096 (default: the latest)",
+    )
+    export.add_argument("--force", action="store_true", help="replace --out when it is not empty")
+    export.add_argument(
+        "--push-to-hub", default=None, metavar="REPO_ID",
+        help="then upload the folder to this Hugging Face Hub model repo (created private if it does not exist; "
+        "needs hf auth login or HF_TOKEN)",
+    )
 
     sub.add_parser(
         "launch",
@@ -278,6 +313,21 @@ def _cmd_bench(name: str, bench_args: list[str]) -> int:
     return subprocess.call([sys.executable, str(script), *bench_args])
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from llmgym.export import export_run
+
+    export = export_run(
+        args.run_dir, args.out, merge=args.merge, checkpoint=args.checkpoint, force=args.force,
+        push_to_hub=args.push_to_hub,
+    )
+    what = {"adapter": "PEFT adapter", "merged": "merged model", "full": "full model (the run trained no LoRA adapter)"}
+    print(f"exported the {what[export.kind]} of checkpoint {export.checkpoint.name} to {export.path}")
+    print(f"base model: {export.base_model}")
+    if export.pushed_to is not None:
+        print(f"uploaded to the Hugging Face Hub repo {export.pushed_to}")
+    return 0
+
+
 def _quiet_third_party_output() -> None:
     """Hide transformers' weight-loading bars and PEFT's deprecation chatter from command output."""
     import os
@@ -319,6 +369,8 @@ def _run(argv: list[str]) -> int:
 
         evaluate_run(args.run_dir, episodes=args.episodes, seed=args.seed, overrides=args.overrides, greedy=not args.sample)
         return 0
+    if args.command == "export":
+        return _cmd_export(args)
     if args.command == "envs":
         return _cmd_envs()
     if args.command == "play":

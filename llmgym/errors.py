@@ -17,6 +17,7 @@ __all__ = [
     "BackendTimeoutError",
     "AuthenticationError",
     "CheckpointError",
+    "ExportError",
     "MissingDependencyError",
     "SourceCheckoutError",
     "require",
@@ -58,6 +59,10 @@ class AuthenticationError(BackendError):
 
 class CheckpointError(LLMGymError, RuntimeError):
     """A checkpoint is missing, incomplete or incompatible with the current config."""
+
+
+class ExportError(LLMGymError, OSError):
+    """An export folder cannot be written (its place is taken) or uploaded to the Hugging Face Hub."""
 
 
 class MissingDependencyError(LLMGymError, ImportError):

@@ -12,7 +12,7 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import torch
@@ -44,8 +44,12 @@ from llmgym.errors import CheckpointError, ConfigError
 from llmgym.llm.updater import Updater
 from llmgym.metrics import RunLogger, plot_learning_curve, trim_metrics
 
+if TYPE_CHECKING:
+    from llmgym.llm.modules import ModuleFunction
+
 __all__ = [
     "resolve_updater",
+    "build_heads",
     "build_llm",
     "build_agent",
     "make_envs",
@@ -82,16 +86,20 @@ def resolve_updater(config: AlgorithmConfig) -> Updater:
     return updater
 
 
-def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> Any:
-    """An :class:`llmgym.LLM` with a value head, the action head of scoring agents and the configured updater.
+def build_heads(config: Config) -> dict[str, ModuleFunction]:
+    """The module functions of a run: a value head, and the action head of scoring agents.
 
     Args:
-        config: The run config (``model``, ``algorithm``).
-        model: Optional prebuilt transformers model (tests pass tiny models).
-        tokenizer: Its tokenizer.
+        config: The run config (``agent``, ``algorithm``).
+
+    Returns:
+        Unbound heads by key (:data:`~llmgym.llm.modules.VALUE_KEY`, and
+        :data:`~llmgym.llm.modules.POLICY_KEY` when ``agent.action_head`` applies).
+
+    Raises:
+        ConfigError: ``agent.action_head`` together with ``algorithm.kl_coef > 0``.
     """
-    from llmgym.llm.client import LLM
-    from llmgym.llm.modules import POLICY_KEY, VALUE_KEY, ActionHead, ModuleFunction, ValueHead
+    from llmgym.llm.modules import POLICY_KEY, VALUE_KEY, ActionHead, ValueHead
 
     heads: dict[str, ModuleFunction] = {VALUE_KEY: ValueHead(detach_input=config.algorithm.value_head == "detached")}
     if config.agent.type == "scoring" and config.agent.action_head:
@@ -101,8 +109,21 @@ def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> An
                 "agent.action_head replaces; set agent.action_head=false to keep the KL penalty, or algorithm.kl_coef=0."
             )
         heads[POLICY_KEY] = ActionHead(prior_weight=config.agent.prior_weight, normalize=config.agent.score_normalize)
+    return heads
+
+
+def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> Any:
+    """An :class:`llmgym.LLM` with the heads of :func:`build_heads` and the configured updater.
+
+    Args:
+        config: The run config (``model``, ``agent``, ``algorithm``, ``distributed``).
+        model: Optional prebuilt transformers model (tests pass tiny models).
+        tokenizer: Its tokenizer.
+    """
+    from llmgym.llm.client import LLM
+
     return LLM(
-        config.model, module_functions=heads, updater=resolve_updater(config.algorithm),
+        config.model, module_functions=build_heads(config), updater=resolve_updater(config.algorithm),
         model=model, tokenizer=tokenizer, distributed=config.distributed,
     )
 

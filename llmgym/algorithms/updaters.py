@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 import torch
 
+from llmgym.agents.scoring import policy_logits_key
 from llmgym.algorithms.losses import (
     a2c_policy_loss,
     categorical_entropy,
@@ -30,7 +31,6 @@ from llmgym.algorithms.losses import (
     ppo_policy_loss,
     value_loss,
 )
-from llmgym.agents.scoring import policy_logits_key
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import InputError
 from llmgym.llm.modules import POLICY_KEY, SCORE_KEY, VALUE_KEY

@@ -59,7 +59,11 @@ class Sampling:
 
 def _warp(scores: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """Apply transformers' temperature, top-k and top-p warpers as ``generate`` does (removed tokens: -inf)."""
-    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
 
     if sampling.temperature != 1.0:
         scores = TemperatureLogitsWarper(sampling.temperature)(None, scores)

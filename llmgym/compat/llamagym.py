@@ -36,7 +36,8 @@ How LlamaGym's conventions map onto llmgym (no TRL involved):
 - ``llm(messages)`` returns the generated text, special tokens skipped, stripped (LlamaGym splits
   the decoded prompt and response on ``[/INST]``, which gives the same text with Llama-2's chat
   template only). ``current_batch`` holds the exact prompt and response token ids generated (not
-  a re-tokenization of the messages) and LlamaGym's per-turn rewards.
+  a re-tokenization of the messages) and LlamaGym's per-turn rewards. LlamaGym's ``model_ref`` and
+  ``ppo_trainer`` attributes do not exist: :meth:`Agent.step` stands for ``ppo_trainer.step``.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from llmgym.agents.history import History, Prompt
 from llmgym.config import AgentConfig, AlgorithmConfig
 from llmgym.errors import InputError
 from llmgym.llm.modules import VALUE_KEY
+from llmgym.llm.sampling import Sampling
 
 __all__ = ["Decision", "BaseAgent", "DEFAULT_SYSTEM_PROMPT", "VALUE_KEY"]
 
@@ -140,6 +141,10 @@ class BaseAgent(abc.ABC):
         return list(valid) if valid is not None else None
 
     # ------------------------------------------------------------------ policy
+    def sampling(self) -> Optional[Sampling]:
+        """The distribution generated actions are sampled from (``None``: the agent generates none)."""
+        return None
+
     @abc.abstractmethod
     def _decide(
         self, prompts: Sequence[Prompt], candidates: Sequence[Optional[list[str]]], greedy: bool
@@ -306,5 +311,6 @@ class BaseAgent(abc.ABC):
         episodes = [(ep.decisions, ep.rewards) for ep in self._finished]
         self._finished = []
         return update_from_episodes(
-            self.llm, episodes, self.algorithm, self.generator, self.config.temperature, self.config.score_normalize
+            self.llm, episodes, self.algorithm, self.generator, self.config.temperature, self.config.score_normalize,
+            self.sampling(),
         )

@@ -10,6 +10,7 @@ from llmgym.agents.history import History, PlainTemplate, Prompt
 from llmgym.envs.core import normalize_action_text
 from llmgym.errors import InvalidActionError
 from llmgym.llm.generation import Generation
+from llmgym.llm.sampling import Sampling
 
 __all__ = ["GenerativeAgent", "TokenAgent", "Agent"]
 
@@ -22,8 +23,9 @@ class GenerativeAgent(BaseAgent):
     ``None`` (or not valid where valid actions are known), the ``agent.invalid_action`` policy
     applies: ``"penalty"`` takes :meth:`fallback_action` and adds ``agent.invalid_action_penalty``
     to that step's reward (counted in ``parse_failed``), ``"error"`` raises
-    :class:`~llmgym.errors.InvalidActionError`. The response's sampled token ids and log-probs are
-    kept for training; they are never re-tokenized.
+    :class:`~llmgym.errors.InvalidActionError`. The response's sampled token ids and their
+    log-probs under the distribution they were drawn from (:meth:`sampling`) are kept for
+    training; they are never re-tokenized.
     """
 
     #: The valid actions of the env whose response is being parsed (``None`` outside parsing).
@@ -50,13 +52,17 @@ class GenerativeAgent(BaseAgent):
             )
         return candidates[0]
 
+    def sampling(self) -> Sampling:
+        """The sampling distribution: the model's at ``agent.temperature``, no top-k or top-p cut."""
+        return Sampling(temperature=self.config.temperature)
+
     def generation_kwargs(self, greedy: bool) -> dict[str, Any]:
         """Keyword arguments of ``llm.generate`` for one step."""
         kwargs: dict[str, Any] = {"max_new_tokens": self.config.max_new_tokens}
         if greedy:
             kwargs["do_sample"] = False
         else:
-            kwargs.update(do_sample=True, temperature=self.config.temperature, top_k=0, top_p=1.0)
+            kwargs.update(self.sampling().generation_kwargs())
         return kwargs
 
     def response_text(self, generation: Generation) -> str:
@@ -101,10 +107,10 @@ class GenerativeAgent(BaseAgent):
                     prompt_ids=list(gen.prompt_ids),
                     action=action,
                     response=text,
-                    log_prob=float(gen.raw_logprobs.sum()),
+                    log_prob=float(gen.logprobs.sum()),
                     value=value,
                     action_ids=list(gen.token_ids),
-                    token_log_probs=gen.raw_logprobs.detach().float(),
+                    token_log_probs=gen.logprobs.detach().float(),
                     parse_failed=failed,
                 )
             )

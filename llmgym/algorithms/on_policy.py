@@ -94,7 +94,10 @@ class OnPolicyAlgorithm:
     def update(self) -> dict[str, float]:
         """Run the updates on the collected rollout."""
         agent = self.agent.config
-        stats = run_update(self.agent.llm, self.buffer, self.config, self.generator, agent.temperature, agent.score_normalize)
+        stats = run_update(
+            self.agent.llm, self.buffer, self.config, self.generator, agent.temperature, agent.score_normalize,
+            self.agent.sampling(),
+        )
         self.updates += 1
         return stats
 

@@ -15,6 +15,7 @@ from llmgym.agents.base import Decision
 from llmgym.algorithms.advantages import whiten
 from llmgym.algorithms.buffer import RolloutBuffer
 from llmgym.config import AlgorithmConfig
+from llmgym.llm.sampling import Sampling
 
 __all__ = ["add_decisions", "rollout_statistics", "run_update", "update_from_episodes"]
 
@@ -81,6 +82,7 @@ def run_update(
     generator: torch.Generator,
     temperature: float = 1.0,
     normalize: str = "sum",
+    sampling: Sampling | None = None,
 ) -> dict[str, float]:
     """Run the configured epochs of updates on a rollout whose advantages are computed.
 
@@ -95,6 +97,8 @@ def run_update(
         generator: Draws the minibatch permutation of each epoch.
         temperature: The scoring agent's softmax temperature (the policy being trained).
         normalize: How the scoring agent scores a candidate (``agent.score_normalize``).
+        sampling: The distribution generated actions were sampled from (the generative agent's
+            :meth:`~llmgym.agents.base.BaseAgent.sampling`); ``None``: the model's own.
 
     Returns:
         Sample-weighted means of the last epoch's statistics, plus ``epochs`` run and the
@@ -116,6 +120,7 @@ def run_update(
     else:
         payload["prompt_ids"] = batch.prompt_ids
         payload["action_ids"] = batch.action_ids
+        payload["sampling"] = sampling
     epochs = config.epochs if config.name == "ppo" else 1
     stats: dict[str, float] = {}
     run = 0
@@ -160,11 +165,13 @@ def update_from_episodes(
     generator: torch.Generator,
     temperature: float = 1.0,
     normalize: str = "sum",
+    sampling: Sampling | None = None,
 ) -> dict[str, float]:
     """Update from whole episodes (LlamaGym's ``terminate_episode`` flow).
 
     Each episode is ``(decisions, rewards)``; its last step is terminal. The episodes are laid
-    end to end in a one-env buffer, so GAE never crosses an episode boundary.
+    end to end in a one-env buffer, so GAE never crosses an episode boundary. ``temperature``,
+    ``normalize`` and ``sampling`` are those of :func:`run_update`.
     """
     steps = sum(len(decisions) for decisions, _ in episodes)
     buffer = RolloutBuffer(num_envs=1, num_steps=steps)
@@ -173,7 +180,7 @@ def update_from_episodes(
         for t, (decision, reward) in enumerate(zip(decisions, rewards)):
             add_decisions(buffer, [decision], [reward], [t == last], [False])
     buffer.compute_returns_and_advantages([0.0], config.gamma, config.gae_lambda)
-    stats = run_update(llm, buffer, config, generator, temperature, normalize)
+    stats = run_update(llm, buffer, config, generator, temperature, normalize, sampling)
     returns = [sum(rewards) for _, rewards in episodes]
     stats["episode_return"] = sum(returns) / len(returns)
     stats["episodes"] = float(len(episodes))

@@ -11,7 +11,8 @@ weight 0). Two kinds of action are supported:
 * action level (ScoringAgent): the action is a candidate; ``log pi(a|s) = log_softmax(logits / T)[a]``
   with the logits the agent sampled from (:func:`~llmgym.agents.scoring.policy_logits_key`);
 * generated (GenerativeAgent): the action is the sampled token sequence; ``log pi(a|s)`` is the
-  sum of its token log-probs, computed on the stored token ids (never re-tokenized text).
+  sum of its token log-probs under the distribution it was sampled from (temperature, top-k,
+  top-p: :mod:`llmgym.llm.sampling`), computed on the stored token ids (never re-tokenized text).
 """
 
 from __future__ import annotations
@@ -121,7 +122,10 @@ class PolicyGradientUpdater(Updater):
             return log_probs, entropy, values, kl
         prompt_ids = [batch["prompt_ids"][g] for g in chunk]
         action_ids = [batch["action_ids"][g] for g in chunk]
-        outputs = self.llm.token_logprobs(prompt_ids, action_ids, keys=[VALUE_KEY] if has_value else [], require_grad=True)
+        sampling = batch.get("sampling")
+        outputs = self.llm.token_logprobs(
+            prompt_ids, action_ids, keys=[VALUE_KEY] if has_value else [], require_grad=True, sampling=sampling
+        )
         token_lp = [o["logprobs"] for o in outputs]
         log_probs = torch.stack([lp.sum() for lp in token_lp])
         entropy = torch.stack([-lp.mean() if lp.numel() else lp.new_zeros(()) for lp in token_lp])
@@ -132,7 +136,7 @@ class PolicyGradientUpdater(Updater):
         kl = torch.zeros_like(log_probs)
         if kl_coef > 0:
             with torch.no_grad(), self.llm.reference():
-                ref = self.llm.token_logprobs(prompt_ids, action_ids, require_grad=False)
+                ref = self.llm.token_logprobs(prompt_ids, action_ids, require_grad=False, sampling=sampling)
             kl = torch.stack([(lp - r["logprobs"].to(lp.device)).sum() for lp, r in zip(token_lp, ref)])
         return log_probs, entropy, values, kl
 
@@ -149,7 +153,8 @@ class PolicyGradientUpdater(Updater):
         Expected ``kwargs``: ``minibatches``, ``old_log_probs``, ``old_values``, ``advantages``,
         ``returns`` (``[B_total]`` tensors), ``temperature`` and ``normalize`` (the scoring policy:
         defaults 1.0 and ``"sum"``); ``actions`` with candidates, or ``prompt_ids`` and
-        ``action_ids`` for generated actions.
+        ``action_ids`` for generated actions, with ``sampling`` (the
+        :class:`~llmgym.llm.sampling.Sampling` they were drawn from; default the model's own).
 
         Returns:
             Sample-weighted means of the losses and statistics over this server's samples, and

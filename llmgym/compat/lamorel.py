@@ -7,7 +7,7 @@ Replace ``from lamorel import Caller, lamorel_init, BaseUpdater, BaseModuleFunct
     from llmgym.compat.lamorel import Caller, lamorel_init
     lamorel_init()
     lm_server = Caller(config_args.lamorel_args, custom_updater=MyUpdater(),
-                       custom_module_functions={"value": ValueHeadModuleFn("causal")})
+                       custom_module_functions={"value": ValueHeadModuleFn("causal", True)})
     lm_server.score(contexts=["Goal: go to the red ball. Action:"], candidates=[[" turn left", " go forward"]])
     lm_server.custom_module_fns(["value"], contexts=[...], candidates=[[...]])  # [{"value": tensor}]
     lm_server.update(contexts, candidates, labels=...)                         # one result per LLM server
@@ -21,13 +21,19 @@ How Lamorel's conventions map onto llmgym:
   :class:`~llmgym.errors.ConfigError` pointing to ``llmgym.DistributedConfig`` / ``llmgym launch``.
 - ``score`` and the ``"__score"`` key return llmgym's log p(candidate | context) (summed token
   log-probs, computed with a shared-prefix forward pass), as recent Lamorel versions do.
-- Custom module functions see Lamorel's inputs: per context, one batch of rows
-  ``context + candidate`` (candidates tokenized without special tokens, right-padded with id 0;
-  decoder rows ``[0] + candidate`` for seq2seq), ``forward_outputs`` the transformers output with
-  ``"hidden_states"`` of every layer and ``"logits"`` (``"encoder_last_hidden_state"`` and
-  ``"decoder_hidden_states"`` for seq2seq), ``minibatch`` the model inputs as a dict of tensors and
-  ``tokenized_contexts`` the tokenizer's ``{"input_ids", "attention_mask"}`` of the context. Their
-  outputs are concatenated per context over the minibatches of its candidates.
+- Custom module functions see what Lamorel's ``HF_LLM.forward`` gives them (Lamorel since its
+  2023-11 decoder-only rework), laid out by :func:`lamorel_rows`: contexts and candidates are
+  tokenized without special tokens; a causal model's rows are the context less its last token,
+  left-padded with id 0 to the longest, then that last token and the candidate, right-padded
+  with id 0. The rows of all contexts are cut into minibatches of ``minibatch_size`` rows. With
+  ``llm_args.pre_encode_inputs: true`` each context is encoded once and ``minibatch["input_ids"]``
+  holds only the rows' last context token and candidate (the context is in
+  ``minibatch["past_key_values"]``), so position 0 of ``forward_outputs["hidden_states"][-1]`` is
+  the last context token; with ``false`` the rows hold the whole padded context and that token is
+  at ``len(tokenized_contexts[0]["input_ids"])``. ``tokenized_contexts`` is the list of the rows'
+  padded context parts (``{"input_ids", "attention_mask"}`` each). Seq2seq rows: the context
+  right-padded, decoder ``[0] + candidate``. A module returns one row per minibatch row; per
+  context the caller gets its rows.
 - An updater's ``self._llm_module`` is a module whose ``_LLM_model`` is the (PEFT-wrapped)
   transformers model, whose ``module._module_functions`` are the custom module functions, and
   whose call ``self._llm_module(keys, contexts=..., candidates=..., require_grad=True)`` runs
@@ -42,6 +48,7 @@ import abc
 import logging
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -55,7 +62,9 @@ __all__ = [
     "BaseModuleFunction",
     "BaseUpdater",
     "Caller",
+    "LamorelRows",
     "lamorel_init",
+    "lamorel_rows",
     "load_lamorel_config",
 ]
 
@@ -98,13 +107,16 @@ class BaseModuleFunction(torch.nn.Module, abc.ABC):
         """Compute the module's output for one minibatch of one context's candidates.
 
         Args:
-            forward_outputs: The transformers output (``"hidden_states"``, ``"logits"``, ...).
-            minibatch: The model inputs (``"input_ids"``, ``"attention_mask"``, ... as tensors).
-            tokenized_contexts: ``{"input_ids": [...], "attention_mask": [...]}`` of the context.
+            forward_outputs: The transformers output of the minibatch (``"hidden_states"``,
+                ``"logits"``, ...).
+            minibatch: The model inputs (``"input_ids"``, ``"attention_mask"``, ... as tensors;
+                see :class:`LamorelLLMModule`).
+            tokenized_contexts: Per row, ``{"input_ids": [...], "attention_mask": [...]}`` of its
+                padded context part (see :func:`lamorel_rows`).
             **kwargs: Extra keyword arguments of the call.
 
         Returns:
-            A tensor (one row per candidate of the minibatch by convention).
+            A tensor with one row per row of the minibatch.
         """
 
 
@@ -147,8 +159,8 @@ class BaseModelInitializer(abc.ABC):
 
 
 def _as_candidate_groups(contexts: Sequence[str], candidates: Any) -> list[list[str]] | None:
-    """Normalise Lamorel's candidates: ``None``, one list per context, or one flat list for one context."""
-    if candidates is None:
+    """Normalise Lamorel's candidates: ``None`` (or empty), one list per context, or one flat list for one context."""
+    if candidates is None or len(candidates) == 0:
         return None
     if isinstance(candidates, str):
         raise InputError(f"candidates={candidates!r} is a string; give one list of strings per context.")
@@ -163,8 +175,102 @@ def _as_candidate_groups(contexts: Sequence[str], candidates: Any) -> list[list[
     return [list(g) for g in groups]
 
 
+#: Lamorel pads every row with token id 0, whatever the tokenizer's pad token (``hf_llm.py``).
+PAD_TOKEN = 0
+
+
+def _tokenize(tokenizer: Any, text: str) -> dict[str, list[int]]:
+    """Lamorel's tokenization of a context or candidate: no special tokens, no token type ids."""
+    encoded = tokenizer(text, return_token_type_ids=False, add_special_tokens=False)
+    return {"input_ids": list(encoded["input_ids"]), "attention_mask": list(encoded["attention_mask"])}
+
+
+def _pad(sequence: Mapping[str, list[int]], size: int, right: bool = True) -> dict[str, list[int]]:
+    """``sequence`` padded to ``size`` with :data:`PAD_TOKEN` (attention mask 0), on the right or the left."""
+    missing = size - len(sequence["input_ids"])
+    ids, mask = [PAD_TOKEN] * missing, [0] * missing
+    if right:
+        return {"input_ids": sequence["input_ids"] + ids, "attention_mask": sequence["attention_mask"] + mask}
+    return {"input_ids": ids + sequence["input_ids"], "attention_mask": mask + sequence["attention_mask"]}
+
+
+@dataclass
+class LamorelRows:
+    """The rows of one Lamorel ``forward`` call before minibatching (step 1 of ``HF_LLM.forward``).
+
+    Attributes:
+        inputs: Per row, its context part, which module functions get as ``tokenized_contexts``:
+            the context less its last token, left-padded to the longest such (causal), or the
+            context right-padded to the longest (seq2seq); the rows of a context share one dict.
+        outputs: Per row, its candidate part, unpadded: the context's last token then the
+            candidate (causal), or the candidate (seq2seq).
+        owners: The context index of each row.
+        tables: Per context, the indices of its rows.
+    """
+
+    inputs: list[dict[str, list[int]]]
+    outputs: list[dict[str, list[int]]]
+    owners: list[int]
+    tables: list[list[int]]
+
+
+def lamorel_rows(tokenizer: Any, contexts: Sequence[str], candidates: Sequence[Sequence[str]], model_type: str) -> LamorelRows:
+    """Lay contexts and candidates out in rows exactly as Lamorel's ``HF_LLM.forward`` does.
+
+    Args:
+        tokenizer: The model's tokenizer.
+        contexts: Context strings.
+        candidates: One non-empty list of candidate strings per context.
+        model_type: ``"causal"`` or ``"seq2seq"``.
+
+    Returns:
+        The rows (see :class:`LamorelRows`).
+
+    Raises:
+        InputError: When a context of a causal model tokenizes to no token (Lamorel moves the last
+            context token into every candidate row).
+    """
+    tokenized = [_tokenize(tokenizer, context) for context in contexts]
+    longest = max(len(t["input_ids"]) for t in tokenized)
+    rows = LamorelRows([], [], [], [])
+    for index, (context, group) in enumerate(zip(tokenized, candidates)):
+        rows.tables.append(list(range(len(rows.owners), len(rows.owners) + len(group))))
+        outputs = [_tokenize(tokenizer, candidate) for candidate in group]
+        if model_type == "causal":
+            if not context["input_ids"]:
+                raise InputError(
+                    f"contexts[{index}]={contexts[index]!r} tokenizes to no token; Lamorel's causal rows start with the "
+                    "context's last token, so give a non-empty context."
+                )
+            padded = _pad({k: v[:-1] for k, v in context.items()}, longest - 1, right=False)
+            last = {k: v[-1:] for k, v in context.items()}
+            outputs = [{k: last[k] + o[k] for k in last} for o in outputs]
+        else:
+            padded = _pad(context, longest)
+        rows.inputs.extend([padded] * len(outputs))
+        rows.outputs.extend(outputs)
+        rows.owners.extend([index] * len(outputs))
+    return rows
+
+
+def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of (left-)padded rows: each real token's index among the real tokens of its row."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
 class LamorelLLMModule(torch.nn.Module):
     """The LLM and the custom module functions as Lamorel's updaters see them (``self._llm_module``).
+
+    Custom module functions get the structures of Lamorel's ``HF_LLM.forward`` (see
+    :func:`lamorel_rows`): the rows of all contexts' candidates are cut into minibatches of
+    ``minibatch_size`` rows; ``minibatch`` holds the tensors the model ran on, ``input_ids`` and
+    ``attention_mask`` (causal; with ``pre_encode_inputs`` the ``input_ids`` hold the candidate
+    part only and ``past_key_values`` the context's, per layer a ``(keys, values)`` pair), or
+    ``decoder_input_ids``, ``decoder_attention_mask``, ``attention_mask`` and ``input_ids`` (or,
+    pre-encoded, ``encoder_outputs``) for seq2seq, and ``output_hidden_states``;
+    ``forward_outputs`` is the transformers output of those rows (``logits``, ``hidden_states``...)
+    and ``tokenized_contexts`` the rows' context parts (a list of dicts). The model also gets
+    position ids counting only real tokens, so left padding does not move positions.
 
     Args:
         llm: The :class:`llmgym.LLM` (in-process backend).
@@ -199,23 +305,118 @@ class LamorelLLMModule(torch.nn.Module):
                 raise InputError(f"module_function_keys contains {key!r}; known keys: {known}.")
         return list(keys)
 
-    def _model_inputs(self, context: Mapping[str, list[int]], candidates: Sequence[list[int]]) -> dict[str, torch.Tensor]:
-        device = self.device
-        if self._settings.model_type == "causal":
-            width = max(len(context["input_ids"]) + len(c) for c in candidates)
-            rows = [context["input_ids"] + c for c in candidates]
-            return {
-                "input_ids": torch.tensor([r + [0] * (width - len(r)) for r in rows], device=device),
-                "attention_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device),
-            }
-        width = max(len(c) for c in candidates) + 1
-        decoder = [[0, *c] for c in candidates]
-        return {
-            "input_ids": torch.tensor([context["input_ids"]] * len(candidates), device=device),
-            "attention_mask": torch.tensor([context["attention_mask"]] * len(candidates), device=device),
-            "decoder_input_ids": torch.tensor([d + [0] * (width - len(d)) for d in decoder], device=device),
-            "decoder_attention_mask": torch.tensor([[1] * len(d) + [0] * (width - len(d)) for d in decoder], device=device),
+    def _tensor(self, values: Any) -> torch.Tensor:
+        return torch.tensor(values, device=self.device)
+
+    def _context_cache(self, contexts: Sequence[Mapping[str, list[int]]], size: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """Per layer ``(keys, values)`` ``[n_contexts, heads, L, d]`` of the contexts' parts (causal pre-encoding).
+
+        Raises:
+            InputError: When the model's cache is not a plain per-layer key/value cache.
+        """
+        if not contexts[0]["input_ids"]:
+            return None
+        chunks: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+        for start in range(0, len(contexts), size):
+            part = contexts[start : start + size]
+            mask = self._tensor([c["attention_mask"] for c in part])
+            out = self._LLM_model(input_ids=self._tensor([c["input_ids"] for c in part]), attention_mask=mask,
+                                  position_ids=_positions(mask), use_cache=True)
+            cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+            layers = getattr(cache, "layers", None)
+            if not layers or any(getattr(layer, "keys", None) is None for layer in layers):
+                raise InputError(
+                    f"pre_encode_inputs: true needs a model with a plain key/value cache and {type(self._LLM_model).__name__} "
+                    "has another kind; set lamorel_args.llm_args.pre_encode_inputs: false."
+                )
+            chunks.append([(layer.keys, layer.values) for layer in layers])
+        return [(torch.cat([c[i][0] for c in chunks]), torch.cat([c[i][1] for c in chunks])) for i in range(len(chunks[0]))]
+
+    def _encoder_states(self, contexts: Sequence[Mapping[str, list[int]]], size: int) -> torch.Tensor:
+        """Encoder hidden states ``[n_contexts, L, H]`` of the contexts (seq2seq pre-encoding)."""
+        encoder = self._LLM_model.get_encoder()
+        parts = [
+            encoder(input_ids=self._tensor([c["input_ids"] for c in contexts[start : start + size]]),
+                    attention_mask=self._tensor([c["attention_mask"] for c in contexts[start : start + size]])).last_hidden_state
+            for start in range(0, len(contexts), size)
+        ]
+        return torch.cat(parts)
+
+    def _causal_minibatch(
+        self, rows: LamorelRows, indices: Sequence[int], cache: list[tuple[torch.Tensor, torch.Tensor]] | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(minibatch, model inputs)`` of some rows of a causal model (Lamorel's decoder minibatch)."""
+        from transformers import DynamicCache
+
+        from llmgym.llm.generation import cache_kwarg
+
+        width = max(len(rows.outputs[i]["input_ids"]) for i in indices)
+        outputs = [_pad(rows.outputs[i], width) for i in indices]
+        inputs = [rows.inputs[i] for i in indices]
+        ids = [o["input_ids"] if cache is not None else c["input_ids"] + o["input_ids"] for c, o in zip(inputs, outputs)]
+        mask = self._tensor([c["attention_mask"] + o["attention_mask"] for c, o in zip(inputs, outputs)])
+        minibatch: dict[str, Any] = {"input_ids": self._tensor(ids), "attention_mask": mask}
+        model_inputs = dict(minibatch, position_ids=_positions(mask)[:, -len(ids[0]) :], use_cache=cache is not None)
+        if cache is not None:
+            owners = self._tensor([rows.owners[i] for i in indices])
+            minibatch["past_key_values"] = tuple((keys[owners], values[owners]) for keys, values in cache)
+            past = DynamicCache()
+            for layer, (keys, values) in enumerate(minibatch["past_key_values"]):
+                past.update(keys, values, layer)
+            model_inputs[cache_kwarg(self._LLM_model)] = past
+        return minibatch, model_inputs
+
+    def _seq2seq_minibatch(
+        self, rows: LamorelRows, indices: Sequence[int], states: torch.Tensor | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(minibatch, model inputs)`` of some rows of a seq2seq model (Lamorel's encoder-decoder minibatch)."""
+        from transformers.modeling_outputs import BaseModelOutput
+
+        width = max(len(rows.outputs[i]["input_ids"]) for i in indices) + 1
+        decoder = [_pad({k: [v] + rows.outputs[i][k] for k, v in (("input_ids", PAD_TOKEN), ("attention_mask", 1))}, width)
+                   for i in indices]
+        minibatch: dict[str, Any] = {
+            "decoder_input_ids": self._tensor([d["input_ids"] for d in decoder]),
+            "decoder_attention_mask": self._tensor([d["attention_mask"] for d in decoder]),
+            "attention_mask": self._tensor([rows.inputs[i]["attention_mask"] for i in indices]),
         }
+        model_inputs = dict(minibatch, use_cache=False)
+        if states is None:
+            minibatch["input_ids"] = model_inputs["input_ids"] = self._tensor([rows.inputs[i]["input_ids"] for i in indices])
+        else:
+            hidden = states[self._tensor([rows.owners[i] for i in indices])]
+            minibatch["encoder_outputs"] = (hidden,)
+            model_inputs["encoder_outputs"] = BaseModelOutput(last_hidden_state=hidden)
+        return minibatch, model_inputs
+
+    def _custom_outputs(
+        self, keys: Sequence[str], contexts: Sequence[str], groups: Sequence[Sequence[str]], size: int, kwargs: Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Run custom module functions on Lamorel's minibatches; per context, its rows of each output."""
+        causal = self._settings.model_type == "causal"
+        rows = lamorel_rows(self._LLM_tokenizer, contexts, groups, self._settings.model_type)
+        firsts = [rows.inputs[table[0]] for table in rows.tables]
+        states: Any = None
+        if self._settings.pre_encode_inputs:
+            states = self._context_cache(firsts, size) if causal else self._encoder_states(firsts, size)
+        parts: dict[str, list[torch.Tensor]] = {key: [] for key in keys}
+        for start in range(0, len(rows.owners), size):
+            indices = list(range(start, min(start + size, len(rows.owners))))
+            build = self._causal_minibatch if causal else self._seq2seq_minibatch
+            minibatch, model_inputs = build(rows, indices, states)
+            minibatch["output_hidden_states"] = torch.tensor(True)
+            outputs = self._LLM_model(**model_inputs, output_hidden_states=True)
+            tokenized_contexts = [rows.inputs[i] for i in indices]
+            for key in keys:
+                value = self._module_functions[key](outputs, minibatch=minibatch, tokenized_contexts=tokenized_contexts, **kwargs)
+                if not isinstance(value, torch.Tensor):
+                    raise InputError(
+                        f"module function {key!r} returned a {type(value).__name__}; Lamorel module functions return a "
+                        "tensor with one row per row of the minibatch."
+                    )
+                parts[key].append(value)
+        merged = {key: torch.cat(values) for key, values in parts.items()}
+        return [{key: value[table] for key, value in merged.items()} for table in rows.tables]
 
     def forward(
         self,
@@ -231,14 +432,16 @@ class LamorelLLMModule(torch.nn.Module):
         Args:
             module_function_keys: Keys to compute (``"__score"``: log-probs of the candidates).
             contexts: Context strings.
-            candidates: Per context a list of candidates (``None``: one empty candidate each).
+            candidates: Per context a list of candidates (``None`` or an empty list: one empty
+                candidate, as in Lamorel).
             require_grad: Keep the autograd graph.
             minibatch_size: Rows per forward pass of custom module functions (default:
                 ``llm_args.minibatch_size``).
             **kwargs: Passed to every custom module function.
 
         Returns:
-            Per context a dict with one entry per key.
+            Per context a dict with one entry per key; a custom module's entry holds the rows of
+            that context's candidates.
         """
         keys = self._check_keys(module_function_keys)
         contexts = list(contexts)
@@ -251,24 +454,14 @@ class LamorelLLMModule(torch.nn.Module):
             for result, output in zip(results, scores):
                 result[SCORE_KEY] = output["score"]
         custom = [k for k in keys if k != SCORE_KEY]
-        if custom:
+        if custom and contexts:
             size = minibatch_size if minibatch_size is not None else self._settings.minibatch_size
             if size <= 0:
                 raise InputError(f"minibatch_size={size} must be a positive integer.")
-            tokenizer = self._LLM_tokenizer
+            rows_of = [list(g) if g else [""] for g in groups] if groups is not None else [[""] for _ in contexts]
             with nullcontext() if require_grad else torch.no_grad():
-                for index, context in enumerate(contexts):
-                    tokenized = dict(tokenizer(context))
-                    cands = groups[index] if groups is not None else [""]
-                    cand_ids = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in cands]
-                    parts: dict[str, list[Any]] = {k: [] for k in custom}
-                    for start in range(0, len(cand_ids), size):
-                        batch = self._model_inputs(tokenized, cand_ids[start : start + size])
-                        outputs = self._LLM_model(**batch, output_hidden_states=True, use_cache=False)
-                        for key in custom:
-                            parts[key].append(self._module_functions[key](outputs, minibatch=batch, tokenized_contexts=tokenized, **kwargs))
-                    for key, values in parts.items():
-                        results[index][key] = torch.cat(values) if len(values) > 1 else values[0]
+                for result, output in zip(results, self._custom_outputs(custom, contexts, rows_of, size, kwargs)):
+                    result.update(output)
         if torch.cuda.is_available():
             if self._settings.synchronize_gpus_after_scoring:
                 torch.cuda.synchronize()

@@ -63,7 +63,9 @@ class LamorelSettings:
             ``load_in_4bit``, ``use_gpu``); the model type is detected from the model.
         model_type: ``"causal"`` or ``"seq2seq"`` as Lamorel's ``llm_args.model_type`` says
             (checked against the loaded model by the ``Caller``).
-        minibatch_size: Sequences per forward pass of custom module functions.
+        minibatch_size: Rows (context-candidate pairs) per forward pass of custom module functions.
+        pre_encode_inputs: Encode each context once and give custom module functions rows that
+            hold only the candidates (``llm_args.pre_encode_inputs``).
         log_level: Level of the ``lamorel_logger`` logger.
         synchronize_gpus_after_scoring: Call ``torch.cuda.synchronize()`` after each forward.
         empty_cuda_cache_after_scoring: Call ``torch.cuda.empty_cache()`` after each forward.
@@ -73,6 +75,7 @@ class LamorelSettings:
     model: ModelConfig
     model_type: str
     minibatch_size: int
+    pre_encode_inputs: bool = True
     log_level: int = logging.INFO
     synchronize_gpus_after_scoring: bool = False
     empty_cuda_cache_after_scoring: bool = False
@@ -195,7 +198,6 @@ def parse_lamorel_args(config: Any) -> LamorelSettings:
             f"{pp}.model_parallelism_size={parallelism['model_parallelism_size']} is not supported by "
             "llmgym.compat.lamorel; set it to 1, or use `llmgym launch --model-parallelism-size N`."
         )
-    _bool(llm, "pre_encode_inputs", lp, True)
     model = ModelConfig(
         name=str(llm["model_path"]),
         pretrained=_bool(llm, "pretrained", lp, True),
@@ -207,6 +209,7 @@ def parse_lamorel_args(config: Any) -> LamorelSettings:
         model=model,
         model_type=model_type,
         minibatch_size=minibatch_size,
+        pre_encode_inputs=_bool(llm, "pre_encode_inputs", lp, True),
         log_level=level,
         synchronize_gpus_after_scoring=_bool(parallelism, "synchronize_gpus_after_scoring", pp, False),
         empty_cuda_cache_after_scoring=_bool(parallelism, "empty_cuda_cache_after_scoring", pp, False),

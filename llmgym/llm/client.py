@@ -97,6 +97,13 @@ class LLM:
         result: list[list[Generation]] = self._backend.generate(contexts, **generation_kwargs)
         return result
 
+    def token_logprobs(
+        self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], **kwargs: Any
+    ) -> list[dict[str, Any]]:
+        """Per-token log-probs of given completions (and module outputs per token): one dict per sample."""
+        result: list[dict[str, Any]] = self._backend.token_logprobs(prompt_ids, completion_ids, **kwargs)
+        return result
+
     def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
         """Run the updater; one result dict per LLM server."""
         result: list[dict[str, Any]] = self._backend.update(contexts, candidates, **kwargs)

@@ -28,7 +28,7 @@ from llmgym.llm.tokenization import TextEncoder
 from llmgym.llm.tree_attention import packed_row_attention, supports_tree_attention
 from llmgym.llm.validation import check_generation_kwargs
 
-__all__ = ["Generation", "generated_length", "generate", "packed_prompt_cache", "PreallocatedLayer"]
+__all__ = ["Generation", "cache_kwarg", "generated_length", "generate", "packed_prompt_cache", "PreallocatedLayer"]
 
 #: Target length of a prefill row under a dense prefix-sharing mask, whose attention costs the
 #: square of it: short prompts share a row up to it (see ``plan_rows``).
@@ -98,7 +98,7 @@ def generated_length(
     return len(tokens)
 
 
-def _cache_kwarg(model: Any) -> str:
+def cache_kwarg(model: Any) -> str:
     """Name of the KV-cache argument of the model's forward (``cache`` in transformers >= 5.x)."""
     return "cache" if "cache" in inspect.signature(base_model(model).forward).parameters else "past_key_values"
 
@@ -327,7 +327,7 @@ def generate(
         if cache is not None:
             if repeats > 1:
                 cache.batch_repeat_interleave(repeats)
-            kwargs[_cache_kwarg(model)] = cache
+            kwargs[cache_kwarg(model)] = cache
         out = model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,

@@ -19,6 +19,7 @@ from llmgym.llm.generation import Generation, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, save_llm_state
+from llmgym.llm.sampling import Sampling
 from llmgym.llm.scoring import Minibatch, forward_items, reduce_token_scores, row_length, score_items
 from llmgym.llm.tokenization import TextEncoder, model_window
 from llmgym.llm.trunk_cache import TrunkCache
@@ -128,6 +129,7 @@ class LocalLLM:
         minibatch_size: int,
         kwargs: Mapping[str, Any],
         extra_key: str | None = None,
+        sampling: Sampling | None = None,
     ) -> list[dict[str, Any]]:
         results: list[dict[str, Any]] = [{} for _ in items]
         lengths = [row_length(item, self.config.row_tokens) for item in items]
@@ -143,7 +145,7 @@ class LocalLLM:
                 chosen = [items[i] for i in plan]
                 outputs, input_ids, position_ids = forward_items(
                     self.model, chosen, self.pad_token_id, is_seq2seq=self.is_seq2seq, token_mode=token_mode,
-                    trunk_cache=self.trunk_cache, row_tokens=self.config.row_tokens,
+                    trunk_cache=self.trunk_cache, row_tokens=self.config.row_tokens, sampling=sampling,
                 )
                 counts = [len(item.candidate_ids) for item in chosen]
                 states = [sum(len(ids) - s for ids, s in zip(i.candidate_ids, i.candidate_starts)) for i in chosen] if token_mode else [1] * len(chosen)
@@ -269,6 +271,7 @@ class LocalLLM:
         keys: Sequence[str] = (),
         require_grad: bool = True,
         minibatch_size: int | None = None,
+        sampling: Sampling | None = None,
         **kwargs: Any,
     ) -> list[dict[str, Any]]:
         """Per-token log-probs of given completions (token-level RL), plus module outputs per token.
@@ -280,12 +283,24 @@ class LocalLLM:
                 predicts it), e.g. ``["value"]`` gives ``[T_i]`` values.
             require_grad: Keep the autograd graph.
             minibatch_size: Max samples per forward (default: config).
+            sampling: The distribution the completions were sampled from (temperature, top-k,
+                top-p): log-probs under it, as ``Generation.logprobs``; ``None``: the model's
+                own, as ``Generation.raw_logprobs``.
             **kwargs: Passed to every module function.
 
         Returns:
             Per sample a dict with ``"logprobs"`` ``[T_i]`` and one entry per key.
+
+        Raises:
+            InputError: On malformed ids, a sample longer than the model window, or a
+                ``sampling`` that is not a :class:`~llmgym.llm.sampling.Sampling`.
         """
         self._check_open()
+        if sampling is not None and not isinstance(sampling, Sampling):
+            raise InputError(
+                f"sampling={type(sampling).__name__} is not a Sampling; pass "
+                "llmgym.llm.sampling.Sampling(temperature=..., top_k=..., top_p=...) or None."
+            )
         prompts, completions = check_token_ids(prompt_ids, completion_ids)
         keys = self._check_keys(keys, has_candidates=False)
         if SCORE_KEY in keys:
@@ -301,7 +316,7 @@ class LocalLLM:
             items.append(ItemSpec(prompt, [joint], [0 if self.is_seq2seq else len(prompt)]))
         return self._run(
             items, keys, token_mode=True, require_grad=require_grad, normalize="sum",
-            minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs, extra_key="logprobs",
+            minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs, extra_key="logprobs", sampling=sampling,
         )
 
     def generate(self, contexts: Sequence[str], **generation_kwargs: Any) -> list[list[Generation]]:

@@ -29,6 +29,7 @@ from llmgym.llm.layout import (
     plan_minibatches,
     plan_rows,
 )
+from llmgym.llm.sampling import Sampling, sampled_logprobs
 from llmgym.llm.tokenization import TextEncoder, model_window
 from llmgym.llm.tree_attention import packed_row_attention, supports_tree_attention
 from llmgym.llm.trunk_cache import TrunkCache
@@ -159,6 +160,7 @@ def _forward_causal(
     token_mode: bool,
     trunk_cache: TrunkCache | None,
     row_tokens: int,
+    sampling: Sampling | None,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor]:
     backbone, head = split_causal_lm(model)
     device = next(model.parameters()).device
@@ -200,7 +202,10 @@ def _forward_causal(
     unique, inverse = torch.unique(index, return_inverse=True)
     logits = head(flat[unique])
     target = torch.tensor(targets, dtype=torch.long, device=device)
-    logprobs = torch.log_softmax(logits.float(), dim=-1)[inverse, target]
+    if sampling is None:
+        logprobs = torch.log_softmax(logits.float(), dim=-1)[inverse, target]
+    else:
+        logprobs = sampled_logprobs(logits[inverse], target, sampling)
     outputs = ForwardOutputs(
         hidden_states=hidden,
         context_hidden=flat[torch.tensor(states, dtype=torch.long, device=device)],
@@ -211,7 +216,9 @@ def _forward_causal(
     return outputs, batch.input_ids, batch.position_ids
 
 
-def _forward_seq2seq(model: Any, items: Sequence[ItemSpec], pad_token_id: int, token_mode: bool) -> tuple[ForwardOutputs, torch.Tensor, None]:
+def _forward_seq2seq(
+    model: Any, items: Sequence[ItemSpec], pad_token_id: int, token_mode: bool, sampling: Sampling | None
+) -> tuple[ForwardOutputs, torch.Tensor, None]:
     from transformers.modeling_outputs import BaseModelOutput
 
     device = next(model.parameters()).device
@@ -247,7 +254,7 @@ def _forward_seq2seq(model: Any, items: Sequence[ItemSpec], pad_token_id: int, t
     rows = torch.cat([torch.full((len(s),), c, dtype=torch.long) for c, s in enumerate(sequences)]).to(device)
     cols = torch.cat([torch.arange(len(s)) for s in sequences]).to(device)
     target = torch.tensor([t for s in sequences for t in s], dtype=torch.long, device=device)
-    logprobs = gather_logprobs(out.logits[rows, cols], target)
+    logprobs = sampled_logprobs(out.logits[rows, cols], target, sampling)
     lengths = torch.tensor([len(s) for s in sequences], device=device)
     last = decoder_hidden[torch.arange(len(sequences), device=device), lengths]
     context_hidden = decoder_hidden[rows, cols] if token_mode else encoded[:, -1]
@@ -264,6 +271,7 @@ def forward_items(
     token_mode: bool = False,
     trunk_cache: TrunkCache | None = None,
     row_tokens: int = 0,
+    sampling: Sampling | None = None,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor | None]:
     """Run one forward pass over items (under the caller's grad mode).
 
@@ -278,13 +286,15 @@ def forward_items(
             runs from it when it holds every item, and records the items otherwise.
         row_tokens: Causal models: 0 lays each item out in a row of its own; a positive value
             packs items into token-trie rows of about that many tokens (see :func:`layout_rows`).
+        sampling: Score candidate tokens under this sampling distribution
+            (:func:`~llmgym.llm.sampling.sampled_logprobs`); ``None``: the model's own.
 
     Returns:
         ``(outputs, input_ids [R, L], position_ids [R, L] or None)``.
     """
     if is_seq2seq:
-        return _forward_seq2seq(model, items, pad_token_id, token_mode)
-    return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, row_tokens)
+        return _forward_seq2seq(model, items, pad_token_id, token_mode, sampling)
+    return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, row_tokens, sampling)
 
 
 def score_items(

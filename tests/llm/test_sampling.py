@@ -1,0 +1,79 @@
+"""Sampling: log-probs under temperature / top-k / top-p equal generate's, and PPO trains on them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llmgym.agents import GenerativeAgent
+from llmgym.algorithms.update import update_from_episodes
+from llmgym.algorithms.updaters import PPOUpdater
+from llmgym.config import AgentConfig, AlgorithmConfig, ModelConfig
+from llmgym.errors import InputError
+from llmgym.llm.local import LocalLLM
+from llmgym.llm.modules import ValueHead
+from llmgym.llm.sampling import Sampling, sampled_logprobs
+
+PROMPTS = ["Goal: go to the", "You see a red ball 2 steps left and", "héllo"]
+
+
+@pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_gpt2", "tiny_t5"])
+@pytest.mark.parametrize("sampling", [Sampling(0.7, 20, 0.8), Sampling(1.3, 0, 0.6), Sampling(1.0, 5, 1.0)])
+def test_token_logprobs_under_sampling_equal_generation_logprobs(request, fixture, sampling):
+    model, tok = request.getfixturevalue(fixture)
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    torch.manual_seed(0)
+    gens = [g for group in llm.generate(PROMPTS, max_new_tokens=6, num_return_sequences=2, **sampling.generation_kwargs())
+            for g in group]
+    prompts, completions = [g.prompt_ids for g in gens], [g.token_ids for g in gens]
+    processed = llm.token_logprobs(prompts, completions, require_grad=False, sampling=sampling)
+    raw = llm.token_logprobs(prompts, completions, require_grad=False)
+    for g, p, r in zip(gens, processed, raw):
+        assert torch.allclose(p["logprobs"], g.logprobs, atol=1e-4)
+        assert torch.allclose(r["logprobs"], g.raw_logprobs, atol=1e-4)
+    assert not all(torch.allclose(g.logprobs, g.raw_logprobs, atol=1e-3) for g in gens)
+
+
+def test_sampled_logprobs_keep_the_target_and_pass_gradients():
+    logits = torch.tensor([[4.0, 3.0, 0.0, -1.0]], requires_grad=True)
+    top2 = Sampling(top_k=2)
+    kept = sampled_logprobs(logits, torch.tensor([0]), top2)
+    assert float(kept.detach()) == pytest.approx(float(torch.log_softmax(torch.tensor([4.0, 3.0]), -1)[0]), abs=1e-6)
+    cut = sampled_logprobs(logits, torch.tensor([3]), top2)  # outside the top 2: scored against them and itself
+    assert float(cut.detach()) == pytest.approx(float(torch.log_softmax(torch.tensor([4.0, 3.0, -1.0]), -1)[2]), abs=1e-6)
+    cut.backward()
+    assert torch.isfinite(logits.grad).all() and logits.grad[0, 2] == 0.0
+    plain = sampled_logprobs(logits, torch.tensor([1]), None)
+    assert float(plain) == pytest.approx(float(torch.log_softmax(logits.detach(), -1)[0, 1]), abs=1e-6)
+
+
+def test_sampling_checks_its_values():
+    with pytest.raises(InputError, match="top_p=1.5"):
+        Sampling(top_p=1.5)
+    with pytest.raises(InputError, match="None"):
+        Sampling(temperature=None)  # type: ignore[arg-type]
+    assert Sampling(temperature=2, top_p=1).temperature == 2.0 and Sampling().is_plain
+
+
+def test_generative_agent_trains_on_the_distribution_it_samples_from(tiny_llama):
+    class Nucleus(GenerativeAgent):
+        def sampling(self) -> Sampling:
+            return Sampling(temperature=0.8, top_k=0, top_p=0.7)
+
+    model, tok = tiny_llama
+    algorithm = AlgorithmConfig(learning_rate=1e-9, head_learning_rate=1e-9, epochs=1, minibatch_size=64)
+    llm = LocalLLM(ModelConfig(name="tiny"), {"value": ValueHead()}, PPOUpdater(algorithm),
+                   model=model, tokenizer=tok)
+    agent = Nucleus(llm, AgentConfig(use_chat_template=False, max_new_tokens=5))
+    torch.manual_seed(0)
+    episodes = []
+    for obs in PROMPTS:
+        agent.act_batch([obs], [{}])
+        decision = agent.last_decisions[0]
+        rescored = llm.token_logprobs([decision.prompt_ids], [decision.action_ids], require_grad=False,
+                                      sampling=agent.sampling())[0]["logprobs"]
+        assert decision.log_prob == pytest.approx(float(rescored.sum()), abs=1e-4)
+        episodes.append(([decision], [1.0]))
+        agent.observe([1.0], [True], [False])
+    stats = update_from_episodes(llm, episodes, algorithm, torch.Generator().manual_seed(0), sampling=agent.sampling())
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # one minibatch: evaluated before the step

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llmgym.config import iter_field_help
-from llmgym.errors import InputError, LLMGymError, SourceCheckoutError
+from llmgym.errors import ConfigError, InputError, LLMGymError, SourceCheckoutError
 
 __all__ = ["main", "build_parser", "config_reference"]
 
@@ -67,7 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("config", nargs="?", help=_CONFIG_HELP)
     sweep.add_argument("overrides", nargs="*", help="dotted overrides applied to every run, as for llmgym train")
-    sweep.add_argument("--seeds", required=True, help="seeds as ranges and commas: 0-4, 0,2,5 or 0-2,7")
+    sweep.add_argument("--seeds", help="seeds as ranges and commas: 0-4, 0,2,5 or 0-2,7 (required to train)")
+    sweep.add_argument(
+        "--combine", nargs="+", metavar="SWEEP_DIR",
+        help="train nothing: merge finished sweep directories into one table, IQM and curves PNG (with --out)",
+    )
+    sweep.add_argument("--out", help="with --combine: the folder for the merged sweep.json and sweep_curves.png")
     sweep.add_argument(
         "--jobs", type=int, default=1,
         help="runs at a time; parallel runs get OMP_NUM_THREADS = cores // jobs unless --threads is given",
@@ -272,12 +277,19 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from llmgym.stats import parse_int_list, parse_seeds
-    from llmgym.sweep import format_aggregates, format_table, run_sweep
+    from llmgym.sweep import combine_sweeps, format_aggregates, format_table, run_sweep
 
-    seeds = parse_seeds(args.seeds)
-    threads = parse_int_list(args.threads, "--threads", minimum=1) if args.threads is not None else []
-    config, overrides = _split_config_arg(args.config, args.overrides)
-    result = run_sweep(config, overrides, seeds, threads=threads, jobs=args.jobs, resamples=args.resamples)
+    if args.combine:
+        if args.out is None or args.seeds is not None or args.config is not None:
+            raise ConfigError("--combine takes sweep directories and --out only: llmgym sweep --combine A B --out C.")
+        result = combine_sweeps(args.combine, args.out, resamples=args.resamples)
+    else:
+        if args.seeds is None:
+            raise ConfigError("--seeds is required to train a sweep (e.g. --seeds 0-4); or merge sweeps with --combine.")
+        seeds = parse_seeds(args.seeds)
+        threads = parse_int_list(args.threads, "--threads", minimum=1) if args.threads is not None else []
+        config, overrides = _split_config_arg(args.config, args.overrides)
+        result = run_sweep(config, overrides, seeds, threads=threads, jobs=args.jobs, resamples=args.resamples)
     print()
     print(format_table(result.runs))
     print()

@@ -422,3 +422,62 @@ def run_sweep(
     summary = {"config": config_path, "overrides": list(overrides), **dataclasses.asdict(result)}
     result.summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return result
+
+
+def combine_sweeps(
+    sweep_dirs: Sequence[str | Path], out_dir: str | Path, resamples: int = 2000, confidence: float = 0.95
+) -> SweepResult:
+    """Merge finished sweeps into one table, one aggregate and one curves PNG.
+
+    Useful when runs that cannot share the cores were swept apart (e.g. one-thread runs two at a
+    time, then two-thread runs one at a time). Each run is read again from its run directory.
+
+    Args:
+        sweep_dirs: Sweep directories, each holding the ``sweep.json`` that ``run_sweep`` wrote.
+        out_dir: Where the merged ``sweep.json`` and curves PNG go (created; must not hold a
+            ``sweep.json`` already).
+        resamples: Bootstrap samples per confidence interval.
+        confidence: Coverage of the intervals.
+
+    Returns:
+        The merged sweep (runs in the order of ``sweep_dirs``, then each sweep's order).
+
+    Raises:
+        ConfigError: On no sweep directory, one without a readable ``sweep.json``, the same run
+            directory twice, or an ``out_dir`` that already holds a ``sweep.json``.
+    """
+    if not sweep_dirs:
+        raise ConfigError("--combine needs at least one sweep directory.")
+    runs: list[SweepRun] = []
+    seen: set[str] = set()
+    configs: list[object] = []
+    for folder in sweep_dirs:
+        path = Path(folder) / SUMMARY_NAME
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+            entries = [(str(r["run_dir"]), int(r["seed"]), r["threads"]) for r in summary["runs"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path} is not a sweep summary ({exc}); give folders that llmgym sweep wrote.") from exc
+        configs.append(summary.get("config"))
+        for run_dir, seed, threads in entries:
+            if run_dir in seen:
+                raise ConfigError(f"run {run_dir} appears twice; give each sweep directory once.")
+            seen.add(run_dir)
+            runs.append(read_run(run_dir, seed, None if threads is None else int(threads)))
+    out = Path(out_dir)
+    if (out / SUMMARY_NAME).exists():
+        raise ConfigError(f"{out / SUMMARY_NAME} exists; choose another --out folder.")
+    out.mkdir(parents=True, exist_ok=True)
+    curves = plot_sweep_curves(runs, out / CURVES_NAME, title=" + ".join(str(c) for c in dict.fromkeys(configs)))
+    result = SweepResult(
+        sweep_dir=str(out),
+        runs=runs,
+        aggregates=aggregate(runs, resamples=resamples, confidence=confidence),
+        confidence=confidence,
+        resamples=resamples,
+        curves_path=str(curves) if curves else None,
+    )
+    summary_out = {"combined_from": [str(d) for d in sweep_dirs], **dataclasses.asdict(result)}
+    result.summary_path.write_text(json.dumps(summary_out, indent=2) + "\n", encoding="utf-8")
+    return result
+

@@ -83,6 +83,34 @@ def test_cli_exit_status_is_1_when_a_seed_failed(tmp_path, fake_train, capsys):
     assert header.split()[:3] == ["seed", "success", "before"]  # one job, no --threads: no threads column
 
 
+def test_combine_merges_sweeps_run_apart(tmp_path, fake_train, capsys):
+    common = [*BASE, f"train.output_dir={tmp_path}"]
+    first = run_sweep(None, [*common, "train.run_name=one"], seeds=[0, 2], threads=[1], jobs=2)
+    second = run_sweep(None, [*common, "train.run_name=two"], seeds=[0, 2], threads=[2])
+    status = cli.main(["sweep", "--combine", first.sweep_dir, second.sweep_dir, "--out", str(tmp_path / "both")])
+    out = capsys.readouterr().out
+    assert status == 0
+    merged = json.loads((tmp_path / "both" / "sweep.json").read_text())
+    assert merged["combined_from"] == [first.sweep_dir, second.sweep_dir]
+    assert [SweepRun(**r) for r in merged["runs"]] == [*first.runs, *second.runs]
+    assert {(a["threads"], a["metric"]): a["runs"] for a in merged["aggregates"]} == {
+        (t, m): 2 for t in (1, 2) for m in ("success_after", "return_after")
+    }
+    assert (tmp_path / "both" / "sweep_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert "threads 1: success after 0.100" in out and "threads 2: success after 0.100" in out
+    # the same folder twice, a folder without a summary, an existing output and missing --out are refused
+    assert cli.main(["sweep", "--combine", first.sweep_dir, first.sweep_dir, "--out", str(tmp_path / "x")]) == 2
+    assert "appears twice" in capsys.readouterr().err
+    assert cli.main(["sweep", "--combine", str(tmp_path), "--out", str(tmp_path / "y")]) == 2
+    assert "is not a sweep summary" in capsys.readouterr().err
+    assert cli.main(["sweep", "--combine", first.sweep_dir, "--out", str(tmp_path / "both")]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert cli.main(["sweep", "--combine", first.sweep_dir]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert cli.main(["sweep", *BASE]) == 2
+    assert "--seeds is required" in capsys.readouterr().err
+
+
 def test_bad_arguments_are_config_errors(tmp_path, capsys):
     assert cli.main(["sweep", "--seeds", "0-x", *BASE]) == 2
     assert "--seeds '0-x'" in capsys.readouterr().err

@@ -410,16 +410,24 @@ def run_sweep(
             print(_describe(run), flush=True)
     runs = [results[i] for i in range(len(job_list))]
 
-    curves = plot_sweep_curves(runs, sweep_dir / CURVES_NAME, title=config.env.id)
+    header = {"config": config_path, "overrides": list(overrides)}
+    return _write_summary(runs, sweep_dir, config.env.id, header, resamples, confidence)
+
+
+def _write_summary(
+    runs: list[SweepRun], folder: Path, title: str, header: dict[str, Any], resamples: int, confidence: float
+) -> SweepResult:
+    """Aggregate the runs, plot their curves and write ``sweep.json`` (``header`` first) in ``folder``."""
+    curves = plot_sweep_curves(runs, folder / CURVES_NAME, title=title)
     result = SweepResult(
-        sweep_dir=str(sweep_dir),
+        sweep_dir=str(folder),
         runs=runs,
         aggregates=aggregate(runs, resamples=resamples, confidence=confidence),
         confidence=confidence,
         resamples=resamples,
         curves_path=str(curves) if curves else None,
     )
-    summary = {"config": config_path, "overrides": list(overrides), **dataclasses.asdict(result)}
+    summary = {**header, **dataclasses.asdict(result)}
     result.summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return result
 
@@ -468,16 +476,6 @@ def combine_sweeps(
     if (out / SUMMARY_NAME).exists():
         raise ConfigError(f"{out / SUMMARY_NAME} exists; choose another --out folder.")
     out.mkdir(parents=True, exist_ok=True)
-    curves = plot_sweep_curves(runs, out / CURVES_NAME, title=" + ".join(str(c) for c in dict.fromkeys(configs)))
-    result = SweepResult(
-        sweep_dir=str(out),
-        runs=runs,
-        aggregates=aggregate(runs, resamples=resamples, confidence=confidence),
-        confidence=confidence,
-        resamples=resamples,
-        curves_path=str(curves) if curves else None,
-    )
-    summary_out = {"combined_from": [str(d) for d in sweep_dirs], **dataclasses.asdict(result)}
-    result.summary_path.write_text(json.dumps(summary_out, indent=2) + "\n", encoding="utf-8")
-    return result
+    title = " + ".join(str(c) for c in dict.fromkeys(configs))
+    return _write_summary(runs, out, title, {"combined_from": [str(d) for d in sweep_dirs]}, resamples, confidence)
 

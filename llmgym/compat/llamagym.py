@@ -241,7 +241,6 @@ def _lora_config(peft_config: Any) -> Any:
     Raises:
         ConfigError: When its ``task_type`` is not a causal LM's.
     """
-    require("peft", "lora", "peft_config")
     from peft import LoraConfig
 
     config = LoraConfig(**peft_config) if isinstance(peft_config, Mapping) else peft_config

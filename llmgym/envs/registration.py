@@ -21,19 +21,21 @@ __all__ = ["register_envs", "list_envs", "check_env_id", "extras_note", "ENV_SPE
 
 @dataclass(frozen=True)
 class EnvExtra:
-    """An optional package that an env needs for some values of one of its keyword arguments.
+    """An optional package that an env needs: always, or for some values of one keyword argument.
 
     Attributes:
         module: Top-level module of the package, e.g. ``"sacrebleu"``.
         extra: The llmgym extra that installs it, e.g. ``"metrics"``.
-        kwarg: The env keyword argument that selects what needs it, e.g. ``"reward"``.
-        values: The values of ``kwarg`` that need it, e.g. ``("bleu",)``.
+        kwarg: The env keyword argument that selects what needs it, e.g. ``"reward"``; ``None``
+            when the whole env needs it (a suite adapter such as TextWorld).
+        values: The values of ``kwarg`` that need it, e.g. ``("bleu",)``; empty when ``kwarg``
+            is ``None``.
     """
 
     module: str
     extra: str
-    kwarg: str
-    values: tuple[str, ...]
+    kwarg: str | None = None
+    values: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -175,12 +177,17 @@ def extras_note(entry: EnvEntry) -> str:
         entry: A registered env.
 
     Returns:
-        E.g. ``"pip install 'llmgym[metrics]' for reward=bleu or reward=rouge"``.
+        E.g. ``"pip install 'llmgym[metrics]' for reward=bleu or reward=rouge"``, or
+        ``"needs pip install 'llmgym[textworld]'"`` for an env that always needs its extra.
     """
+    whole = [extra.extra for extra in entry.extras if extra.kwarg is None]
     settings: dict[str, list[str]] = {}
     for extra in entry.extras:
-        settings.setdefault(extra.extra, []).extend(f"{extra.kwarg}={value}" for value in extra.values)
-    return "; ".join(f"pip install 'llmgym[{name}]' for {' or '.join(used)}" for name, used in settings.items())
+        if extra.kwarg is not None:
+            settings.setdefault(extra.extra, []).extend(f"{extra.kwarg}={value}" for value in extra.values)
+    notes = [f"needs pip install 'llmgym[{name}]'" for name in dict.fromkeys(whole)]
+    notes += [f"pip install 'llmgym[{name}]' for {' or '.join(used)}" for name, used in settings.items()]
+    return "; ".join(notes)
 
 
 def check_env_id(env_id: str, kwargs: Mapping[str, Any] | None = None) -> None:
@@ -216,6 +223,9 @@ def check_env_id(env_id: str, kwargs: Mapping[str, Any] | None = None) -> None:
             continue
         used = {**entry.kwargs, **(kwargs or {})}
         for extra in entry.extras:
+            if extra.kwarg is None:
+                require_installed(extra.module, extra.extra, spec.id)
+                continue
             value = used.get(extra.kwarg)
             if isinstance(value, str) and value in extra.values:
                 require_installed(extra.module, extra.extra, f"{spec.id} with {extra.kwarg}={value!r}")

@@ -116,3 +116,20 @@ def test_a_truncated_episode_has_ended_too():
     assert not env.step(0)[3] and env.step(0)[3]
     with pytest.raises(InputError, match=r"truncated=True"):
         env.step(0)
+
+
+def test_an_env_that_always_needs_an_extra_names_it(monkeypatch):
+    from llmgym.envs import registration
+    from llmgym.envs.registration import EnvEntry, EnvExtra, check_env_id, extras_note
+    from llmgym.errors import MissingDependencyError
+
+    entry = EnvEntry(
+        "llmgym/EchoWord-v0",
+        "llmgym.envs.synthetic:EchoWordEnv",
+        "test double",
+        extras=(EnvExtra("llmgym_no_such_module", "suite"), EnvExtra("sacrebleu", "metrics", "reward", ("bleu",))),
+    )
+    assert extras_note(entry) == "needs pip install 'llmgym[suite]'; pip install 'llmgym[metrics]' for reward=bleu"
+    monkeypatch.setattr(registration, "ENV_SPECS", (entry,))
+    with pytest.raises(MissingDependencyError, match=r"llmgym/EchoWord-v0.*pip install 'llmgym\[suite\]'"):
+        check_env_id("llmgym/EchoWord-v0")

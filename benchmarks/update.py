@@ -28,7 +28,7 @@ WORKLOAD = Path(__file__).parent / "data" / "score_workload.json"
 
 def build(cache_mb: int, lora_layers: int, dtype: str) -> Any:
     """SmolLM2 with a detached value head, PPO, and LoRA on the top ``lora_layers`` blocks."""
-    from llmgym.algorithms.updaters import PPOUpdater
+    from llmgym.algorithms import PPO
     from llmgym.config import AlgorithmConfig, LoRAConfig, ModelConfig
     from llmgym.llm.client import LLM
     from llmgym.llm.modules import ValueHead
@@ -39,11 +39,15 @@ def build(cache_mb: int, lora_layers: int, dtype: str) -> Any:
         name="SmolLM2-135M-Instruct", device="cpu", dtype=dtype, trunk_cache_mb=cache_mb,
         lora=LoRAConfig(r=8, alpha=16, layers=layers),
     )
-    return LLM(config, {"value": ValueHead(detach_input=True)}, updater=PPOUpdater(AlgorithmConfig(learning_rate=1e-3)))
+    return LLM(config, {"value": ValueHead(detach_input=True)}, updater=PPO(config=AlgorithmConfig(learning_rate=1e-3)).updater())
 
 
 def iteration(llm: Any, contexts: list[str], candidates: list[list[str]], epochs: int, minibatch: int) -> tuple[float, float]:
     """Collection forward, then PPO epochs; returns ``(collect_s, update_s)``."""
+    from llmgym.agents.learning import PolicySpec
+    from llmgym.algorithms import PPO, UpdateBatch
+    from llmgym.config import AlgorithmConfig
+
     start = time.perf_counter()
     outputs = llm.forward(["score", "value"], contexts, candidates)
     collect = time.perf_counter() - start
@@ -53,11 +57,14 @@ def iteration(llm: Any, contexts: list[str], candidates: list[list[str]], epochs
     old = torch.log_softmax(logits, -1)[torch.arange(n), actions]
     values = torch.stack([o["value"].reshape(()) for o in outputs])
     advantages = torch.linspace(-1.0, 1.0, n)
-    batches = [list(range(i, min(i + minibatch, n))) for i in range(0, n, minibatch)]
+    batch = UpdateBatch(
+        objective=PPO(config=AlgorithmConfig()).objective(), policy=PolicySpec(),
+        minibatches=[list(range(i, min(i + minibatch, n))) for i in range(0, n, minibatch)],
+        old_log_probs=old, old_values=values, advantages=advantages, returns=values + advantages, actions=actions,
+    )
     start = time.perf_counter()
     for _ in range(epochs):
-        llm.update(contexts, candidates, minibatches=batches, old_log_probs=old, old_values=values,
-                   advantages=advantages, returns=values + advantages, actions=actions, temperature=1.0)
+        llm.update(contexts, candidates, batch=batch)
     return collect, time.perf_counter() - start
 
 

@@ -18,7 +18,6 @@ from typing import Any
 import gymnasium as gym
 
 import llmgym
-from llmgym.algorithms import PPOUpdater
 
 
 class BlackjackAgent(llmgym.Agent):
@@ -46,10 +45,10 @@ def main(argv: list[str] | None = None) -> list[float]:
     parser.add_argument("--max-new-tokens", type=int, default=llmgym.AgentConfig().max_new_tokens, help="reply length")
     args = parser.parse_args(argv)
 
-    algorithm = llmgym.AlgorithmConfig(learning_rate=1e-4)
+    ppo = llmgym.PPO(config=llmgym.AlgorithmConfig(learning_rate=1e-4))
     llm = llmgym.LLM(llmgym.ModelConfig(name=args.model, lora=llmgym.LoRAConfig(r=8)),
-                     module_functions={"value": llmgym.ValueHead()}, updater=PPOUpdater(algorithm))
-    agent = BlackjackAgent(llm, llmgym.AgentConfig(max_new_tokens=args.max_new_tokens), algorithm=algorithm,
+                     module_functions={"value": llmgym.ValueHead()}, updater=ppo.updater())
+    agent = BlackjackAgent(llm, llmgym.AgentConfig(max_new_tokens=args.max_new_tokens), algorithm=ppo,
                            episodes_per_update=args.episodes_per_update)
     env = gym.make("llmgym/Blackjack-Text-v0")
     returns: list[float] = []

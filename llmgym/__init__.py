@@ -42,6 +42,8 @@ _LAZY: dict[str, str] = {
     "ScoringAgent": "llmgym.agents.scoring",
     "GenerativeAgent": "llmgym.agents.generative",
     "algorithms": "llmgym.algorithms",
+    "PPO": "llmgym.algorithms.ppo",
+    "A2C": "llmgym.algorithms.a2c",
 }
 
 __all__ = [
@@ -65,6 +67,8 @@ if TYPE_CHECKING:
     from llmgym.agents.base import BaseAgent
     from llmgym.agents.generative import Agent, GenerativeAgent
     from llmgym.agents.scoring import ScoringAgent
+    from llmgym.algorithms.a2c import A2C
+    from llmgym.algorithms.ppo import PPO
     from llmgym.envs.core import check_text_env
     from llmgym.envs.vector import TextVectorEnv, make_vec
     from llmgym.llm.client import LLM

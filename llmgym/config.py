@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 __all__ = [
+    "ALGORITHM_NAMES",
     "LoRAConfig",
     "ModelConfig",
     "DistributedConfig",
@@ -359,12 +360,16 @@ class AgentConfig(_Section):
         _check_positive("agent", "max_new_tokens", self.max_new_tokens)
 
 
+#: The values of ``algorithm.name`` (the keys of :data:`llmgym.algorithms.registry.ALGORITHMS`).
+ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c")
+
+
 @dataclass
 class AlgorithmConfig(_Section):
     """The RL algorithm and its hyper-parameters (the ``algorithm`` section)."""
 
     _section: ClassVar[str] = "algorithm"
-    name: str = _f("ppo", "ppo or a2c.")
+    name: str = _f("ppo", "The algorithm: ppo or a2c (llmgym.algorithms.registry).")
     updater: Optional[str] = _f(
         None, "Custom Updater class as 'module:Class'; null uses the algorithm's own updater."
     )
@@ -388,6 +393,12 @@ class AlgorithmConfig(_Section):
     kl_coef: float = _f(0.0, "Weight of the KL penalty to the reference policy (adapter disabled).")
     target_kl: Optional[float] = _f(None, "Stop the epoch loop when the approximate KL exceeds this.")
     max_grad_norm: Optional[float] = _f(0.5, "Clip the global gradient norm; null disables clipping.")
+    anneal_lr: bool = _f(
+        False,
+        "Decay both learning rates linearly to 0 over train.total_env_steps (CleanRL's anneal_lr): the update "
+        "of rollout k uses lr * (1 - env steps before it / total), so late updates on a policy that already "
+        "succeeds cannot undo it.",
+    )
     value_head: str = _f(
         "shared",
         "shared (value loss also trains the LLM trunk/adapters) or detached (the critic reads the LLM's "
@@ -395,7 +406,7 @@ class AlgorithmConfig(_Section):
     )
 
     def _check(self) -> None:
-        _check_choice("algorithm", "name", self.name, ("ppo", "a2c"))
+        _check_choice("algorithm", "name", self.name, ALGORITHM_NAMES)
         _check_choice("algorithm", "value_head", self.value_head, ("shared", "detached"))
         for name in ("learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps"):
             _check_positive("algorithm", name, getattr(self, name))

@@ -20,58 +20,21 @@ from __future__ import annotations
 import abc
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
 import torch
 
 from llmgym.agents.history import History, Prompt
+from llmgym.agents.learning import Decision, Episode, EpisodeLearner, PolicySpec
 from llmgym.config import AgentConfig, AlgorithmConfig
-from llmgym.errors import InputError
+from llmgym.errors import ConfigError, InputError
 from llmgym.llm.modules import VALUE_KEY
 from llmgym.llm.sampling import Sampling
 
 __all__ = ["Decision", "BaseAgent", "DEFAULT_SYSTEM_PROMPT", "VALUE_KEY"]
 
 DEFAULT_SYSTEM_PROMPT = "You are an agent in a text environment. Reply with one action."
-
-
-@dataclass
-class Decision:
-    """What the agent decided for one env at one step, with everything training needs.
-
-    Attributes:
-        prompt: The prompt text sent to the LLM.
-        prompt_ids: Its exact token ids.
-        action: What is passed to ``env.step``.
-        response: The action as text (the chosen candidate or the generated text).
-        log_prob: Log-prob of the decision under the policy that took it.
-        value: ``V(prompt)`` from the value head (0 when the LLM has none).
-        candidates: The candidate actions scored (scoring agents).
-        action_index: Index of the chosen candidate (scoring agents).
-        action_ids: Generated token ids (generative agents).
-        token_log_probs: ``[T]`` log-probs of ``action_ids`` (generative agents).
-        parse_failed: The generated text could not be parsed and the fallback action was used.
-    """
-
-    prompt: str
-    prompt_ids: list[int]
-    action: Any
-    response: str
-    log_prob: float
-    value: float
-    candidates: Optional[list[str]] = None
-    action_index: Optional[int] = None
-    action_ids: Optional[list[int]] = None
-    token_log_probs: Optional[torch.Tensor] = None
-    parse_failed: bool = False
-
-
-@dataclass
-class _Episode:
-    decisions: list[Decision] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
 
 
 class BaseAgent(abc.ABC):
@@ -84,7 +47,9 @@ class BaseAgent(abc.ABC):
             function, when present, gives values).
         config: The ``agent`` section; defaults to :class:`~llmgym.config.AgentConfig`.
         num_envs: Number of envs driven at once (1 for the LlamaGym loop API).
-        algorithm: The ``algorithm`` section used by :meth:`terminate_episode` updates.
+        algorithm: What trains the agent in LlamaGym's loop (:meth:`terminate_episode`): an
+            algorithm object such as ``llmgym.PPO(config=...)``; ``None``: the loop only records
+            episodes (``terminate_episode`` then refuses to train).
         episodes_per_update: Episodes collected by the loop API before an update.
         seed: Seed of the agent's own sampling generator.
     """
@@ -95,7 +60,7 @@ class BaseAgent(abc.ABC):
         config: Optional[AgentConfig] = None,
         *,
         num_envs: int = 1,
-        algorithm: Optional[AlgorithmConfig] = None,
+        algorithm: Optional[EpisodeLearner] = None,
         episodes_per_update: int = 8,
         seed: int = 0,
     ) -> None:
@@ -105,13 +70,24 @@ class BaseAgent(abc.ABC):
             raise InputError(f"episodes_per_update={episodes_per_update!r} must be a positive int.")
         self.llm = llm
         self.config = config if config is not None else AgentConfig()
-        self.algorithm = algorithm if algorithm is not None else AlgorithmConfig()
+        if isinstance(algorithm, AlgorithmConfig):
+            raise ConfigError(
+                f"algorithm= got the {algorithm.name!r} config section; an agent is trained by an algorithm object. "
+                f"Fix: algorithm=llmgym.{algorithm.name.upper()}(config=...), and build the LLM with its "
+                "updater() (see the README's LlamaGym example)."
+            )
+        if algorithm is not None and not isinstance(algorithm, EpisodeLearner):
+            raise ConfigError(
+                f"algorithm={algorithm!r:.80} has no learn_from_episodes(agent, episodes); pass an algorithm "
+                "such as llmgym.PPO(config=...)."
+            )
+        self.algorithm = algorithm
         self.episodes_per_update = episodes_per_update
         self.generator = torch.Generator().manual_seed(seed)
         self.histories: list[History] = []
         self.last_decisions: list[Decision] = []
-        self._episode = _Episode()
-        self._finished: list[_Episode] = []
+        self._episode = Episode()
+        self._finished: list[Episode] = []
         self.num_envs = 0
         self.set_num_envs(num_envs)
 
@@ -144,6 +120,10 @@ class BaseAgent(abc.ABC):
     def sampling(self) -> Optional[Sampling]:
         """The distribution generated actions are sampled from (``None``: the agent generates none)."""
         return None
+
+    def policy_spec(self) -> PolicySpec:
+        """The distribution this agent's decisions are drawn from (what its algorithm trains)."""
+        return PolicySpec(self.config.temperature, self.config.score_normalize, self.sampling())
 
     @abc.abstractmethod
     def _decide(
@@ -302,15 +282,14 @@ class BaseAgent(abc.ABC):
         """
         if self._episode.decisions:
             self._finished.append(self._episode)
-        self._episode = _Episode()
+        self._episode = Episode()
         self.histories[0].reset()
         if not train or len(self._finished) < self.episodes_per_update:
             return {}
-        from llmgym.algorithms.update import update_from_episodes
-
-        episodes = [(ep.decisions, ep.rewards) for ep in self._finished]
-        self._finished = []
-        return update_from_episodes(
-            self.llm, episodes, self.algorithm, self.generator, self.config.temperature, self.config.score_normalize,
-            self.sampling(),
-        )
+        if self.algorithm is None:
+            raise ConfigError(
+                "terminate_episode() would train but the agent has no algorithm; build it with "
+                "algorithm=llmgym.PPO(config=...), or call terminate_episode(train=False)."
+            )
+        episodes, self._finished = self._finished, []
+        return self.algorithm.learn_from_episodes(self, episodes)

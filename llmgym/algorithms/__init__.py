@@ -1,38 +1,51 @@
-"""RL algorithms for LLM agents: PPO and A2C, their updaters, advantages, losses, rollout storage."""
+"""RL algorithms for LLM agents, one class each (PPO, A2C), with the pieces they share.
 
-from llmgym.algorithms.advantages import compute_gae, compute_token_gae, kl_penalized_token_rewards, whiten
+Each algorithm's math and loop live in its own module (:mod:`~llmgym.algorithms.ppo`,
+:mod:`~llmgym.algorithms.a2c`); :class:`~llmgym.algorithms.updaters.PolicyUpdater` runs any of their
+objectives next to the model; :mod:`~llmgym.algorithms.registry` maps ``algorithm.name`` to a class.
+"""
+
+from llmgym.algorithms.a2c import A2C, A2CObjective, a2c_policy_loss
+from llmgym.algorithms.advantages import compute_gae, whiten
+from llmgym.algorithms.batch import PolicyOutputs, SampleTargets, UpdateBatch
 from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
 from llmgym.algorithms.losses import (
-    a2c_policy_loss,
     categorical_entropy,
     categorical_log_prob,
     kl_estimate,
     masked_mean,
     pad_candidate_scores,
-    ppo_policy_loss,
     value_loss,
 )
-from llmgym.algorithms.on_policy import A2C, PPO, OnPolicyAlgorithm
-from llmgym.algorithms.updaters import A2CUpdater, PolicyGradientUpdater, PPOUpdater
+from llmgym.algorithms.on_policy import OnPolicyAlgorithm
+from llmgym.algorithms.ppo import PPO, PPOObjective, ppo_policy_loss
+from llmgym.algorithms.protocols import Objective, PolicyBackend
+from llmgym.algorithms.registry import ALGORITHMS, algorithm_class
+from llmgym.algorithms.updaters import PolicyUpdater
 from llmgym.config import AlgorithmConfig
 
 __all__ = [
     "A2C",
-    "A2CUpdater",
+    "A2CObjective",
+    "ALGORITHMS",
     "AlgorithmConfig",
+    "Objective",
     "OnPolicyAlgorithm",
     "PPO",
-    "PPOUpdater",
-    "PolicyGradientUpdater",
+    "PPOObjective",
+    "PolicyBackend",
+    "PolicyOutputs",
+    "PolicyUpdater",
     "RolloutBatch",
     "RolloutBuffer",
+    "SampleTargets",
+    "UpdateBatch",
     "a2c_policy_loss",
+    "algorithm_class",
     "categorical_entropy",
     "categorical_log_prob",
     "compute_gae",
-    "compute_token_gae",
     "kl_estimate",
-    "kl_penalized_token_rewards",
     "masked_mean",
     "pad_candidate_scores",
     "ppo_policy_loss",

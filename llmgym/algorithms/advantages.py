@@ -1,7 +1,7 @@
 """Advantage estimation and normalisation: pure torch functions, no model, no state.
 
 Shapes: ``[T, N]`` is steps × envs (the rollout layout of :class:`~llmgym.algorithms.buffer.RolloutBuffer`);
-``[B, L]`` is completions × tokens (token-level RL, one generated sequence per row).
+
 
 Episode-end conventions (Gymnasium, same-step autoreset): ``terminated[t, n]`` means the action at
 step ``t`` reached a terminal state, whose value is 0; ``truncated[t, n]`` means the episode was cut
@@ -17,10 +17,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from llmgym.algorithms.losses import KLEstimator, kl_estimate
 from llmgym.errors import InputError
 
-__all__ = ["compute_gae", "compute_token_gae", "kl_penalized_token_rewards", "whiten"]
+__all__ = ["compute_gae", "whiten"]
 
 
 def _check_unit(name: str, value: float) -> None:
@@ -117,107 +116,6 @@ def compute_gae(
         running = deltas[t] + gamma * gae_lambda * continues[t] * running
         advantages[t] = running
     return advantages, advantages + values
-
-
-def compute_token_gae(
-    rewards: Tensor,
-    values: Tensor,
-    mask: Tensor,
-    gamma: float,
-    gae_lambda: float,
-    last_values: Optional[Tensor] = None,
-) -> tuple[Tensor, Tensor]:
-    """GAE over the tokens of each generated sequence (RL4LMs / RLHF style, each token an action).
-
-    Row ``b`` is one completion: token ``l`` is an action, ``values[b, l]`` the value of the state
-    before it, ``rewards[b, l]`` its reward (typically ``-kl_coef * KL_l`` on every token plus the
-    sequence reward on the last one). Positions outside ``mask`` are skipped (left or right padding,
-    or gaps): the value after a token is that of the next masked-in token of the row, and after the
-    last one ``last_values[b]`` (0 by default: the completion ends the episode).
-
-    Args:
-        rewards: Per-token rewards ``[B, L]``.
-        values: Per-token values ``[B, L]``.
-        mask: Bool ``[B, L]``, True on generated tokens.
-        gamma: Discount factor in ``[0, 1]`` (RL4LMs uses 1 within a sequence).
-        gae_lambda: GAE lambda in ``[0, 1]``.
-        last_values: Value after the last token of each row ``[B]``; ``None`` means 0 (terminal).
-
-    Returns:
-        ``(advantages, returns)``, both ``[B, L]``, zero outside ``mask``.
-
-    Raises:
-        InputError: On a shape mismatch or ``gamma``/``gae_lambda`` outside ``[0, 1]``.
-    """
-    _check_unit("gamma", gamma)
-    _check_unit("gae_lambda", gae_lambda)
-    batch, length = _check_matrix(values, "[B, L] (sequences x tokens)")
-    _check_shape("rewards", rewards, (batch, length), "[B, L]")
-    _check_shape("mask", mask, (batch, length), "[B, L]")
-    dtype, device = values.dtype, values.device
-    if last_values is None:
-        next_value = torch.zeros(batch, dtype=dtype, device=device)
-    else:
-        _check_shape("last_values", last_values, (batch,), "[B]")
-        next_value = last_values.to(device=device, dtype=dtype)
-    valid = mask.to(device=device, dtype=torch.bool)
-    rewards = rewards.to(device=device, dtype=dtype)
-    advantages = torch.zeros_like(values)
-    running = torch.zeros(batch, dtype=dtype, device=device)
-    for pos in range(length - 1, -1, -1):
-        here = valid[:, pos]
-        delta = rewards[:, pos] + gamma * next_value - values[:, pos]
-        candidate = delta + gamma * gae_lambda * running
-        running = torch.where(here, candidate, running)
-        next_value = torch.where(here, values[:, pos], next_value)
-        advantages[:, pos] = torch.where(here, running, torch.zeros_like(running))
-    returns = torch.where(valid, advantages + values, torch.zeros_like(values))
-    return advantages, returns
-
-
-def kl_penalized_token_rewards(
-    scores: Tensor,
-    log_probs: Tensor,
-    ref_log_probs: Tensor,
-    mask: Tensor,
-    kl_coef: float,
-    estimator: KLEstimator = "k1",
-) -> tuple[Tensor, Tensor]:
-    """Per-token rewards with the KL penalty to the reference folded in (RL4LMs / RLHF style).
-
-    ``rewards[b, l] = -kl_coef * KL[b, l]`` on every generated token, plus ``scores[b]`` on the last
-    masked-in token of row ``b``; feed the result to :func:`compute_token_gae`.
-
-    Args:
-        scores: Sequence-level reward of each completion, ``[B]``.
-        log_probs: Per-token log-probs of the sampled tokens under the policy, ``[B, L]``.
-        ref_log_probs: Per-token log-probs under the reference policy (adapter disabled), ``[B, L]``.
-        mask: Bool ``[B, L]``, True on generated tokens; every row needs at least one.
-        kl_coef: Weight of the penalty (>= 0).
-        estimator: KL estimator ``"k1"``, ``"k2"`` or ``"k3"`` (see :func:`~llmgym.algorithms.losses.kl_estimate`).
-
-    Returns:
-        ``(rewards, kl)``, both ``[B, L]`` and zero outside ``mask``; ``kl`` is the per-token estimate.
-
-    Raises:
-        InputError: On a shape mismatch, a negative ``kl_coef`` or a row without generated tokens.
-    """
-    if not kl_coef >= 0:
-        raise InputError(f"kl_coef={kl_coef!r} must be >= 0 (0 disables the KL penalty).")
-    _check_shape("log_probs", log_probs, tuple(mask.shape), "[B, L]")
-    _check_shape("ref_log_probs", ref_log_probs, tuple(mask.shape), "[B, L]")
-    if mask.dim() != 2:
-        raise InputError(f"mask has shape {list(mask.shape)}; expected [B, L] (sequences x tokens).")
-    _check_shape("scores", scores, (mask.shape[0],), "[B]")
-    valid = mask.to(device=log_probs.device, dtype=torch.bool)
-    if not bool(valid.any(dim=1).all()):
-        raise InputError("mask has a row without any True entry; every completion needs at least one generated token.")
-    kl = torch.where(valid, kl_estimate(log_probs.detach(), ref_log_probs.detach(), estimator), torch.zeros_like(log_probs))
-    rewards = -kl_coef * kl
-    positions = torch.arange(valid.shape[1], device=valid.device).expand_as(valid)
-    last = torch.where(valid, positions, torch.full_like(positions, -1)).max(dim=1).values
-    rewards[torch.arange(valid.shape[0], device=valid.device), last] += scores.to(device=rewards.device, dtype=rewards.dtype)
-    return rewards, kl
 
 
 def whiten(x: Tensor, mask: Optional[Tensor] = None, eps: float = 1e-8, shift_mean: bool = True) -> Tensor:

@@ -1,4 +1,4 @@
-"""Rollout storage for on-policy algorithms: one slot per env per step, flat shuffled minibatches.
+"""Rollout storage for on-policy algorithms: one slot per env per step, read back as flat batches.
 
 The buffer holds what the policy saw and did at each step (the exact prompt, its token ids, the
 candidates and the chosen index for action-level agents, the generated token ids and their
@@ -11,7 +11,7 @@ episode). Numeric fields are ``[T, N]`` tensors (steps × envs); per-step variab
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
+from llmgym.agents.learning import Decision
 from llmgym.algorithms.advantages import compute_gae
 from llmgym.errors import InputError
 
@@ -296,6 +297,42 @@ class RolloutBuffer:
         self.returns = None
         self.pos += 1
 
+    def add_decisions(
+        self,
+        decisions: Sequence[Decision],
+        rewards: ArrayLike,
+        terminated: ArrayLike,
+        truncated: ArrayLike,
+        truncation_values: Optional[ArrayLike] = None,
+    ) -> None:
+        """Store one vector step of agent decisions and env outcomes (:meth:`add` from decisions).
+
+        Args:
+            decisions: The agent's decisions for this step (``agent.last_decisions``), ``N`` of them.
+            rewards: ``[N]`` rewards (after the agent's shaping).
+            terminated: ``[N]`` terminal flags.
+            truncated: ``[N]`` time-limit flags.
+            truncation_values: ``[N]`` values of the final observations of truncated episodes.
+        """
+        prompts = [d.prompt for d in decisions]
+        prompt_ids = [d.prompt_ids for d in decisions]
+        values = [d.value for d in decisions]
+        if decisions[0].candidates is not None:
+            self.add(
+                prompts=prompts, prompt_ids=prompt_ids, values=values, rewards=rewards, terminated=terminated,
+                truncated=truncated, truncation_values=truncation_values,
+                log_probs=[d.log_prob for d in decisions],
+                candidates=[d.candidates or [] for d in decisions],
+                actions=[d.action_index if d.action_index is not None else -1 for d in decisions],
+            )
+        else:
+            self.add(
+                prompts=prompts, prompt_ids=prompt_ids, values=values, rewards=rewards, terminated=terminated,
+                truncated=truncated, truncation_values=truncation_values,
+                action_ids=[d.action_ids or [] for d in decisions],
+                token_log_probs=[d.token_log_probs if d.token_log_probs is not None else torch.zeros(0) for d in decisions],
+            )
+
     def compute_returns_and_advantages(
         self, last_values: ArrayLike, gamma: float, gae_lambda: float
     ) -> tuple[Tensor, Tensor]:
@@ -375,37 +412,3 @@ class RolloutBuffer:
             advantages=self.advantages[dev_steps, dev_envs],
             returns=self.returns[dev_steps, dev_envs],
         )
-
-    def minibatches(
-        self,
-        batch_size: int,
-        generator: Optional[torch.Generator] = None,
-        shuffle: bool = True,
-        drop_last: bool = False,
-    ) -> Iterator[RolloutBatch]:
-        """Yield the stored transitions as flat minibatches, each transition exactly once.
-
-        Args:
-            batch_size: Transitions per minibatch (> 0); the last one may be smaller.
-            generator: CPU ``torch.Generator`` of the permutation; the same generator state gives the
-                same minibatches. ``None`` uses torch's global RNG.
-            shuffle: ``False`` yields transitions in flat-index order.
-            drop_last: Skip a final minibatch smaller than ``batch_size``.
-
-        Returns:
-            An iterator of :class:`RolloutBatch` objects (the permutation is drawn at call time).
-
-        Raises:
-            InputError: If ``batch_size`` is not a positive int or advantages were not computed.
-        """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise InputError(f"batch_size={batch_size!r} must be a positive int (e.g. algorithm.minibatch_size=32).")
-        if self.advantages is None:
-            raise InputError(
-                "advantages are not computed for the current contents; call "
-                "compute_returns_and_advantages(last_values, gamma, gae_lambda) before minibatches()."
-            )
-        total = len(self)
-        order = torch.randperm(total, generator=generator) if shuffle else torch.arange(total)
-        stop = total - total % batch_size if drop_last else total
-        return (self.get(order[start : start + batch_size]) for start in range(0, stop, batch_size))

@@ -1,4 +1,7 @@
-"""Policy-gradient losses and estimators: pure torch functions, no model, no state.
+"""Loss pieces every policy-gradient algorithm shares: pure torch functions, no model, no state.
+
+Each algorithm's own policy loss lives in its module (:mod:`llmgym.algorithms.ppo`,
+:mod:`llmgym.algorithms.a2c`).
 
 Shapes: ``[B]`` for action-level quantities (one chosen candidate per transition), ``[B, L]`` with a
 bool ``mask [B, L]`` for token-level ones (one generated token per position), ``[B, K]`` for
@@ -18,20 +21,24 @@ from torch.nn.utils.rnn import pad_sequence
 from llmgym.errors import InputError
 
 __all__ = [
-    "a2c_policy_loss",
+    "check_same_shape",
     "categorical_entropy",
     "categorical_log_prob",
     "kl_estimate",
     "masked_mean",
     "pad_candidate_scores",
-    "ppo_policy_loss",
     "value_loss",
 ]
 
 KLEstimator = Literal["k1", "k2", "k3"]
 
 
-def _same_shape(reference_name: str, reference: Tensor, **others: Optional[Tensor]) -> None:
+def check_same_shape(reference_name: str, reference: Tensor, **others: Optional[Tensor]) -> None:
+    """Raise unless every tensor of ``others`` (``None`` skipped) has ``reference``'s shape.
+
+    Raises:
+        InputError: Naming the first tensor whose shape differs.
+    """
     for name, tensor in others.items():
         if tensor is not None and tuple(tensor.shape) != tuple(reference.shape):
             raise InputError(
@@ -55,7 +62,7 @@ def masked_mean(x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
     """
     if mask is None:
         return x.mean()
-    _same_shape("x", x, mask=mask)
+    check_same_shape("x", x, mask=mask)
     weights = mask.to(device=x.device, dtype=x.dtype)
     return (x * weights).sum() / weights.sum().clamp(min=1.0)
 
@@ -79,7 +86,7 @@ def kl_estimate(log_probs: Tensor, ref_log_probs: Tensor, estimator: KLEstimator
     Raises:
         InputError: On a shape mismatch or an unknown estimator.
     """
-    _same_shape("log_probs", log_probs, ref_log_probs=ref_log_probs)
+    check_same_shape("log_probs", log_probs, ref_log_probs=ref_log_probs)
     log_ratio = log_probs - ref_log_probs
     if estimator == "k1":
         return log_ratio
@@ -88,70 +95,6 @@ def kl_estimate(log_probs: Tensor, ref_log_probs: Tensor, estimator: KLEstimator
     if estimator == "k3":
         return torch.expm1(-log_ratio) + log_ratio
     raise InputError(f"estimator={estimator!r} is not a KL estimator; use 'k1', 'k2' or 'k3'.")
-
-
-def ppo_policy_loss(
-    log_probs: Tensor,
-    old_log_probs: Tensor,
-    advantages: Tensor,
-    clip_range: float,
-    mask: Optional[Tensor] = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO clipped surrogate loss ``-mean(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A))``.
-
-    Args:
-        log_probs: Log-probs of the taken actions under the current policy (with grad), ``[B]`` or
-            ``[B, L]``.
-        old_log_probs: Log-probs at collection time, same shape (no grad needed).
-        advantages: Advantages, same shape (token-level: a step advantage broadcast to its tokens, or
-            per-token GAE).
-        clip_range: Clip ``eps`` > 0.
-        mask: Bool ``[B, L]`` of the tokens that count, or ``None``.
-
-    Returns:
-        ``(loss, stats)``: the 0-d loss and detached 0-d stats ``clip_fraction`` (fraction of entries
-        with ``|ratio - 1| > eps``), ``approx_kl`` (k3 estimate of ``KL(pi_old || pi)``),
-        ``ratio_mean`` and ``ratio_max``.
-
-    Raises:
-        InputError: On a shape mismatch or ``clip_range <= 0``.
-    """
-    if not clip_range > 0:
-        raise InputError(f"clip_range={clip_range!r} must be > 0; PPO usually uses 0.1 to 0.3.")
-    _same_shape("log_probs", log_probs, old_log_probs=old_log_probs, advantages=advantages, mask=mask)
-    advantages = advantages.detach()
-    log_ratio = log_probs - old_log_probs.detach()
-    ratio = torch.exp(log_ratio)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
-    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
-    with torch.no_grad():
-        clip_hits = ((ratio - 1.0).abs() > clip_range).to(ratio.dtype)
-        stats = {
-            "clip_fraction": masked_mean(clip_hits, mask),
-            "approx_kl": masked_mean(kl_estimate(old_log_probs.detach(), log_probs.detach(), "k3"), mask),
-            "ratio_mean": masked_mean(ratio, mask),
-            "ratio_max": ratio[mask.to(torch.bool)].max() if mask is not None and bool(mask.any()) else ratio.max(),
-        }
-    return loss, {key: value.detach() for key, value in stats.items()}
-
-
-def a2c_policy_loss(log_probs: Tensor, advantages: Tensor, mask: Optional[Tensor] = None) -> Tensor:
-    """Advantage actor-critic policy loss ``-mean(log pi(a) * A)`` (advantages are not differentiated).
-
-    Args:
-        log_probs: Log-probs of the taken actions (with grad), ``[B]`` or ``[B, L]``.
-        advantages: Advantages, same shape.
-        mask: Bool ``[B, L]`` of the tokens that count, or ``None``.
-
-    Returns:
-        The 0-d loss.
-
-    Raises:
-        InputError: On a shape mismatch.
-    """
-    _same_shape("log_probs", log_probs, advantages=advantages, mask=mask)
-    return masked_mean(-log_probs * advantages.detach(), mask)
 
 
 def value_loss(
@@ -180,7 +123,7 @@ def value_loss(
     Raises:
         InputError: On a shape mismatch, ``clip_range <= 0``, or ``clip_range`` without ``old_values``.
     """
-    _same_shape("values", values, returns=returns, old_values=old_values, mask=mask)
+    check_same_shape("values", values, returns=returns, old_values=old_values, mask=mask)
     returns = returns.detach()
     squared = (values - returns) ** 2
     if clip_range is None:
@@ -206,7 +149,7 @@ def value_loss(
 
 def _masked_logits(logits: Tensor, mask: Optional[Tensor]) -> Tensor:
     if mask is not None:
-        _same_shape("logits", logits, mask=mask)
+        check_same_shape("logits", logits, mask=mask)
         logits = logits.masked_fill(~mask.to(device=logits.device, dtype=torch.bool), float("-inf"))
     if logits.dim() == 0 or logits.shape[-1] == 0:
         raise InputError(f"logits has shape {list(logits.shape)}; expected [..., K] with K >= 1 candidates.")

@@ -1,59 +1,249 @@
-"""On-policy algorithms: collect a rollout with an agent on a vector env, then update.
+"""What every on-policy algorithm shares: rollout collection, the epoch sent to the LLM, the loop.
 
-``PPO(agent, envs, config).learn(total_env_steps)`` is the library-level API; the config-driven
-:class:`~llmgym.algorithms.trainer.Trainer` adds logging, evaluation and checkpoints around it.
+An algorithm (:class:`~llmgym.algorithms.ppo.PPO`, :class:`~llmgym.algorithms.a2c.A2C`) subclasses
+:class:`OnPolicyAlgorithm` and writes two methods: :meth:`~OnPolicyAlgorithm.objective` (its
+loss, run on every LLM server) and :meth:`~OnPolicyAlgorithm.train` (its epoch loop on one
+rollout). ``PPO(agent, envs, config).learn(total_env_steps)`` is the library-level API; the
+config-driven :class:`~llmgym.algorithms.trainer.Trainer` adds logging, evaluation and checkpoints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Optional
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from llmgym.agents.base import BaseAgent
-from llmgym.algorithms.buffer import RolloutBuffer
-from llmgym.algorithms.update import add_decisions, run_update
+from llmgym.agents.learning import Episode, PolicySpec
+from llmgym.algorithms.advantages import whiten
+from llmgym.algorithms.batch import UpdateBatch
+from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
+from llmgym.algorithms.protocols import Objective, PolicyBackend
+from llmgym.algorithms.updaters import PolicyUpdater
 from llmgym.config import AlgorithmConfig
-from llmgym.errors import ConfigError
+from llmgym.errors import ConfigError, InputError
 from llmgym.metrics import EpisodeStats
 
-__all__ = ["OnPolicyAlgorithm", "PPO", "A2C"]
+if TYPE_CHECKING:
+    from llmgym.envs.vector import TextVectorEnv
+
+__all__ = ["OnPolicyAlgorithm", "RolloutTargets", "minibatch_schedule", "rollout_statistics", "weighted_mean"]
 
 
-class OnPolicyAlgorithm:
-    """Rollout collection and updates for an agent whose LLM carries a PPO or A2C updater.
+def minibatch_schedule(count: int, minibatch_size: int, generator: torch.Generator) -> list[list[int]]:
+    """One epoch's minibatches: a seeded permutation of ``range(count)`` cut into runs of ``minibatch_size``.
+
+    Every sample appears exactly once; the last minibatch may be smaller. Drawn in the client, as
+    indices into the whole rollout, so every LLM server follows the same schedule.
 
     Args:
-        agent: The agent (``num_envs`` equal to the vector env's).
-        envs: A :class:`~llmgym.envs.vector.TextVectorEnv`.
-        config: The ``algorithm`` section.
-        seed: Seeds the first env reset and the minibatch order.
+        count: Samples in the rollout.
+        minibatch_size: Samples per gradient step (> 0).
+        generator: Draws the permutation (the same state gives the same schedule).
+
+    Raises:
+        InputError: ``minibatch_size`` is not a positive int.
+    """
+    if isinstance(minibatch_size, bool) or not isinstance(minibatch_size, int) or minibatch_size <= 0:
+        raise InputError(f"minibatch_size={minibatch_size!r} must be a positive int (e.g. algorithm.minibatch_size=32).")
+    order = torch.randperm(count, generator=generator).tolist()
+    return [order[i : i + minibatch_size] for i in range(0, count, minibatch_size)]
+
+
+def rollout_statistics(advantages: Tensor, values: Tensor, returns: Tensor) -> dict[str, float]:
+    """What the critic and the advantages looked like in a rollout (before whitening).
+
+    Args:
+        advantages: ``[B]`` GAE advantages.
+        values: ``[B]`` the critic's values at collection time.
+        returns: ``[B]`` the value targets (advantages + values).
+
+    Returns:
+        ``advantage_mean``, ``advantage_std``, ``advantage_abs_mean``, ``value_mean`` and ``return_mean``.
+    """
+    adv = advantages.float()
+    return {
+        "advantage_mean": float(adv.mean()),
+        "advantage_std": float(adv.std(unbiased=False)),
+        "advantage_abs_mean": float(adv.abs().mean()),
+        "value_mean": float(values.float().mean()),
+        "return_mean": float(returns.float().mean()),
+    }
+
+
+def weighted_mean(results: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Merge the per-server results of one ``llm.update`` call, weighted by their ``num_samples``."""
+    total = sum(int(r.get("num_samples", 0)) for r in results)
+    merged: dict[str, float] = {}
+    if total == 0:
+        return merged
+    for result in results:
+        weight = int(result.get("num_samples", 0)) / total
+        for key, value in result.items():
+            if key != "num_samples" and isinstance(value, (int, float)):
+                merged[key] = merged.get(key, 0.0) + float(value) * weight
+    return merged
+
+
+@dataclass(frozen=True)
+class RolloutTargets:
+    """A whole rollout ready for updates: its ``B`` transitions and their (whitened) advantages.
+
+    Attributes:
+        batch: Every transition of the buffer, in flat order.
+        advantages: ``[B]`` advantages, whitened over the whole rollout when asked (so the update
+            does not depend on how samples are split across servers).
     """
 
-    name = "ppo"
+    batch: RolloutBatch
+    advantages: Tensor
 
-    def __init__(self, agent: BaseAgent, envs: Any, config: Optional[AlgorithmConfig] = None, seed: int = 0) -> None:
+    @classmethod
+    def from_buffer(cls, buffer: RolloutBuffer, normalize_advantages: bool) -> RolloutTargets:
+        """Take every transition of a buffer whose advantages are computed."""
+        batch = buffer.get(torch.arange(len(buffer)))
+        whitened = normalize_advantages and len(batch) > 1
+        return cls(batch, whiten(batch.advantages) if whitened else batch.advantages)
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def update_batch(
+        self, objective: Objective, policy: PolicySpec, minibatches: list[list[int]], learning_rate_scale: float = 1.0
+    ) -> UpdateBatch:
+        """One epoch's payload for ``llm.update``."""
+        batch = self.batch
+        return UpdateBatch(
+            objective=objective,
+            policy=policy,
+            minibatches=minibatches,
+            old_log_probs=batch.old_log_probs,
+            old_values=batch.old_values,
+            advantages=self.advantages,
+            returns=batch.returns,
+            actions=batch.actions if batch.candidates is not None else None,
+            prompt_ids=batch.prompt_ids if batch.candidates is None else None,
+            action_ids=batch.action_ids if batch.candidates is None else None,
+            learning_rate_scale=learning_rate_scale,
+        )
+
+    def statistics(self) -> dict[str, float]:
+        """:func:`rollout_statistics` of the raw advantages."""
+        return rollout_statistics(self.batch.advantages, self.batch.old_values, self.batch.returns)
+
+
+class OnPolicyAlgorithm(abc.ABC):
+    """Collects rollouts with an agent on a vector env and updates the agent's LLM from them.
+
+    Args:
+        agent: The agent (its ``num_envs`` is set to the vector env's); ``None`` when the
+            algorithm only trains from whole episodes (LlamaGym's loop, :meth:`learn_from_episodes`).
+        envs: A :class:`~llmgym.envs.vector.TextVectorEnv`, or ``None`` likewise.
+        config: The ``algorithm`` section; its ``name`` must be this algorithm's.
+        seed: Seeds the first env reset and the minibatch order.
+
+    Raises:
+        ConfigError: ``config.name`` names another algorithm.
+        InputError: Only one of ``agent`` and ``envs`` is given.
+    """
+
+    #: The ``algorithm.name`` that selects this class.
+    name: ClassVar[str]
+
+    def __init__(
+        self,
+        agent: Optional[BaseAgent] = None,
+        envs: Optional[TextVectorEnv] = None,
+        config: Optional[AlgorithmConfig] = None,
+        seed: int = 0,
+    ) -> None:
         self.config = config if config is not None else AlgorithmConfig(name=self.name)
         if self.config.name != self.name:
-            raise ConfigError(f"algorithm.name={self.config.name!r} but {type(self).__name__} runs {self.name!r}.")
-        if agent.num_envs != envs.num_envs:
+            raise ConfigError(
+                f"algorithm.name={self.config.name!r} but {type(self).__name__} runs {self.name!r}; build the config "
+                f"with name={self.name!r} (or use the class that name selects)."
+            )
+        if (agent is None) != (envs is None):
+            raise InputError(
+                f"{type(self).__name__} got {'an agent' if envs is None else 'envs'} without "
+                f"{'envs' if envs is None else 'an agent'}; pass both to train on envs, or neither to train an agent "
+                "from its episodes (agent = MyAgent(llm, algorithm=...))."
+            )
+        if agent is not None and envs is not None and agent.num_envs != envs.num_envs:
             agent.set_num_envs(envs.num_envs)
         self.agent = agent
         self.envs = envs
-        self.buffer = RolloutBuffer(envs.num_envs, self.config.rollout_steps)
+        self.buffer = RolloutBuffer(envs.num_envs if envs is not None else 1, self.config.rollout_steps)
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.episode_stats = EpisodeStats()
         self.env_steps = 0
+        #: The training budget that ``algorithm.anneal_lr`` decays over (set by :meth:`learn`).
+        self.total_env_steps: Optional[int] = None
+        self._rollout_start_steps = 0
         self.updates = 0
         self.action_log: list[list[Any]] = []
         self._seed = seed
         self._observations: Optional[list[Any]] = None
         self._infos: list[dict[str, Any]] = []
 
+    # ------------------------------------------------------------------ what an algorithm defines
+    @abc.abstractmethod
+    def objective(self) -> Objective:
+        """The loss the LLM servers minimise on each minibatch."""
+
+    @abc.abstractmethod
+    def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: PolicySpec) -> dict[str, float]:
+        """Update ``llm`` from a buffer whose advantages are computed; return the statistics.
+
+        Args:
+            llm: The LLM that took the actions (built with :meth:`updater`).
+            buffer: The rollout.
+            policy: The distribution the actions were drawn from.
+        """
+
+    def updater(self) -> PolicyUpdater:
+        """The server-side half, to build the LLM with: ``llmgym.LLM(..., updater=algo.updater())``.
+
+        It runs whatever objective each update sends, with this config's optimizer settings
+        (learning rates, gradient clipping, accumulation).
+        """
+        return PolicyUpdater(self.config)
+
+    # ------------------------------------------------------------------ shared steps
+    def run_epoch(
+        self, llm: PolicyBackend, rollout: RolloutTargets, objective: Objective, policy: PolicySpec
+    ) -> dict[str, float]:
+        """One pass over the rollout in shuffled minibatches, one optimizer step each.
+
+        Returns:
+            Sample-weighted means of the epoch's loss statistics over all servers.
+        """
+        schedule = minibatch_schedule(len(rollout), self.config.minibatch_size, self.generator)
+        batch = rollout.update_batch(objective, policy, schedule, self.learning_rate_scale())
+        return weighted_mean(llm.update(rollout.batch.prompts, rollout.batch.candidates, batch=batch))
+
+    def learning_rate_scale(self) -> float:
+        """``1 - (env steps before the last rollout) / total_env_steps`` with ``anneal_lr``, else 1."""
+        if not self.config.anneal_lr or not self.total_env_steps:
+            return 1.0
+        return min(1.0, max(0.0, 1.0 - self._rollout_start_steps / self.total_env_steps))
+
+    def _require_envs(self) -> tuple[BaseAgent, TextVectorEnv]:
+        if self.agent is None or self.envs is None:
+            raise InputError(
+                f"{type(self).__name__} was built without an agent and envs; build it as "
+                f"{type(self).__name__}(agent, envs, config) to collect rollouts."
+            )
+        return self.agent, self.envs
+
     def _reset_envs(self) -> None:
-        self._observations, self._infos = self.envs.reset(seed=self._seed)
+        _, envs = self._require_envs()
+        self._observations, self._infos = envs.reset(seed=self._seed)
 
     def collect_rollout(self) -> dict[str, float]:
         """Fill the buffer with ``rollout_steps`` vector steps and compute advantages.
@@ -61,18 +251,20 @@ class OnPolicyAlgorithm:
         Returns:
             Rollout statistics (invalid-action rate, mean reward per step).
         """
+        agent, envs = self._require_envs()
         if self._observations is None:
             self._reset_envs()
+        self._rollout_start_steps = self.env_steps
         self.buffer.reset()
         parse_failures = 0
         reward_sum = 0.0
         for _ in range(self.config.rollout_steps):
-            actions = self.agent.act_batch(self._observations or [], self._infos)
-            decisions = self.agent.last_decisions
-            observations, rewards, terminated, truncated, infos = self.envs.step(actions)
+            actions = agent.act_batch(self._observations or [], self._infos)
+            decisions = agent.last_decisions
+            observations, rewards, terminated, truncated, infos = envs.step(actions)
             self.action_log.append(list(actions))
-            shaped, truncation_values = self.agent.observe(rewards, terminated, truncated, infos)
-            add_decisions(self.buffer, decisions, shaped, terminated, truncated, truncation_values)
+            shaped, truncation_values = agent.observe(rewards, terminated, truncated, infos)
+            self.buffer.add_decisions(decisions, shaped, terminated, truncated, truncation_values)
             for i in np.flatnonzero(terminated | truncated):
                 episode = infos[int(i)].get("episode")
                 if episode is not None:
@@ -83,21 +275,18 @@ class OnPolicyAlgorithm:
             parse_failures += sum(d.parse_failed for d in decisions)
             reward_sum += float(shaped.sum())
             self._observations, self._infos = observations, infos
-            self.env_steps += self.envs.num_envs
-        last = self.agent.values_of(dict(enumerate(self._observations or [])))
+            self.env_steps += envs.num_envs
+        last = agent.values_of(dict(enumerate(self._observations or [])))
         self.buffer.compute_returns_and_advantages(
-            [last[i] for i in range(self.envs.num_envs)], self.config.gamma, self.config.gae_lambda
+            [last[i] for i in range(envs.num_envs)], self.config.gamma, self.config.gae_lambda
         )
-        steps = self.config.rollout_steps * self.envs.num_envs
+        steps = self.config.rollout_steps * envs.num_envs
         return {"invalid_action_rate": parse_failures / steps, "reward_per_step": reward_sum / steps}
 
     def update(self) -> dict[str, float]:
-        """Run the updates on the collected rollout."""
-        agent = self.agent.config
-        stats = run_update(
-            self.agent.llm, self.buffer, self.config, self.generator, agent.temperature, agent.score_normalize,
-            self.agent.sampling(),
-        )
+        """Train on the collected rollout (:meth:`train`)."""
+        agent, _ = self._require_envs()
+        stats = self.train(agent.llm, self.buffer, agent.policy_spec())
         self.updates += 1
         return stats
 
@@ -107,13 +296,15 @@ class OnPolicyAlgorithm:
         """Alternate rollouts and updates until ``total_env_steps`` env steps are taken.
 
         Args:
-            total_env_steps: Env steps summed over envs (rounded up to whole rollouts).
+            total_env_steps: Env steps summed over envs (rounded up to whole rollouts); also the
+                budget ``algorithm.anneal_lr`` decays the learning rates over.
             callback: Called after each update with the algorithm and the iteration's metrics.
 
         Returns:
             The last iteration's metrics.
         """
         metrics: dict[str, float] = {}
+        self.total_env_steps = total_env_steps
         while self.env_steps < total_env_steps:
             metrics = self.collect_rollout()
             metrics.update(self.update())
@@ -122,13 +313,61 @@ class OnPolicyAlgorithm:
                 callback(self, metrics)
         return metrics
 
+    def learn_from_episodes(self, agent: BaseAgent, episodes: Sequence[Episode]) -> dict[str, float]:
+        """One update of ``agent.llm`` from whole episodes (LlamaGym's ``terminate_episode`` flow).
+
+        Args:
+            agent: The agent that took the decisions (its ``llm`` and ``policy_spec()``).
+            episodes: Finished episodes, each with a decision and a reward per step.
+
+        Returns:
+            The statistics of :meth:`train_on_episodes`.
+        """
+        return self.train_on_episodes(agent.llm, agent.policy_spec(), episodes)
+
+    def train_on_episodes(self, llm: PolicyBackend, policy: PolicySpec, episodes: Sequence[Episode]) -> dict[str, float]:
+        """One update from whole episodes.
+
+        The episodes are laid end to end in a one-env buffer whose every episode ends in a
+        terminal step, so GAE never crosses an episode boundary; then :meth:`train`.
+
+        Args:
+            llm: The LLM that took the decisions.
+            policy: The distribution the decisions were drawn from.
+            episodes: Finished episodes, each with a decision and a reward per step.
+
+        Returns:
+            The update's statistics plus ``episode_return`` (mean) and ``episodes``.
+
+        Raises:
+            InputError: No episode, or an episode with no decision or a reward count that differs.
+        """
+        bad = [i for i, ep in enumerate(episodes) if not ep.decisions or len(ep.rewards) != len(ep.decisions)]
+        if not episodes or bad:
+            raise InputError(
+                f"train_on_episodes needs episodes with one reward per decision; got {len(episodes)} episodes, "
+                f"malformed: {bad[:5]}."
+            )
+        buffer = RolloutBuffer(num_envs=1, num_steps=sum(len(ep.decisions) for ep in episodes))
+        for episode in episodes:
+            last = len(episode.decisions) - 1
+            for t, (decision, reward) in enumerate(zip(episode.decisions, episode.rewards)):
+                buffer.add_decisions([decision], [reward], [t == last], [False])
+        buffer.compute_returns_and_advantages([0.0], self.config.gamma, self.config.gae_lambda)
+        stats = self.train(llm, buffer, policy)
+        self.updates += 1
+        returns = [sum(ep.rewards) for ep in episodes]
+        return {**stats, "episode_return": sum(returns) / len(returns), "episodes": float(len(episodes))}
+
+    # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
         """JSON-able state for exact resumption (counters, env action log, agent histories)."""
+        agent, _ = self._require_envs()
         return {
             "env_steps": self.env_steps,
             "updates": self.updates,
             "action_log": self.action_log,
-            "histories": self.agent.history_state(),
+            "histories": agent.history_state(),
             "episode_stats": {
                 "returns": list(self.episode_stats.returns),
                 "lengths": list(self.episode_stats.lengths),
@@ -139,15 +378,17 @@ class OnPolicyAlgorithm:
 
     def generator_states(self) -> dict[str, torch.Tensor]:
         """RNG states of the minibatch order and the agent's sampling."""
-        return {"minibatch": self.generator.get_state(), "agent": self.agent.generator.get_state()}
+        agent, _ = self._require_envs()
+        return {"minibatch": self.generator.get_state(), "agent": agent.generator.get_state()}
 
     def load_state_dict(self, state: dict[str, Any], generators: dict[str, torch.Tensor]) -> None:
         """Restore :meth:`state_dict`: replay the env actions from the seeded reset, then the histories."""
+        agent, envs = self._require_envs()
         self._reset_envs()
         for actions in state["action_log"]:
-            self._observations, _, _, _, self._infos = self.envs.step(actions)
+            self._observations, _, _, _, self._infos = envs.step(actions)
         self.action_log = [list(a) for a in state["action_log"]]
-        self.agent.load_history_state(state["histories"])
+        agent.load_history_state(state["histories"])
         self.env_steps = int(state["env_steps"])
         self.updates = int(state["updates"])
         stats = state["episode_stats"]
@@ -156,16 +397,4 @@ class OnPolicyAlgorithm:
         self.episode_stats.successes.extend(stats["successes"])
         self.episode_stats.episodes = int(stats["episodes"])
         self.generator.set_state(generators["minibatch"])
-        self.agent.generator.set_state(generators["agent"])
-
-
-class PPO(OnPolicyAlgorithm):
-    """Proximal Policy Optimization (the LLM must carry a :class:`~llmgym.algorithms.updaters.PPOUpdater`)."""
-
-    name = "ppo"
-
-
-class A2C(OnPolicyAlgorithm):
-    """Advantage Actor-Critic (the LLM must carry an :class:`~llmgym.algorithms.updaters.A2CUpdater`)."""
-
-    name = "a2c"
+        agent.generator.set_state(generators["agent"])

@@ -19,8 +19,9 @@ import torch
 import yaml
 
 from llmgym.agents.base import BaseAgent
-from llmgym.algorithms.on_policy import A2C, PPO, OnPolicyAlgorithm
-from llmgym.algorithms.updaters import A2CUpdater, PPOUpdater
+from llmgym.algorithms.on_policy import OnPolicyAlgorithm
+from llmgym.algorithms.registry import algorithm_class
+from llmgym.algorithms.updaters import PolicyUpdater
 from llmgym.checkpoint import (
     capture_rng_state,
     check_resume_config,
@@ -62,13 +63,13 @@ __all__ = [
 
 
 def resolve_updater(config: AlgorithmConfig) -> Updater:
-    """The updater named by the config: PPO/A2C, or a user class given as ``'module:Class'``.
+    """The updater named by the config: the generic policy updater, or a user class ``'module:Class'``.
 
     A user class is instantiated with the algorithm config when its constructor accepts it,
     else without arguments.
     """
     if config.updater is None:
-        return PPOUpdater(config) if config.name == "ppo" else A2CUpdater(config)
+        return PolicyUpdater(config)
     module_name, _, class_name = config.updater.partition(":")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
@@ -137,9 +138,9 @@ def build_agent(config: Config, llm: Any, num_envs: int, system_prompt: Optional
     if system_prompt is not None and agent_config.system_prompt is None:
         agent_config = type(agent_config)(**{**config_to_dict(agent_config), "system_prompt": system_prompt})
     if agent_config.type == "scoring":
-        return ScoringAgent(llm, agent_config, num_envs=num_envs, algorithm=config.algorithm, seed=config.train.seed)
+        return ScoringAgent(llm, agent_config, num_envs=num_envs, seed=config.train.seed)
     cls = {"generative": GenerativeAgent, "token": TokenAgent}[agent_config.type]
-    return cls(llm, agent_config, num_envs=num_envs, algorithm=config.algorithm, seed=config.train.seed)
+    return cls(llm, agent_config, num_envs=num_envs, seed=config.train.seed)
 
 
 def make_envs(config: Config, num_envs: Optional[int] = None) -> Any:
@@ -288,8 +289,9 @@ class Trainer:
         self.system_prompt = _env_instructions(config)
         self.envs = make_envs(config)
         self.agent = build_agent(config, self.llm, self.envs.num_envs, self.system_prompt)
-        algorithm_cls = PPO if config.algorithm.name == "ppo" else A2C
+        algorithm_cls = algorithm_class(config.algorithm.name)
         self.algorithm: OnPolicyAlgorithm = algorithm_cls(self.agent, self.envs, config.algorithm, seed=train.seed)
+        self.algorithm.total_env_steps = train.total_env_steps
         self.eval_agent = build_agent(config, self.llm, _eval_width(config, train.eval_episodes), self.system_prompt)
         self.evaluations: list[dict[str, float]] = []
         self._last_checkpoint_steps = 0

@@ -51,7 +51,7 @@ from typing import Any, Optional
 
 import torch
 
-from llmgym.agents.base import Decision
+from llmgym.agents.learning import Decision, Episode, PolicySpec
 from llmgym.config import AlgorithmConfig, ModelConfig
 from llmgym.errors import ConfigError, InputError, require
 from llmgym.llm.modules import VALUE_KEY
@@ -440,7 +440,7 @@ class Agent(abc.ABC):
         generate_config_dict: Optional[Mapping[str, Any]] = None,
         ppo_config_dict: Optional[Mapping[str, Any]] = None,
     ) -> None:
-        from llmgym.algorithms.updaters import PPOUpdater
+        from llmgym.algorithms.ppo import PPO
         from llmgym.llm.adapters import is_peft_model
         from llmgym.llm.client import LLM
         from llmgym.llm.modules import ValueHead
@@ -461,13 +461,12 @@ class Agent(abc.ABC):
                 "is the model with its adapter disabled); pass peft_config= to from_pretrained or set init_kl_coef=0."
             )
         self._generation_kwargs, self.sampling = generation_settings(generate_config_dict, hf_model.generation_config)
-        self._algorithm = self.ppo_config.algorithm()
+        self._ppo = PPO(config=self.ppo_config.algorithm(), seed=self.ppo_config.seed)
         name = str(getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__)
         self.policy = LLM(
             ModelConfig(name=name),
-            {VALUE_KEY: ValueHead(hidden_sizes=())}, PPOUpdater(self._algorithm), model=hf_model, tokenizer=tokenizer,
+            {VALUE_KEY: ValueHead(hidden_sizes=())}, self._ppo.updater(), model=hf_model, tokenizer=tokenizer,
         )
-        self._generator = torch.Generator().manual_seed(self.ppo_config.seed)
         self._last_ids: tuple[list[int], list[int]] = ([], [])
         self._episode_ids: list[tuple[list[int], list[int]]] = []
         self.current_batch: dict[str, list[torch.Tensor]] = {"queries": [], "responses": [], "rewards": []}
@@ -591,8 +590,6 @@ class Agent(abc.ABC):
         Old log-probs (under :attr:`sampling`) and values are computed with the current weights,
         as TRL does. Returns TRL's statistic names where llmgym has the statistic.
         """
-        from llmgym.algorithms.update import update_from_episodes
-
         prompt_ids = [[int(t) for t in q.reshape(-1)] for q in queries]
         action_ids = [[int(t) for t in r.reshape(-1)] for r in responses]
         olds = self.policy.token_logprobs(prompt_ids, action_ids, keys=[VALUE_KEY], require_grad=False, sampling=self.sampling)
@@ -603,8 +600,8 @@ class Agent(abc.ABC):
                 response=self.tokenizer.decode(action), log_prob=float(old["logprobs"].sum()),
                 value=float(old[VALUE_KEY].reshape(-1)[0]), action_ids=action, token_log_probs=old["logprobs"],
             )
-            episodes.append(([decision], [float(reward)]))
-        stats = update_from_episodes(self.policy, episodes, self._algorithm, self._generator, sampling=self.sampling)
+            episodes.append(Episode([decision], [float(reward)]))
+        stats = self._ppo.train_on_episodes(self.policy, PolicySpec(sampling=self.sampling), episodes)
         scores = torch.tensor([float(r) for r in rewards])
         named = {_TRL_STAT_NAMES.get(key, f"ppo/{key}"): value for key, value in stats.items()}
         named["ppo/std_scores"] = float(scores.std()) if len(scores) > 1 else 0.0

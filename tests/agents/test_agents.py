@@ -182,11 +182,11 @@ class BlackjackAgent(Agent):
 
 
 def test_llamagym_blackjack_loop_runs_and_trains():
-    from llmgym.algorithms.updaters import PPOUpdater
+    from llmgym.algorithms import PPO
 
-    algorithm = AlgorithmConfig(learning_rate=1e-3, minibatch_size=4, epochs=1)
-    llm = _llm(PPOUpdater(algorithm))
-    agent = BlackjackAgent(llm, AgentConfig(max_new_tokens=4), algorithm=algorithm, episodes_per_update=2)
+    ppo = PPO(config=AlgorithmConfig(learning_rate=1e-3, minibatch_size=4, epochs=1))
+    llm = _llm(ppo.updater())
+    agent = BlackjackAgent(llm, AgentConfig(max_new_tokens=4), algorithm=ppo, episodes_per_update=2)
     env = gym.make("llmgym/Blackjack-Text-v0")
     stats_seen = []
     for episode in range(2):
@@ -232,3 +232,18 @@ def test_token_agent_sends_one_token_per_step_and_eos_ends_the_episode():
     agent.observe([0.0], [True], [False])
     obs, info = env.reset(seed=1)
     assert agent.act_batch([obs], [info]) == [" good"]  # the space is kept: tokens are sent verbatim
+
+
+def test_the_loop_api_is_trained_by_an_algorithm_object_only():
+    from llmgym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"algorithm=llmgym.PPO\(config=...\)"):
+        BlackjackAgent(_llm(None), algorithm=AlgorithmConfig())
+    with pytest.raises(ConfigError, match="no learn_from_episodes"):
+        BlackjackAgent(_llm(None), algorithm=object())
+    agent = BlackjackAgent(_llm(None), AgentConfig(max_new_tokens=2), episodes_per_update=1)
+    agent.act((14, 10, False))
+    agent.assign_reward(1.0)
+    with pytest.raises(ConfigError, match="has no algorithm"):
+        agent.terminate_episode()
+    assert agent.terminate_episode(train=False) == {}

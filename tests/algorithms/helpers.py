@@ -29,7 +29,7 @@ def tiny_config(tmp_path, env_id: str, *overrides: str) -> Config:
 
 def build(config: Config, seed: int = 0, arch: str = "llama"):
     """(llm, envs, agent, algorithm) for a config, on a fresh tiny model."""
-    from llmgym.algorithms import A2C, PPO
+    from llmgym.algorithms import algorithm_class
     from llmgym.algorithms.trainer import build_agent, build_llm, make_envs
     from llmgym.testing import tiny_causal_lm
 
@@ -37,5 +37,5 @@ def build(config: Config, seed: int = 0, arch: str = "llama"):
     llm = build_llm(config, model=model, tokenizer=tokenizer)
     envs = make_envs(config)
     agent = build_agent(config, llm, envs.num_envs)
-    cls = PPO if config.algorithm.name == "ppo" else A2C
+    cls = algorithm_class(config.algorithm.name)
     return llm, envs, agent, cls(agent, envs, config.algorithm, seed=config.train.seed)

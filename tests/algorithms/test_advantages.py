@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgym.algorithms.advantages import compute_gae, compute_token_gae, whiten
+from llmgym.algorithms.advantages import compute_gae, whiten
 from llmgym.errors import InputError
 
 GAMMAS = [0.9, 0.99, 1.0]
@@ -154,31 +154,6 @@ def test_lambda_one_equals_monte_carlo_and_lambda_zero_is_td(steps, envs, gamma,
     torch.testing.assert_close(adv0, rewards + gamma * next_v - values)
 
 
-@pytest.mark.parametrize("gamma", GAMMAS)
-@pytest.mark.parametrize("lam", GAMMAS)
-def test_token_gae_matches_step_gae_on_a_terminal_sequence(gamma, lam):
-    g = torch.Generator().manual_seed(0)
-    rewards, values = torch.randn(2, 5, generator=g), torch.randn(2, 5, generator=g)
-    mask = torch.ones(2, 5, dtype=torch.bool)
-    adv, ret = compute_token_gae(rewards, values, mask, gamma, lam)
-    terminated = torch.zeros(5, 2, dtype=torch.bool)
-    terminated[-1] = True
-    ref_adv, ref_ret = compute_gae(rewards.T, values.T, terminated, torch.zeros_like(terminated), torch.zeros(2), gamma, lam)
-    torch.testing.assert_close(adv, ref_adv.T)
-    torch.testing.assert_close(ret, ref_ret.T)
-
-
-def test_token_gae_skips_padding_and_bootstraps_last_value():
-    rewards = torch.tensor([[0.0, 1.0, 2.0, 0.0], [9.0, 1.0, 9.0, 2.0]])
-    values = torch.tensor([[7.0, 0.5, 0.25, 7.0], [7.0, 0.5, 7.0, 0.25]])
-    mask = torch.tensor([[False, True, True, False], [False, True, False, True]])  # left pad / gap
-    adv, ret = compute_token_gae(rewards, values, mask, 0.9, 0.8, last_values=torch.tensor([4.0, 4.0]))
-    a_last = 2.0 + 0.9 * 4.0 - 0.25
-    a_first = 1.0 + 0.9 * 0.25 - 0.5 + 0.9 * 0.8 * a_last
-    torch.testing.assert_close(adv, torch.tensor([[0.0, a_first, a_last, 0.0], [0.0, a_first, 0.0, a_last]]))
-    torch.testing.assert_close(ret, torch.where(mask, adv + values, torch.zeros_like(values)))
-
-
 def test_whiten_full_and_masked():
     x = torch.tensor([1.0, 2.0, 3.0, 4.0])
     w = whiten(x)
@@ -198,25 +173,8 @@ def test_whiten_full_and_masked():
     assert math.isfinite(float(whiten(torch.ones(3)).sum()))
 
 
-def test_kl_penalized_token_rewards():
-    from llmgym.algorithms.advantages import kl_penalized_token_rewards
-
-    logp = torch.tensor([[-1.0, -1.0, 0.0], [0.0, -2.0, -0.5]])
-    ref = torch.tensor([[-1.5, -1.0, 0.0], [0.0, -1.0, -0.5]])
-    mask = torch.tensor([[True, True, False], [False, True, True]])
-    rewards, kl = kl_penalized_token_rewards(torch.tensor([1.0, 2.0]), logp, ref, mask, kl_coef=0.1)
-    torch.testing.assert_close(kl, torch.tensor([[0.5, 0.0, 0.0], [0.0, -1.0, 0.0]]))
-    torch.testing.assert_close(rewards, torch.tensor([[-0.05, 1.0, 0.0], [0.0, 0.1, 2.0]]))
-    with pytest.raises(InputError, match="kl_coef"):
-        kl_penalized_token_rewards(torch.zeros(2), logp, ref, mask, kl_coef=-1.0)
-    with pytest.raises(InputError, match="without any True"):
-        kl_penalized_token_rewards(torch.zeros(2), logp, ref, mask & torch.tensor([[True] * 3, [False] * 3]), 0.1)
-    with pytest.raises(InputError, match="scores"):
-        kl_penalized_token_rewards(torch.zeros(3), logp, ref, mask, 0.1)
-
-
 def test_rollout_statistics_by_hand():
-    from llmgym.algorithms.update import rollout_statistics
+    from llmgym.algorithms.on_policy import rollout_statistics
 
     stats = rollout_statistics(torch.tensor([1.0, -3.0]), torch.tensor([0.5, 1.5]), torch.tensor([1.5, -1.5]))
     assert stats == {

@@ -66,7 +66,7 @@ def test_token_level_padding_and_default_log_probs():
     )
     torch.testing.assert_close(buf.log_probs[0], torch.tensor([-3.5, -0.25]))
     buf.compute_returns_and_advantages([0.0, 0.0], 1.0, 1.0)
-    (batch,) = list(buf.minibatches(4, shuffle=False))
+    batch = buf.get(torch.arange(len(buf)))
     assert batch.action_ids == [[5, 6, 7], [8]]
     torch.testing.assert_close(batch.old_token_log_probs, torch.tensor([[-1.0, -2.0, -0.5], [-0.25, 0.0, 0.0]]))
     torch.testing.assert_close(batch.action_mask, torch.tensor([[True, True, True], [True, False, False]]))
@@ -74,39 +74,17 @@ def test_token_level_padding_and_default_log_probs():
 
 
 @settings(max_examples=30, deadline=None)
-@given(
-    envs=st.integers(1, 4),
-    steps=st.integers(1, 5),
-    batch_size=st.integers(1, 25),
-    seed=st.integers(0, 1000),
-    shuffle=st.booleans(),
-)
-def test_every_transition_exactly_once(envs, steps, batch_size, seed, shuffle):
+@given(envs=st.integers(1, 4), steps=st.integers(1, 5), seed=st.integers(0, 1000))
+def test_get_returns_each_transition_with_its_fields(envs, steps, seed):
     buf = RolloutBuffer(envs, steps)
     fill_action_level(buf, seed)
     buf.compute_returns_and_advantages(torch.zeros(envs), 0.99, 0.95)
-    batches = list(buf.minibatches(batch_size, torch.Generator().manual_seed(seed), shuffle=shuffle))
-    seen = torch.cat([b.indices for b in batches])
-    assert sorted(seen.tolist()) == list(range(envs * steps))
-    assert all(len(b) == batch_size for b in batches[:-1]) and 0 < len(batches[-1]) <= batch_size
-    for b in batches:
-        assert b.advantages.shape == b.returns.shape == b.old_values.shape == (len(b),)
-        assert len(b.prompts) == len(b.candidates) == len(b)
-        assert b.prompts == [f"p{t}-{n}" for t, n in zip(b.step_indices.tolist(), b.env_indices.tolist())]
-    dropped = list(buf.minibatches(batch_size, torch.Generator().manual_seed(seed), drop_last=True))
-    assert len(dropped) == (envs * steps) // batch_size
-    if not shuffle:
-        assert seen.tolist() == list(range(envs * steps))
-
-
-def test_minibatches_deterministic_under_generator():
-    buf = RolloutBuffer(3, 4)
-    fill_action_level(buf)
-    buf.compute_returns_and_advantages(torch.zeros(3), 0.99, 0.95)
-    first = [b.indices.tolist() for b in buf.minibatches(5, torch.Generator().manual_seed(3))]
-    second = [b.indices.tolist() for b in buf.minibatches(5, torch.Generator().manual_seed(3))]
-    other = [b.indices.tolist() for b in buf.minibatches(5, torch.Generator().manual_seed(4))]
-    assert first == second and first != other
+    order = torch.randperm(envs * steps, generator=torch.Generator().manual_seed(seed))
+    b = buf.get(order)
+    assert b.indices.tolist() == order.tolist()
+    assert b.advantages.shape == b.returns.shape == b.old_values.shape == (len(b),)
+    assert len(b.prompts) == len(b.candidates) == len(b)
+    assert b.prompts == [f"p{t}-{n}" for t, n in zip(b.step_indices.tolist(), b.env_indices.tolist())]
 
 
 def test_episode_bookkeeping_spans_rollouts():
@@ -163,7 +141,7 @@ def test_overfull_inconsistent_fields_and_order_errors():
         buf.compute_returns_and_advantages([0, 0], 0.9, 0.9)
     buf.add(**_base(prompt_ids=[[1], [2]]))
     with pytest.raises(InputError, match="compute_returns_and_advantages"):
-        buf.minibatches(1)
+        buf.get(torch.arange(2))
     with pytest.raises(InputError, match="is full"):
         buf.add(**_base(prompt_ids=[[1], [2]]))
     buf2 = RolloutBuffer(2, 2)
@@ -171,8 +149,6 @@ def test_overfull_inconsistent_fields_and_order_errors():
     with pytest.raises(InputError, match="same fields"):
         buf2.add(**_base())
     buf.compute_returns_and_advantages([0, 0], 0.9, 0.9)
-    with pytest.raises(InputError, match="batch_size=0"):
-        buf.minibatches(0)
     with pytest.raises(InputError, match=r"indices must lie in \[0, 2\)"):
         buf.get(torch.tensor([2]))
     with pytest.raises(InputError, match="last_values"):

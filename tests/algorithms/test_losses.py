@@ -6,84 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmgym.algorithms.losses import (
-    a2c_policy_loss,
     categorical_entropy,
     categorical_log_prob,
     kl_estimate,
     masked_mean,
     pad_candidate_scores,
-    ppo_policy_loss,
     value_loss,
 )
 from llmgym.errors import InputError
-
-
-def test_ppo_ratio_one_gives_minus_mean_advantage():
-    logp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
-    adv = torch.tensor([1.0, -2.0, 0.5])
-    loss, stats = ppo_policy_loss(logp, logp.detach().clone(), adv, 0.2)
-    assert loss.item() == pytest.approx(-adv.mean().item())
-    assert stats["clip_fraction"].item() == 0.0
-    assert stats["approx_kl"].item() == pytest.approx(0.0, abs=1e-7)
-    assert stats["ratio_mean"].item() == pytest.approx(1.0)
-    loss.backward()
-    torch.testing.assert_close(logp.grad, -adv / 3)
-    assert all(not v.requires_grad for v in stats.values())
-
-
-@pytest.mark.parametrize(
-    ("ratio", "adv", "expected", "clipped_grad"),
-    [
-        (1.5, 1.0, -1.2, True),  # positive advantage, ratio above 1+eps: clipped, no gradient
-        (1.5, -1.0, 1.5, False),  # negative advantage, ratio above: unclipped term is the max
-        (0.5, 1.0, -0.5, False),  # positive advantage, ratio below 1-eps: unclipped is pessimistic
-        (0.5, -1.0, 0.8, True),  # negative advantage, ratio below: clipped at 0.8
-        (1.1, 2.0, -2.2, False),  # inside the clip range
-    ],
-)
-def test_ppo_clipping_by_hand(ratio, adv, expected, clipped_grad):
-    old = torch.tensor([-1.0])
-    logp = (old + math.log(ratio)).clone().requires_grad_(True)
-    loss, stats = ppo_policy_loss(logp, old, torch.tensor([adv]), 0.2)
-    assert loss.item() == pytest.approx(expected, rel=1e-5)
-    assert stats["clip_fraction"].item() == (0.0 if ratio == 1.1 else 1.0)
-    assert stats["approx_kl"].item() == pytest.approx(ratio - 1 - math.log(ratio), rel=1e-4)
-    loss.backward()
-    if clipped_grad:
-        assert logp.grad.item() == 0.0
-    else:
-        assert logp.grad.item() == pytest.approx(-adv * ratio, rel=1e-5)
-
-
-def test_ppo_token_level_mask():
-    old = torch.zeros(2, 3)
-    logp = torch.zeros(2, 3)
-    logp[1, 2] = 5.0  # masked out: would be clipped and dominate
-    adv = torch.tensor([[1.0, 1.0, 1.0], [3.0, 3.0, 3.0]])
-    mask = torch.tensor([[True, True, True], [True, False, False]])
-    loss, stats = ppo_policy_loss(logp, old, adv, 0.2, mask)
-    assert loss.item() == pytest.approx(-(1 + 1 + 1 + 3) / 4)
-    assert stats["clip_fraction"].item() == 0.0
-    assert stats["ratio_max"].item() == pytest.approx(1.0)
-
-
-def test_ppo_errors():
-    with pytest.raises(InputError, match="clip_range=0"):
-        ppo_policy_loss(torch.zeros(2), torch.zeros(2), torch.zeros(2), 0)
-    with pytest.raises(InputError, match="advantages has shape"):
-        ppo_policy_loss(torch.zeros(2), torch.zeros(2), torch.zeros(3), 0.2)
-
-
-def test_a2c_loss():
-    logp = torch.tensor([-1.0, -2.0], requires_grad=True)
-    adv = torch.tensor([2.0, -1.0], requires_grad=True)
-    loss = a2c_policy_loss(logp, adv)
-    assert loss.item() == pytest.approx(-(-1 * 2 + -2 * -1) / 2)
-    loss.backward()
-    torch.testing.assert_close(logp.grad, torch.tensor([-1.0, 0.5]))
-    assert adv.grad is None
-    mask = torch.tensor([True, False])
-    assert a2c_policy_loss(logp, adv, mask).item() == pytest.approx(2.0)
 
 
 def test_value_loss_plain_and_clipped_by_hand():

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from llmgym.agents import GenerativeAgent
-from llmgym.algorithms.update import update_from_episodes
-from llmgym.algorithms.updaters import PPOUpdater
+from llmgym.agents.learning import Episode
+from llmgym.algorithms import PPO
 from llmgym.config import AgentConfig, AlgorithmConfig, ModelConfig
 from llmgym.errors import InputError
 from llmgym.llm.local import LocalLLM
@@ -61,8 +61,8 @@ def test_generative_agent_trains_on_the_distribution_it_samples_from(tiny_llama)
             return Sampling(temperature=0.8, top_k=0, top_p=0.7)
 
     model, tok = tiny_llama
-    algorithm = AlgorithmConfig(learning_rate=1e-9, head_learning_rate=1e-9, epochs=1, minibatch_size=64)
-    llm = LocalLLM(ModelConfig(name="tiny"), {"value": ValueHead()}, PPOUpdater(algorithm),
+    ppo = PPO(config=AlgorithmConfig(learning_rate=1e-9, head_learning_rate=1e-9, epochs=1, minibatch_size=64))
+    llm = LocalLLM(ModelConfig(name="tiny"), {"value": ValueHead()}, ppo.updater(),
                    model=model, tokenizer=tok)
     agent = Nucleus(llm, AgentConfig(use_chat_template=False, max_new_tokens=5))
     torch.manual_seed(0)
@@ -73,7 +73,7 @@ def test_generative_agent_trains_on_the_distribution_it_samples_from(tiny_llama)
         rescored = llm.token_logprobs([decision.prompt_ids], [decision.action_ids], require_grad=False,
                                       sampling=agent.sampling())[0]["logprobs"]
         assert decision.log_prob == pytest.approx(float(rescored.sum()), abs=1e-4)
-        episodes.append(([decision], [1.0]))
+        episodes.append(Episode([decision], [1.0]))
         agent.observe([1.0], [True], [False])
-    stats = update_from_episodes(llm, episodes, algorithm, torch.Generator().manual_seed(0), sampling=agent.sampling())
+    stats = ppo.learn_from_episodes(agent, episodes)
     assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # one minibatch: evaluated before the step

@@ -267,7 +267,7 @@ class DistributedLLM:
         results = self._request(calls)
         return gather_in_order([shares[r] for r in calls], [results[r] for r in calls], len(prompt_ids))
 
-    def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any) -> list[Any]:
+    def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any) -> list[Any]:
         """Run the Updater on every server with its share of the batch; one result per server, by rank.
 
         Every server is called, also one with an empty share (it must still join the gradient
@@ -278,14 +278,15 @@ class DistributedLLM:
             BackendError: When a server fails, or the servers' weights differ after the update
                 (an Updater that does not call ``self.llm.sync_gradients(n)`` before stepping).
         """
-        _check_lengths("update", contexts, candidates)
+        if candidates is not None:
+            _check_lengths("update", contexts, candidates)
         if "_current_batch_ids" in kwargs:
             raise InputError("update(): _current_batch_ids is set by the distributed backend; do not pass it.")
         shares = self._shares(contexts, candidates)
         calls = {
             rank: (
                 "update",
-                ([contexts[i] for i in idx], [candidates[i] for i in idx]),
+                ([contexts[i] for i in idx], None if candidates is None else [candidates[i] for i in idx]),
                 {**kwargs, "_current_batch_ids": idx},
             )
             for rank, idx in enumerate(shares)

@@ -1,0 +1,93 @@
+"""Advantage Actor-Critic (Mnih et al., 2016), synchronous, for LLM agents, all of it in one place.
+
+One update, on a rollout whose GAE advantages are computed: whiten the advantages over the
+rollout (``algorithm.normalize_advantages``), then one pass over it in shuffled minibatches of
+``algorithm.minibatch_size``, one optimizer step each on :class:`A2CObjective`:
+``-log pi(a|s) A + c_v (V - R)^2 / 2 - c_e H + c_kl KL(pi || pi_ref)``. No ratio, no clipping:
+the samples are on-policy for the one pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from torch import Tensor
+
+from llmgym.agents.learning import PolicySpec
+from llmgym.algorithms.batch import PolicyOutputs, SampleTargets
+from llmgym.algorithms.buffer import RolloutBuffer
+from llmgym.algorithms.losses import check_same_shape, masked_mean, value_loss
+from llmgym.algorithms.on_policy import OnPolicyAlgorithm, RolloutTargets
+from llmgym.algorithms.protocols import PolicyBackend
+
+__all__ = ["A2C", "A2CObjective", "a2c_policy_loss"]
+
+
+def a2c_policy_loss(log_probs: Tensor, advantages: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+    """Advantage actor-critic policy loss ``-mean(log pi(a) * A)`` (advantages are not differentiated).
+
+    Args:
+        log_probs: Log-probs of the taken actions (with grad), ``[B]`` or ``[B, L]``.
+        advantages: Advantages, same shape.
+        mask: Bool ``[B, L]`` of the tokens that count, or ``None``.
+
+    Returns:
+        The 0-d loss.
+
+    Raises:
+        InputError: On a shape mismatch.
+    """
+    check_same_shape("log_probs", log_probs, advantages=advantages, mask=mask)
+    return masked_mean(-log_probs * advantages.detach(), mask)
+
+@dataclass(frozen=True)
+class A2CObjective:
+    """A2C's loss: the policy gradient with a learned baseline, unclipped value loss, entropy bonus.
+
+    Attributes:
+        value_coef: ``c_v``.
+        entropy_coef: ``c_e``.
+        kl_coef: ``c_kl`` (0: no reference pass).
+    """
+
+    value_coef: float
+    entropy_coef: float
+    kl_coef: float
+
+    def loss(self, outputs: PolicyOutputs, targets: SampleTargets) -> tuple[Tensor, dict[str, Tensor]]:
+        """The chunk's loss and statistics (see :class:`~llmgym.algorithms.protocols.Objective`)."""
+        policy_loss = a2c_policy_loss(outputs.log_probs, targets.advantages)
+        critic_loss, critic_stats = value_loss(outputs.values, targets.returns)
+        entropy = outputs.entropy.mean()
+        ref_kl = outputs.ref_kl.mean()
+        loss = policy_loss + self.value_coef * critic_loss - self.entropy_coef * entropy + self.kl_coef * ref_kl
+        stats = {"loss": loss, "policy_loss": policy_loss, "value_loss": critic_loss, "entropy": entropy,
+                 "kl_ref": ref_kl, **critic_stats}
+        return loss, {key: value.detach() for key, value in stats.items()}
+
+
+class A2C(OnPolicyAlgorithm):
+    """Advantage Actor-Critic: one pass of policy-gradient minibatch steps per rollout.
+
+    Built and used as :class:`~llmgym.algorithms.ppo.PPO` is; ``algorithm.epochs``,
+    ``clip_range``, ``value_clip_range`` and ``target_kl`` do not apply.
+    """
+
+    name: ClassVar[str] = "a2c"
+
+    def objective(self) -> A2CObjective:
+        """A2C's loss with this config's coefficients."""
+        cfg = self.config
+        return A2CObjective(cfg.value_coef, cfg.entropy_coef, cfg.kl_coef)
+
+    def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: PolicySpec) -> dict[str, float]:
+        """One epoch over the rollout.
+
+        Returns:
+            The epoch's sample-weighted statistics, ``epochs`` (1) and the rollout's advantage,
+            value and return statistics.
+        """
+        rollout = RolloutTargets.from_buffer(buffer, self.config.normalize_advantages)
+        stats = self.run_epoch(llm, rollout, self.objective(), policy)
+        return {**stats, "epochs": 1.0, **rollout.statistics()}

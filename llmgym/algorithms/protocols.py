@@ -1,0 +1,41 @@
+"""The typed seams of the algorithms: the loss an updater runs and the LLM backend it trains."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from llmgym.algorithms.batch import PolicyOutputs, SampleTargets
+
+__all__ = ["Objective", "PolicyBackend"]
+
+
+@runtime_checkable
+class Objective(Protocol):
+    """An algorithm's loss on a chunk of samples (picklable: it travels to every LLM server)."""
+
+    @property
+    def kl_coef(self) -> float:
+        """Weight of the KL to the reference policy (> 0: the updater computes ``ref_kl``)."""
+        ...
+
+    def loss(self, outputs: PolicyOutputs, targets: SampleTargets) -> tuple[Tensor, dict[str, Tensor]]:
+        """The 0-d mean loss over the chunk and its detached 0-d statistics.
+
+        Args:
+            outputs: The current policy's ``[B]`` log-probs, entropies, values and reference KLs.
+            targets: The rollout's ``[B]`` old log-probs, old values, advantages and returns.
+        """
+        ...
+
+
+@runtime_checkable
+class PolicyBackend(Protocol):
+    """The LLM an on-policy algorithm trains: :class:`llmgym.LLM`, local or distributed."""
+
+    def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+        """Run the LLM's updater on a batch; one result per LLM server."""
+        ...

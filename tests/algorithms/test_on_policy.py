@@ -1,0 +1,105 @@
+"""The shared on-policy machinery: the minibatch schedule, the update payload, the registry, the seams."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmgym.agents.learning import PolicySpec
+from llmgym.algorithms import A2C, ALGORITHMS, PPO, UpdateBatch, algorithm_class
+from llmgym.algorithms.on_policy import minibatch_schedule, weighted_mean
+from llmgym.algorithms.updaters import PolicyUpdater
+from llmgym.config import ALGORITHM_NAMES, AlgorithmConfig
+from llmgym.errors import ConfigError, InputError
+from tests.algorithms.helpers import build, tiny_config
+
+
+@settings(max_examples=40, deadline=None)
+@given(count=st.integers(1, 60), size=st.integers(1, 25), seed=st.integers(0, 1000))
+def test_schedule_has_every_sample_once_and_is_seeded(count, size, seed):
+    schedule = minibatch_schedule(count, size, torch.Generator().manual_seed(seed))
+    assert sorted(i for minibatch in schedule for i in minibatch) == list(range(count))
+    assert all(len(m) == size for m in schedule[:-1]) and 0 < len(schedule[-1]) <= size
+    assert schedule == minibatch_schedule(count, size, torch.Generator().manual_seed(seed))
+
+
+def test_schedule_rejects_a_bad_size():
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InputError, match="minibatch_size"):
+            minibatch_schedule(4, bad, torch.Generator())
+
+
+def test_weighted_mean_weights_servers_by_samples():
+    merged = weighted_mean([{"loss": 1.0, "num_samples": 3}, {"loss": 3.0, "num_samples": 1}, {"num_samples": 0}])
+    assert merged == {"loss": 1.5}
+    assert weighted_mean([{"num_samples": 0}]) == {}
+
+
+def _batch(**overrides):
+    fields = dict(
+        objective=PPO().objective(), policy=PolicySpec(), minibatches=[[0, 1]], old_log_probs=torch.zeros(2),
+        old_values=torch.zeros(2), advantages=torch.zeros(2), returns=torch.zeros(2), actions=torch.zeros(2),
+    )
+    fields.update(overrides)
+    return UpdateBatch(**fields)
+
+
+def test_update_batch_checks_its_fields():
+    assert len(_batch()) == 2 and not _batch().is_generated
+    with pytest.raises(InputError, match="either actions"):
+        _batch(actions=None)
+    with pytest.raises(InputError, match="either actions"):
+        _batch(prompt_ids=[[1], [2]], action_ids=[[3], [4]])
+    with pytest.raises(InputError, match="either actions"):
+        _batch(actions=None, prompt_ids=[[1], [2]])
+    assert _batch(actions=None, prompt_ids=[[1], [2]], action_ids=[[3], [4]]).is_generated
+    with pytest.raises(InputError, match="'returns': 3"):
+        _batch(returns=torch.zeros(3))
+    with pytest.raises(InputError, match=r"outside \[0, 2\)"):
+        _batch(minibatches=[[0, 2]])
+    with pytest.raises(InputError, match="learning_rate_scale"):
+        _batch(learning_rate_scale=1.5)
+
+
+def test_the_updater_takes_only_an_update_batch(tmp_path):
+    config = tiny_config(tmp_path, "llmgym/EchoWord-v0")
+    llm, envs, _, _ = build(config)
+    envs.close()
+    with pytest.raises(InputError, match="takes one UpdateBatch"):
+        llm.update(["a"], [["b"]], minibatches=[[0]])
+
+
+def test_registry_matches_the_config_choices():
+    assert tuple(ALGORITHMS) == ALGORITHM_NAMES
+    assert algorithm_class("a2c") is A2C and algorithm_class("ppo") is PPO
+    with pytest.raises(ConfigError, match="choose one of"):
+        algorithm_class("sac")
+
+
+def test_an_algorithm_refuses_another_algorithms_config_and_half_a_setup(tmp_path):
+    with pytest.raises(ConfigError, match="name='a2c'"):
+        A2C(config=AlgorithmConfig(name="ppo"))
+    config = tiny_config(tmp_path, "llmgym/EchoWord-v0")
+    _, envs, agent, _ = build(config)
+    envs.close()
+    with pytest.raises(InputError, match="without envs"):
+        PPO(agent)
+    with pytest.raises(InputError, match="collect rollouts"):
+        PPO().collect_rollout()
+    assert isinstance(PPO().updater(), PolicyUpdater)
+
+
+def test_learning_rate_anneals_linearly_per_rollout(tmp_path):
+    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", "algorithm.anneal_lr=true", "algorithm.epochs=1",
+                         "algorithm.rollout_steps=2")
+    llm, envs, _, algorithm = build(config)
+    optimizer = llm.backend.updater.optimizer
+    seen = []
+    algorithm.learn(total_env_steps=32, callback=lambda a, m: seen.append([g["lr"] for g in optimizer.param_groups]))
+    envs.close()
+    base = [config.algorithm.learning_rate, config.algorithm.head_learning_rate]
+    fractions = [1 - k * 8 / 32 for k in range(4)]  # 4 envs x 2 steps per rollout
+    assert seen == [pytest.approx([b * f for b in base]) for f in fractions]
+    assert PPO().learning_rate_scale() == 1.0  # off by default

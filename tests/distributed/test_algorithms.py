@@ -1,0 +1,67 @@
+"""Every algorithm's update through 2 LLM servers equals the same update in one process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llmgym.agents.learning import PolicySpec
+from llmgym.algorithms import A2C, PPO, UpdateBatch
+from llmgym.config import AlgorithmConfig, DistributedConfig, ModelConfig
+from llmgym.llm.distributed.backend import make_backend
+from llmgym.llm.modules import ValueHead
+from llmgym.llm.sampling import Sampling
+from llmgym.testing import tiny_causal_lm
+
+CONTEXTS = [
+    "You see a red ball 2 steps left. Action:",
+    "Goal of the agent: go to the red ball. Action:",
+    "Your hand: 14. Dealer shows: 10. Do you hit or stay?",
+    "the quick brown fox",
+    "The capital of France is",
+]
+CANDIDATES = [[" turn left", " go forward"], [" pick up", " drop"], [" hit", " stay", " stick"], [" jumps"], [" Paris", " apple"]]
+OPTIMIZER = AlgorithmConfig(learning_rate=1e-2, head_learning_rate=1e-2, max_grad_norm=0.5, gradient_accumulation_steps=2)
+
+
+def _build(llm_processes: int):
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    return make_backend(
+        ModelConfig(name="tiny", minibatch_size=4), {"value": ValueHead(hidden_sizes=(8,))},
+        PPO(config=OPTIMIZER).updater(), model=model, tokenizer=tokenizer,
+        distributed=DistributedConfig(llm_processes=llm_processes, timeout_s=60.0),
+    )
+
+
+def _batches(tokenizer):
+    n = len(CONTEXTS)
+    common = dict(
+        minibatches=[[0, 2, 4], [1, 3]], old_log_probs=-torch.linspace(0.5, 1.5, n), old_values=torch.zeros(n),
+        advantages=torch.tensor([1.0, -0.5, 0.25, 2.0, -1.0]), returns=torch.tensor([1.0, 0.0, 0.5, 2.0, -1.0]),
+    )
+    prompt_ids = [tokenizer(c)["input_ids"] for c in CONTEXTS]
+    action_ids = [tokenizer(c[0], add_special_tokens=False)["input_ids"] for c in CANDIDATES]
+    for algorithm in (PPO(), A2C(config=AlgorithmConfig(name="a2c"))):
+        objective = algorithm.objective()
+        yield CANDIDATES, UpdateBatch(objective=objective, policy=PolicySpec(temperature=0.7), actions=torch.zeros(n), **common)
+        yield None, UpdateBatch(objective=objective, policy=PolicySpec(sampling=Sampling(temperature=0.8)),
+                                prompt_ids=prompt_ids, action_ids=action_ids, learning_rate_scale=0.5, **common)
+
+
+@pytest.mark.timeout(240)
+def test_each_algorithms_update_on_two_servers_equals_the_local_one():
+    local, remote = _build(1), _build(2)
+    try:
+        for candidates, batch in _batches(local.tokenizer):
+            want = local.update(CONTEXTS, candidates, batch=batch)[0]
+            results = remote.update(CONTEXTS, candidates, batch=batch)
+            assert sorted(r["num_samples"] for r in results) == [2, 3]  # each server's share of the 5 samples
+            for key in ("loss", "policy_loss", "value_loss", "entropy"):
+                merged = sum(r[key] * r["num_samples"] for r in results) / len(CONTEXTS)
+                assert merged == pytest.approx(want[key], abs=1e-5), key
+            for p0, p1, w in zip(remote.parameters_of(0), remote.parameters_of(1), local.trainable_parameters()):
+                assert torch.equal(p0, p1)
+                torch.testing.assert_close(p0, w.detach(), atol=1e-5, rtol=0)
+    finally:
+        remote.close()
+        local.close()

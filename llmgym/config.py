@@ -18,6 +18,7 @@ import math
 import numbers
 import os
 import typing
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,7 +228,11 @@ class ModelConfig(_Section):
     trust_remote_code: bool = _f(False, "Allow model code from the hub (only for models you trust).")
     load_in_4bit: bool = _f(False, "QLoRA: load the base weights in 4 bit (bitsandbytes, CUDA only).")
     lora: Optional[LoRAConfig] = _f(None, "LoRA adapters; null trains (or freezes) the full model.")
-    minibatch_size: int = _f(64, "Max sequences per forward pass in score/forward/update.")
+    forward_batch_size: int = _f(
+        64,
+        "Max sequences per forward pass in score/forward/update (named model.minibatch_size before; that key "
+        "still loads, with a FutureWarning).",
+    )
     max_context_tokens: Optional[int] = _f(
         None, "Max tokens of a context; null uses the model's window."
     )
@@ -258,7 +263,7 @@ class ModelConfig(_Section):
             _check_choice("model", "model_type", self.model_type, ("causal", "seq2seq"))
         _check_choice("model", "dtype", self.dtype, ("float32", "bfloat16", "float16"))
         _check_choice("model", "context_overflow", self.context_overflow, ("truncate_left", "error"))
-        _check_positive("model", "minibatch_size", self.minibatch_size)
+        _check_positive("model", "forward_batch_size", self.forward_batch_size)
         _check_positive("model", "max_context_tokens", self.max_context_tokens)
         _check_positive("model", "trunk_cache_mb", self.trunk_cache_mb, allow_zero=True)
         _check_positive("model", "row_tokens", self.row_tokens, allow_zero=True)
@@ -602,6 +607,31 @@ def check_requirements(config: Config) -> None:
             require_installed(module, extra, setting)
 
 
+#: Config keys that were renamed: old dotted key -> new one (the old one loads, with a FutureWarning).
+RENAMED_KEYS: dict[str, str] = {"model.minibatch_size": "model.forward_batch_size"}
+
+
+def _renamed(layer: Any, source: str) -> Any:
+    """``layer`` (an OmegaConf mapping) with each renamed key moved to its new name, warning once per key."""
+    from omegaconf import OmegaConf
+
+    for old, new in RENAMED_KEYS.items():
+        section, _, name = old.partition(".")
+        values = layer.get(section) if hasattr(layer, "get") else None
+        if values is None or not hasattr(values, "keys") or name not in values:
+            continue
+        warnings.warn(
+            f"{old} (in {source}) is renamed {new}; it still loads, but write {new} instead.",
+            FutureWarning,
+            stacklevel=3,
+        )
+        plain = typing.cast(dict[str, Any], OmegaConf.to_container(layer))
+        moved = plain[section]
+        moved.setdefault(new.partition(".")[2], moved.pop(name))
+        layer = OmegaConf.create(plain)
+    return layer
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     overrides: list[str] | tuple[str, ...] = (),
@@ -646,6 +676,7 @@ def load_config(
         layers.append((OmegaConf.from_dotlist([item]), f"override '{item}'"))
     merged = OmegaConf.structured(base if base is not None else Config)
     for layer, source in layers:
+        layer = _renamed(layer, source)
         try:
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as exc:

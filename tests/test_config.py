@@ -228,3 +228,13 @@ def test_wrong_types_in_lists_sections_and_flags():
         EnvConfig(kwargs=[1])
     with pytest.raises(ConfigError, match=r"model\.name=3 is a int; expected a string"):
         ModelConfig(name=3)
+
+
+def test_a_renamed_key_still_loads_with_a_future_warning(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("model:\n  minibatch_size: 12\n")
+    with pytest.warns(FutureWarning, match="model.minibatch_size .* is renamed model.forward_batch_size"):
+        assert load_config(path).model.forward_batch_size == 12
+    with pytest.warns(FutureWarning, match="override 'model.minibatch_size=7'"):
+        assert load_config(None, ["model.minibatch_size=7"]).model.forward_batch_size == 7
+    assert load_config(None, ["algorithm.minibatch_size=7"]).algorithm.minibatch_size == 7  # not renamed

@@ -202,7 +202,7 @@ def parse_lamorel_args(config: Any) -> LamorelSettings:
         name=str(llm["model_path"]),
         pretrained=_bool(llm, "pretrained", lp, True),
         load_in_4bit=_bool(llm, "load_in_4bit", lp, False),
-        minibatch_size=minibatch_size,
+        forward_batch_size=minibatch_size,
         device="auto" if _bool(parallelism, "use_gpu", pp, True) else "cpu",
     )
     return LamorelSettings(

@@ -105,7 +105,7 @@ class LocalLLM:
             raise BackendError("This LLM was closed; build a new llmgym.LLM to keep using the model.")
 
     def _minibatch_size(self, minibatch_size: int | None) -> int:
-        return check_minibatch_size(minibatch_size if minibatch_size is not None else self.config.minibatch_size)
+        return check_minibatch_size(minibatch_size if minibatch_size is not None else self.config.forward_batch_size)
 
     def _check_keys(self, keys: Sequence[str], has_candidates: bool) -> list[str]:
         if isinstance(keys, str):

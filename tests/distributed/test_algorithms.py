@@ -27,7 +27,7 @@ OPTIMIZER = AlgorithmConfig(learning_rate=1e-2, head_learning_rate=1e-2, max_gra
 def _build(llm_processes: int):
     model, tokenizer = tiny_causal_lm("llama", seed=0)
     return make_backend(
-        ModelConfig(name="tiny", minibatch_size=4), {"value": ValueHead(hidden_sizes=(8,))},
+        ModelConfig(name="tiny", forward_batch_size=4), {"value": ValueHead(hidden_sizes=(8,))},
         PPO(config=OPTIMIZER).updater(), model=model, tokenizer=tokenizer,
         distributed=DistributedConfig(llm_processes=llm_processes, timeout_s=60.0),
     )

@@ -32,7 +32,7 @@ CANDIDATES = [
 ]
 RETURNS = [1.0, -0.5, 0.25, 2.0, 0.0]
 TOL = 1e-5
-CONFIG = ModelConfig(name="tiny", minibatch_size=4)
+CONFIG = ModelConfig(name="tiny", forward_batch_size=4)
 
 
 def _build(updater=SGDUpdater, llm_processes=1, timeout_s=30.0):

@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
 
+from llmgym.envs._scienceworld_tasks import SCIENCEWORLD_TASKS, task_id_name
 from llmgym.errors import ConfigError, require_installed
 
 __all__ = ["register_envs", "list_envs", "check_env_id", "extras_note", "ENV_SPECS", "EnvEntry", "EnvExtra"]
@@ -140,6 +141,25 @@ ENV_SPECS: tuple[EnvEntry, ...] = (
         "llmgym/ConstantReward-v0",
         f"{_SYN}:ConstantRewardEnv",
         "Reward 1 at every step, truncated after 10 steps (value checks).",
+    ),
+    # ScienceWorld: one id per task, plus one taking task= (the table does not import scienceworld).
+    EnvEntry(
+        "llmgym/ScienceWorld-v0",
+        "llmgym.envs.scienceworld_env:ScienceWorldTextEnv",
+        "ScienceWorld: the science task named by task= (default boil), in a simulated house.",
+        max_episode_steps=100,
+        extras=(EnvExtra("scienceworld", "scienceworld"),),
+    ),
+    *(
+        EnvEntry(
+            f"llmgym/ScienceWorld-{task_id_name(task)}-v0",
+            "llmgym.envs.scienceworld_env:ScienceWorldTextEnv",
+            f"ScienceWorld {task}: {text}.",
+            {"task": task},
+            max_episode_steps=100,
+            extras=(EnvExtra("scienceworld", "scienceworld"),),
+        )
+        for task, text in SCIENCEWORLD_TASKS.items()
     ),
 )
 

@@ -47,12 +47,14 @@ from llmgym.errors import (
     require,
 )
 
-__all__ = ["JAVA_OPTS", "SPLITS", "ScienceWorldTextEnv", "ValidActionSpace", "start_simulator"]
+__all__ = ["ALWAYS_VALID", "JAVA_OPTS", "SPLITS", "CommandSpace", "ScienceWorldTextEnv", "start_simulator"]
 
 #: Options of the simulator's JVM. Constant identity hash codes (``hashCode=2``) make the game's
 #: hash-ordered collections (the order of objects in its descriptions, of candidates in its
 #: parser) independent of the JVM's thread timing, hence the same in every process.
 JAVA_OPTS: tuple[str, ...] = ("-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2")
+#: Commands valid in every state: look, inventory, task description, wait one tick.
+ALWAYS_VALID: tuple[str, ...] = ("inventory", "look around", "task", "wait1")
 #: The suite's variation sets.
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 
@@ -95,11 +97,12 @@ def start_simulator() -> Any:
             module.launch_gateway = launch
 
 
-class ValidActionSpace(TextSpace):
-    """The action space of a ScienceWorld env: text, sampled among the current valid actions.
+class CommandSpace(TextSpace):
+    """The action space of a ScienceWorld env: any string, sampled among :data:`ALWAYS_VALID`.
 
-    :meth:`sample` draws one of :attr:`actions`, which the env updates at every state, so that
-    ``env.action_space.sample()`` is a random valid action (any string before the first reset).
+    The valid actions change with the state, while gymnasium's checker (and code written for it)
+    steps ``action_space.sample()`` in any state: samples are the commands valid in every state.
+    A random agent over the current valid actions draws from ``info["valid_actions"]`` instead.
 
     Args:
         max_length: Longest admissible action string.
@@ -107,14 +110,12 @@ class ValidActionSpace(TextSpace):
 
     def __init__(self, max_length: int = 256) -> None:
         super().__init__(max_length, strict=False)
-        #: The valid actions of the env's current state.
-        self.actions: tuple[str, ...] = ()
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
-        """Return one of :attr:`actions` at random (a random string with a mask or probability)."""
-        if mask is not None or probability is not None or not self.actions:
+        """Return one of :data:`ALWAYS_VALID` (a random string with a mask or probability)."""
+        if mask is not None or probability is not None:
             return super().sample(mask=mask, probability=probability)
-        return self.actions[int(self.np_random.integers(len(self.actions)))]
+        return ALWAYS_VALID[int(self.np_random.integers(len(ALWAYS_VALID)))]
 
 
 def _clean(text: str) -> str:
@@ -162,7 +163,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
         self.simplifications = simplifications
         self.free_text_actions = bool(free_text_actions)
         self.observation_space = TextSpace(1 << 16, strict=False)
-        self.action_space: TextSpace = TextSpace(256, strict=False) if free_text_actions else ValidActionSpace()
+        self.action_space = CommandSpace()
         self._sim: Any = start_simulator()
         try:
             self._sim.load(task, 0, simplifications)
@@ -234,7 +235,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
             InvalidActionError: If the action is not a string, or (without ``free_text_actions``)
                 not one of the valid actions; the env's state is left unchanged.
         """
-        command = self._command(action)
+        command = self.parse_action(action)
         answer = self._server.step(command)
         self._actions = None
         score = int(round(100 * self._server.getScore()))
@@ -253,7 +254,20 @@ class ScienceWorldTextEnv(TextEnv[str]):
             info["valid_actions"] = self.valid_actions()
         return info
 
-    def _command(self, action: Any) -> str:
+    def parse_action(self, action: Any) -> str:  # type: ignore[override]
+        """Turn an action into the command sent to the game, without changing the env's state.
+
+        Args:
+            action: One of :meth:`valid_actions` (matched case- and blank-insensitively), or any
+                string with ``free_text_actions``.
+
+        Returns:
+            The command: the valid action as listed, or the string itself in free-text mode.
+
+        Raises:
+            InputError: Before the first :meth:`reset`.
+            InvalidActionError: If the action is not a string, or not a valid action.
+        """
         if self._variation is None:
             raise InputError(f"step() called before reset() on {type(self).__name__}. Fix: call env.reset().")
         if not isinstance(action, str):
@@ -276,8 +290,6 @@ class ScienceWorldTextEnv(TextEnv[str]):
                 "\n", self._server.getValidActionObjectCombinations()
             )
             self._actions = {normalize_action_text(a): a for a in sorted(set(joined.split("\n"))) if a}
-        if isinstance(self.action_space, ValidActionSpace):
-            self.action_space.actions = tuple(self._actions.values())
         return self._actions
 
     def valid_actions(self) -> list[str]:

@@ -5,6 +5,8 @@ Each env starts a JVM (a few seconds), so the tests share two module-scoped envs
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -25,22 +27,26 @@ from llmgym.envs.registration import check_env_id  # noqa: E402
 from llmgym.envs.scienceworld_env import ALWAYS_VALID, ScienceWorldTextEnv  # noqa: E402
 from llmgym.errors import ConfigError, InvalidActionError, MissingDependencyError  # noqa: E402
 
-# A seeded random walk over the valid actions; prints a digest of what it saw (run in-process and in
-# a fresh process, whose JVM is fresh too).
+# A seeded random walk over the valid actions, printing a digest of what it saw: run in a fresh
+# process (a fresh JVM) and, as _walk_digest, on this process's env.
 _WALK = """
-import hashlib, json, sys
+import hashlib, json
 import gymnasium as gym, numpy as np, llmgym
 env = gym.make("llmgym/ScienceWorld-Boil-v0")
-obs, info = env.reset(seed=5)
-rng, seen = np.random.default_rng(0), [obs, info["valid_actions"]]
-for _ in range(12):
-    obs, reward, terminated, truncated, info = env.step(info["valid_actions"][int(rng.integers(len(info["valid_actions"])))])
-    seen += [obs, reward, terminated, info["valid_actions"]]
-    if terminated:
-        obs, info = env.reset()
+print(walk_digest(env))
 env.close()
-print(hashlib.sha1(json.dumps(seen).encode()).hexdigest())
 """
+
+
+def _walk_digest(env) -> str:
+    obs, info = env.reset(seed=5)
+    rng, seen = np.random.default_rng(0), [obs, info["valid_actions"]]
+    for _ in range(6):
+        obs, reward, terminated, _, info = env.step(info["valid_actions"][int(rng.integers(len(info["valid_actions"])))])
+        seen += [obs, reward, terminated, info["valid_actions"]]
+        if terminated:
+            obs, info = env.reset()
+    return hashlib.sha1(json.dumps(seen).encode()).hexdigest()
 
 
 def _java_children() -> int:
@@ -128,10 +134,9 @@ def test_seeded_resets_and_steps_are_deterministic(boil):
 
 
 def test_a_fresh_process_plays_the_same_trajectory(boil):
-    fresh = subprocess.run([sys.executable, "-c", _WALK], capture_output=True, text=True, check=True).stdout.strip()
-    here: dict = {}
-    exec(_WALK.replace("print(", "here['digest'] = ("), {"here": here})  # noqa: S102
-    assert fresh == here["digest"]
+    code = inspect.getsource(_walk_digest).replace("_walk_digest", "walk_digest") + _WALK
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert fresh == _walk_digest(boil)
 
 
 def test_an_invalid_command_raises_naming_the_valid_ones_and_changes_nothing(boil):
@@ -187,10 +192,6 @@ def test_splits_select_disjoint_variation_sets(boil, free):
     assert set(boil.unwrapped.variations).isdisjoint(json.loads(str(boil.unwrapped.simulator.server.getVariationsDev())))
 
 
-def test_check_text_env_in_free_text_mode(free):
-    check_text_env(free.unwrapped, num_steps=10, check_gymnasium=False)
-
-
 def _vec_trace(mode: str) -> list:
     # Free text keeps the steps cheap; "focus on air" fails the task, so the env autoresets.
     actions = ["look around", "focus on air", "open door to kitchen", "go to kitchen", "inventory"]
@@ -210,9 +211,9 @@ def test_make_vec_sync_and_async_play_the_same_trajectories():
     assert sync[2][2] == [True]  # the failed episode ended and the env autoreset
 
 
-def test_close_ends_the_jvm(free):  # last: it closes the shared free-text env
+def test_check_text_env_in_free_text_mode_and_its_close_ends_the_jvm(free):  # last: it closes `free`
     process = free.unwrapped.simulator._gateway.java_process
     before = _java_children()
-    free.close()
-    free.close()
+    check_text_env(free.unwrapped, num_steps=10, check_gymnasium=False)  # closes the env at the end
     assert process.poll() is not None and _java_children() == before - 1
+    free.close()  # idempotent

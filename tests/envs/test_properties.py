@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 from llmgym.envs import list_envs
 from llmgym.errors import InvalidActionError
 
-FAST_IDS = [i for i, _ in list_envs() if "BabyAI" not in i or i.endswith("GoToLocal-v0")]
+FAST_IDS = [
+    i for i, _ in list_envs() if ("BabyAI" not in i or i.endswith("GoToLocal-v0")) and "ScienceWorld" not in i
+]
 _ENVS: dict[str, gym.Env] = {}
 
 

@@ -15,7 +15,8 @@ leaves the game as it was: the contract of a generative agent writing free text.
 
 ``reset(seed=s)`` plays game ``s % pool_size`` of the env's pool and seeds the interpreter from
 ``s``, so the episode is the same for the same seed and commands; ``reset()`` without a seed plays
-the next game of the pool. ``action_space.sample()`` draws one of the current admissible commands.
+the next game of the pool. ``action_space.sample()`` draws ``"inventory"`` or ``"look"``, which every
+state admits (see :class:`CommandSpace`).
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ from llmgym.envs import _textworld_games as games
 from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace, normalize_action_text
 from llmgym.errors import ConfigError, InputError, InvalidActionError, require
 
-__all__ = ["TextWorldEnv", "CommandSpace", "clean_text", "MAX_TEXT_CHARS", "MAX_COMMAND_CHARS"]
+__all__ = ["TextWorldEnv", "CommandSpace", "clean_text", "MAX_TEXT_CHARS", "MAX_COMMAND_CHARS", "UNIVERSAL_COMMANDS"]
 
 #: Longest observation text.
 MAX_TEXT_CHARS = 32768
 #: Longest command.
 MAX_COMMAND_CHARS = 256
+#: Commands admitted in every state of a game that lists its admissible commands (they change nothing).
+UNIVERSAL_COMMANDS = ("inventory", "look")
 _GAME_SUFFIXES = (*(f".z{v}" for v in range(1, 9)), ".ulx")
 _END_PROMPT = "would you like to restart, restore a saved game, quit or undo the last command?"
 _BLANK_RUNS = re.compile(r"\n{3,}")
@@ -68,29 +71,37 @@ def clean_text(text: str) -> str:
 
 
 class CommandSpace(TextSpace):
-    """Commands of a parser game: any text, whose :meth:`sample` draws a current admissible command.
+    """Commands of a parser game: any text, whose :meth:`sample` draws a command every state admits.
 
-    The env writes its admissible commands into :attr:`commands` at each step, so Gymnasium's
-    checker and random policies draw legal commands. A copy of the space (the batched space of a
-    vector env) keeps the commands of the moment it was copied: use ``info["valid_actions"]`` there.
+    The admissible commands change with the state, and Gymnasium samples an action before the reset
+    it steps it after, so :meth:`sample` draws among :attr:`commands`, the ones admitted everywhere
+    (``"inventory"`` and ``"look"``): ``env.step(env.action_space.sample())`` never fails. A random
+    policy draws from ``info["valid_actions"]`` instead.
 
     Args:
         max_length: Longest command.
+        commands: The commands admitted in every state.
         seed: Seed of the space's sampler.
     """
 
-    def __init__(self, max_length: int = MAX_COMMAND_CHARS, *, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        max_length: int = MAX_COMMAND_CHARS,
+        *,
+        commands: tuple[str, ...] = UNIVERSAL_COMMANDS,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(max_length, strict=False, seed=seed)
-        self.commands: list[str] = []
+        self.commands = commands
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
-        """Draw one of :attr:`commands`, or a random string where there are none or with a mask."""
-        if mask is None and probability is None and self.commands:
+        """Draw one of :attr:`commands` (a random string with a mask or a probability, as ``Text`` does)."""
+        if mask is None and probability is None:
             return self.commands[int(self.np_random.integers(len(self.commands)))]
         return super().sample(mask=mask, probability=probability)
 
     def __repr__(self) -> str:
-        return f"CommandSpace(max_length={self.max_length})"
+        return f"CommandSpace(max_length={self.max_length}, commands={self.commands})"
 
 
 class TextWorldEnv(TextEnv[str]):
@@ -308,8 +319,8 @@ class TextWorldEnv(TextEnv[str]):
     def _observe(self, state: Any, text: str) -> dict[str, Any]:
         """Record the step's text and commands; return its info."""
         self._text = text
-        self._commands = sorted(set(state.get("admissible_commands") or ()))
-        self.action_space.commands = list(self._commands)
+        admissible = state.get("admissible_commands")
+        self._commands = sorted({*admissible, *UNIVERSAL_COMMANDS}) if admissible else []
         info: dict[str, Any] = {
             "success": bool(state.get("won")),
             "score": self._score,

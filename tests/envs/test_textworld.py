@@ -127,7 +127,7 @@ def test_valid_actions_are_sorted_and_the_action_space_samples_them():
     valid = info["valid_actions"]
     assert valid == sorted(set(valid)) and "look" in valid and "inventory" in valid
     env.action_space.seed(0)
-    assert {env.action_space.sample() for _ in range(20)} <= set(valid)
+    assert {env.action_space.sample() for _ in range(20)} == {"inventory", "look"}  # admitted in every state
     assert "the coin, please" in env.action_space  # any text is a command; admissibility is the env's
 
 

@@ -137,7 +137,7 @@ DEFAULT_GAME = GameFamily(
     "tw-simple",
     {"rewards": "balanced", "goal": "detailed", "test": False},
     100,
-    "TextWorld's simple game: find the food in the house and put it in the fridge",
+    "TextWorld's simple game: find the right food in a 6-room house and cook it",
     pool_size=1,
 )
 

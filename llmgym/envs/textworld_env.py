@@ -40,7 +40,7 @@ MAX_TEXT_CHARS = 32768
 MAX_COMMAND_CHARS = 256
 #: Commands admitted in every state of a game that lists its admissible commands (they change nothing).
 UNIVERSAL_COMMANDS = ("inventory", "look")
-_GAME_SUFFIXES = (*(f".z{v}" for v in range(1, 9)), ".ulx")
+_ZCODE_SUFFIXES = tuple(f".z{version}" for version in range(1, 9))
 _END_PROMPT = "would you like to restart, restore a saved game, quit or undo the last command?"
 _BLANK_RUNS = re.compile(r"\n{3,}")
 
@@ -352,7 +352,7 @@ def _check_game_paths(game_path: Any) -> list[Path]:
         with open(path, "rb") as handle:
             head = handle.read(4)
         suffix = path.suffix.lower()
-        is_zcode = suffix in _GAME_SUFFIXES[:-1] and len(head) == 4 and 1 <= head[0] <= 8
+        is_zcode = suffix in _ZCODE_SUFFIXES and len(head) == 4 and 1 <= head[0] <= 8
         if not (is_zcode or (suffix == ".ulx" and head == b"Glul")):
             raise ConfigError(
                 f"game_path {str(path)!r} is not a game file; expected a Z-machine story (.z1-.z8) or a Glulx "

@@ -53,8 +53,7 @@ def test_clean_text_drops_banner_prompt_backslashes_and_blank_runs():
         "Welcome! Take the coin.\n\n\n\n-= Attic =-\nA back\\slash.   \n\n"
         ">                                  -= Attic =-0/1"
     )
-    assert games.__name__  # the module imports without TextWorld
-    from llmgym.envs.textworld_env import clean_text
+    from llmgym.envs.textworld_env import clean_text  # imports without TextWorld
 
     assert clean_text(raw) == "Welcome! Take the coin.\n\n-= Attic =-\nA backslash."
     end = "You win.\n\n        *** The End ***\n\nWould you like to RESTART, RESTORE a saved game, QUIT or UNDO the last command?\n>"
@@ -178,6 +177,7 @@ def test_sync_and_async_vector_envs_give_identical_trajectories():
 
 
 @needs_textworld
+@pytest.mark.filterwarnings("ignore:Game .* is not fully supported")  # Jericho on the bare game: expected
 def test_game_path_plays_your_own_games(tmp_path):
     source = _cached_game()
     for suffix in (".z8", ".json"):

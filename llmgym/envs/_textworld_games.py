@@ -11,14 +11,12 @@ date) is set to ``000000``, so two generations give the same bytes on any day.
 The cache is ``$LLMGYM_TEXTWORLD_CACHE``, or ``~/.cache/llmgym/textworld``, with one folder per
 TextWorld version. This module imports no TextWorld at import time (registration reads its table).
 
-Run as ``python -m llmgym.envs._textworld_games CHALLENGE SETTINGS_JSON SEED OUTPUT.z8`` it
-generates one game in the current process (the subprocess's side).
+:func:`main` (``CHALLENGE SETTINGS_JSON SEED OUTPUT.z8``) is the subprocess's side.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -199,6 +197,8 @@ def game_file(name: str, spec: GameFamily, index: int) -> Path:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
+    import fcntl  # POSIX only, as TextWorld is: imported here so that registering stays portable
+
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -215,7 +215,8 @@ def _generate_into(final: Path, spec: GameFamily, seed: int) -> None:
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         settings = json.dumps(spec.settings_for(seed))
-        command = [sys.executable, "-m", __name__, spec.challenge, settings, str(seed), str(tmp / GAME_NAME)]
+        child = f"import sys; from {__name__} import main; main(sys.argv[1:])"
+        command = [sys.executable, "-c", child, spec.challenge, settings, str(seed), str(tmp / GAME_NAME)]
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0 or not (tmp / GAME_NAME).is_file():
             raise GenerationError(
@@ -257,7 +258,3 @@ def main(argv: list[str]) -> None:
     """Generate one game: ``CHALLENGE SETTINGS_JSON SEED OUTPUT.z8``."""
     challenge, settings, seed, path = argv
     generate(challenge, json.loads(settings), int(seed), Path(path))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

@@ -21,7 +21,7 @@ import pytest
 from llmgym.envs import _textworld_games as games
 from llmgym.envs import check_text_env, make_vec
 from llmgym.envs.registration import ENV_SPECS, check_env_id
-from llmgym.errors import ConfigError, InvalidActionError, MissingDependencyError
+from llmgym.errors import ConfigError, GenerationError, InvalidActionError, MissingDependencyError
 
 needs_textworld = pytest.mark.skipif(
     importlib.util.find_spec("textworld") is None, reason="needs pip install 'llmgym[textworld]'"
@@ -243,3 +243,15 @@ def test_two_processes_generating_at_once_make_one_game_identical_to_another_gen
         assert fresh.with_suffix(suffix).read_bytes() == cached.with_suffix(suffix).read_bytes()
     leftovers = [p.name for p in fresh.parent.parent.iterdir() if p.name.startswith(".")]
     assert leftovers == []  # no temporary folder left behind
+
+
+@needs_textworld
+def test_a_failed_generation_is_an_error_with_tw_make_output_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv(games.CACHE_ENV, str(tmp_path))
+    broken = games.GameFamily("tw-coin_collector", {"level": 0}, 10, "no such level")
+    with pytest.raises(GenerationError, match=r"(?s)tw-make tw-coin_collector with \{'level': 0\}.*Expected level to be within"):
+        games.game_file("Broken", broken, 0)
+    with pytest.raises(ConfigError, match=r"index=8 is out of range"):
+        games.game_file("Broken", broken, 8)
+    folder = next(tmp_path.glob("textworld-*/Broken-*"))
+    assert sorted(p.name for p in folder.iterdir()) == ["game-0.lock"]

@@ -31,7 +31,10 @@ def test_envs_lists_every_registered_env_and_marks_the_extras():
     assert "llmgym/BabyAI-Text-GoToRedBall-v0" in out and "llmgym/Blackjack-Text-v0" in out
     assert all(len(line.split(None, 1)) == 2 for line in out.strip().splitlines())
     marked = [line.split()[0] for line in out.splitlines() if "pip install" in line]
-    assert marked == ["llmgym/TextGen-v0"]  # minigrid is a core dependency: BabyAI needs no extra
+    textworld = [line for line in out.splitlines() if line.startswith("llmgym/TextWorld")]
+    assert len(textworld) == 10 and all("needs pip install 'llmgym[textworld]'" in line for line in textworld)
+    # minigrid is a core dependency: BabyAI needs no extra
+    assert [env_id for env_id in marked if not env_id.startswith("llmgym/TextWorld")] == ["llmgym/TextGen-v0"]
     assert "pip install 'llmgym[metrics]' for reward=bleu or reward=rouge" in out
 
 

@@ -15,6 +15,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
 
 from llmgym.envs._scienceworld_tasks import SCIENCEWORLD_TASKS, task_id_name
+from llmgym.envs._textworld_games import DEFAULT_GAME, FAMILIES
 from llmgym.errors import ConfigError, require_installed
 
 __all__ = ["register_envs", "list_envs", "check_env_id", "extras_note", "ENV_SPECS", "EnvEntry", "EnvExtra"]
@@ -160,6 +161,25 @@ ENV_SPECS: tuple[EnvEntry, ...] = (
             extras=(EnvExtra("scienceworld", "scienceworld"),),
         )
         for task, text in SCIENCEWORLD_TASKS.items()
+    ),
+    # TextWorld: the tw-make settings of each challenge and level are in llmgym.envs._textworld_games.
+    *(
+        EnvEntry(
+            f"llmgym/TextWorld-{challenge}-{level}-v0",
+            "llmgym.envs.textworld_env:TextWorldEnv",
+            f"TextWorld {challenge} ({level}): {family.description}; {family.pool_size} generated games.",
+            {"challenge": challenge, "level": level},
+            max_episode_steps=family.max_episode_steps,
+            extras=(EnvExtra("textworld", "textworld"),),
+        )
+        for (challenge, level), family in FAMILIES.items()
+    ),
+    EnvEntry(
+        "llmgym/TextWorld-v0",
+        "llmgym.envs.textworld_env:TextWorldEnv",
+        "TextWorld: your own game with game_path= (.z8 from tw-make, or any .z1-.z8), else TextWorld's simple game.",
+        max_episode_steps=DEFAULT_GAME.max_episode_steps,
+        extras=(EnvExtra("textworld", "textworld"),),
     ),
 )
 

@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
 
+from llmgym.envs import textarena_games
 from llmgym.errors import ConfigError, require_installed
 
 __all__ = ["register_envs", "list_envs", "check_env_id", "extras_note", "ENV_SPECS", "EnvEntry", "EnvExtra"]
@@ -140,6 +141,23 @@ ENV_SPECS: tuple[EnvEntry, ...] = (
         "llmgym/ConstantReward-v0",
         f"{_SYN}:ConstantRewardEnv",
         "Reward 1 at every step, truncated after 10 steps (value checks).",
+    ),
+    # TextArena: one id per game that runs offline (llmgym.envs.textarena_games), plus game=.
+    *(
+        EnvEntry(
+            textarena_games.llmgym_id(game),
+            "llmgym.envs.textarena_env:TextArenaEnv",
+            f"TextArena: {text}.",
+            {"game": game},
+            extras=(EnvExtra("textarena", "textarena"),),
+        )
+        for game, text in {**textarena_games.SINGLE_PLAYER, **textarena_games.TWO_PLAYER}.items()
+    ),
+    EnvEntry(
+        "llmgym/TextArena-v0",
+        "llmgym.envs.textarena_env:TextArenaEnv",
+        "TextArena: the game or variant passed as game= (default GuessTheNumber-v0).",
+        extras=(EnvExtra("textarena", "textarena"),),
     ),
 )
 

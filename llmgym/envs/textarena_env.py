@@ -23,18 +23,27 @@ The env wraps textarena's unwrapped game (its ``-raw`` id) and plays for one pla
   listed it draws one of them; elsewhere it tries, in a seeded random order, the bracketed tokens
   of the messages it received (the game's prompt and boards list its moves) on a copy of the game
   and plays the first one the game accepts, or a random one after ``_OPPONENT_TRIES`` rejections.
-- **Seeding**: textarena draws from Python's global ``random`` (a few games from NumPy's). The env
-  keeps its own state of both generators and swaps it in around every call into the game, so the
-  caller's global generators are left as they were and ``reset(seed=s)`` fixes the episode
-  (the game is seeded with ``s`` exactly as ``textarena``'s ``reset(seed=s)`` does).
+- **Seeding**: textarena's games draw from Python's global ``random`` (the two that use NumPy's
+  global generator are excluded for other reasons). The env keeps its own state of that generator
+  and swaps it in around every call into the game, so the caller's ``random`` is left as it was,
+  and ``reset(seed=s)`` fixes the episode: each reset makes a new game object (some games carry
+  state over from one reset to the next) and seeds it with ``s``, as ``textarena``'s
+  ``reset(seed=s)`` does. A game whose reset is slow (Sokoban and RushHour generate and solve
+  puzzles, about 0.5 s) is cached as reset per seed in the process, so a reset with a seed seen
+  before costs a copy.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
+import functools
+import importlib
+import io
 import random
 import re
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -51,6 +60,10 @@ __all__ = ["TextArenaEnv", "MoveSpace"]
 #: Longest observation and action, in characters.
 MAX_OBSERVATION_CHARS = 32768
 MAX_ACTION_CHARS = 4096
+#: Resets at least this slow (seconds: puzzle generation) are cached, up to this many games.
+SLOW_RESET_S = 0.05
+RESET_CACHE_SIZE = 256
+_RESET_CACHE: collections.OrderedDict[tuple[str, int, int], tuple[Any, Any]] = collections.OrderedDict()
 #: Bracketed tokens the opponent tries on a copy of the game before it plays one blindly.
 _OPPONENT_TRIES = 10
 
@@ -72,15 +85,27 @@ def clean_text(text: str) -> str:
     return _BLANKS.sub("\n\n", "\n".join(lines)).strip()
 
 
+def _game_factory(ta: Any, game: str) -> Callable[[], Any]:
+    """A factory of textarena's unwrapped game ``game`` (its ``-raw`` id where there is one)."""
+    registry = ta.envs.registration.ENV_REGISTRY
+    spec = registry.get(f"{game}-raw", registry[game])
+    entry = spec.entry_point
+    if isinstance(entry, str):
+        module, name = entry.split(":")
+        entry = getattr(importlib.import_module(module), name)
+    return functools.partial(entry, **spec.kwargs)
+
+
 class MoveSpace(TextSpace):
     """The action space of a TextArena env: any string, sampled among the legal moves where listed.
 
     ``contains`` accepts any string of admissible length. ``sample()`` draws one of the env's legal
-    moves of the moment (seeded by :meth:`seed`) where the game lists them, so that random policies
-    and Gymnasium's checker play legal moves; otherwise it samples prose as :class:`TextSpace` does.
+    moves of the moment (seeded by :meth:`seed`) where the game lists them (once a game ended, one
+    of the moves legal at its start, for the step after the next reset), so that random policies and
+    Gymnasium's checker play legal moves; otherwise it samples prose as :class:`TextSpace` does.
 
     Args:
-        moves: Returns the legal moves now, or ``None`` where the game does not list them.
+        moves: Returns the moves to sample from, or ``None`` where the game does not list them.
         max_length: Longest admissible action.
     """
 
@@ -135,10 +160,9 @@ class TextArenaEnv(TextEnv[str]):
         ta: Any = require("textarena", "textarena", f"The TextArena game {game!r}")
         self.game, self.agent_player, self.history = game, agent_player, history
         self._py_state = random.Random(0).getstate()
-        self._np_state = np.random.RandomState(0).get_state()
-        raw = f"{game}-raw"
+        self._make_game = _game_factory(ta, game)
         with self._game_random():
-            self._game: Any = ta.make(raw if raw in ta.envs.registration.ENV_REGISTRY else game)
+            self._game: Any = self._make_game()
         self._lister = MOVE_LISTERS.get(type(self._game).__name__)
         self._opponent_rng = random.Random(0)
         self._started = self._done = False
@@ -147,7 +171,8 @@ class TextArenaEnv(TextEnv[str]):
         self._opponent_tokens: dict[str, None] = {}
         self._text = ""
         self.observation_space = TextSpace(MAX_OBSERVATION_CHARS, strict=False)
-        moves = weakref.WeakMethod(self.valid_moves)
+        self._start_moves: list[str] | None = None
+        moves = weakref.WeakMethod(self._sampled_moves)
         self.action_space = MoveSpace(lambda: (method() if (method := moves()) is not None else None))
 
     @property
@@ -169,6 +194,10 @@ class TextArenaEnv(TextEnv[str]):
         if not self._started or self._done:
             return []
         return self._lister(self._game)
+
+    def _sampled_moves(self) -> list[str] | None:
+        """The moves :class:`MoveSpace` samples: the legal ones, or once the game ended those of its start."""
+        return self.valid_moves() or self._start_moves
 
     def valid_actions(self) -> list[str]:
         """The legal moves now (empty where the game does not list them or has ended)."""
@@ -226,15 +255,13 @@ class TextArenaEnv(TextEnv[str]):
         """Start a game, seeded with ``seed`` (or a seed drawn from the env's generator). See :meth:`gymnasium.Env.reset`."""
         super().reset(seed=seed)
         game_seed = int(self.np_random.integers(2**31 - 1)) if seed is None else int(seed)
-        self._py_state = random.Random(game_seed).getstate()
-        self._np_state = np.random.RandomState(game_seed % 2**32).get_state()
         self._opponent_rng = random.Random(f"opponent-{game_seed}")
-        with self._game_random():
-            self._game.reset(num_players=self.num_players, seed=game_seed)
+        self._new_game(game_seed)
         self._started, self._done = True, False
         self._prompt, self._board, self._log = "", "", []
         self._opponent_tokens = {}
         self._play_opponent()
+        self._start_moves = self.valid_moves()
         self._text = self._observe()
         return self._text, self._info(0.0)
 
@@ -263,18 +290,42 @@ class TextArenaEnv(TextEnv[str]):
         """The current observation (``None`` before the first reset)."""
         return self._text if self._started else None
 
+    def _new_game(self, game_seed: int) -> None:
+        """Make and reset a new game (some games carry state over from a reset of the same object).
+
+        A game whose reset took :data:`SLOW_RESET_S` or more is kept, as reset, in an in-process cache
+        keyed by game, players and seed, so that its next reset with that seed is a copy.
+        """
+        key = (self.game, self.num_players, game_seed)
+        cached = _RESET_CACHE.get(key)
+        if cached is not None:
+            _RESET_CACHE.move_to_end(key)
+            self._game, self._py_state = copy.deepcopy(cached[0]), cached[1]
+            return
+        self._py_state = random.Random(game_seed).getstate()
+        start = time.perf_counter()
+        with self._game_random():
+            self._game = self._make_game()
+            self._game.reset(num_players=self.num_players, seed=game_seed)
+        if time.perf_counter() - start >= SLOW_RESET_S:
+            _RESET_CACHE[key] = (copy.deepcopy(self._game), self._py_state)
+            while len(_RESET_CACHE) > RESET_CACHE_SIZE:
+                _RESET_CACHE.popitem(last=False)
+
     @contextlib.contextmanager
     def _game_random(self) -> Iterator[None]:
-        """Swap the env's generator states into Python's and NumPy's global ones for a call into the game."""
-        outer_py, outer_np = random.getstate(), np.random.get_state()
+        """Swap the env's generator state into Python's global ``random`` for a call into the game.
+
+        Also silences the game's prints.
+        """
+        outer = random.getstate()
         random.setstate(self._py_state)
-        np.random.set_state(self._np_state)
         try:
-            yield
+            with contextlib.redirect_stdout(io.StringIO()):  # some games print their puzzle generation
+                yield
         finally:
-            self._py_state, self._np_state = random.getstate(), np.random.get_state()
-            random.setstate(outer_py)
-            np.random.set_state(outer_np)
+            self._py_state = random.getstate()
+            random.setstate(outer)
 
     def _drain(self, player: int) -> list[tuple[int, str, Any]]:
         """Take the messages textarena queued for ``player``."""
@@ -307,7 +358,7 @@ class TextArenaEnv(TextEnv[str]):
 
     def _accepted(self, move: str, player: int) -> bool:
         """Whether the game accepts ``move`` from ``player``, tried on a copy (the generators are restored)."""
-        saved = random.getstate(), np.random.get_state()
+        saved = random.getstate()
         try:
             trial = copy.deepcopy(self._game)
             trial.step(move)
@@ -316,8 +367,7 @@ class TextArenaEnv(TextEnv[str]):
         except Exception:  # a move that crashes the game is not a move
             return False
         finally:
-            random.setstate(saved[0])
-            np.random.set_state(saved[1])
+            random.setstate(saved)
 
     def _observe(self) -> str:
         """Fold the agent's new messages into its observation text."""

@@ -52,7 +52,7 @@ import numpy as np
 
 from llmgym.envs._textarena_moves import MOVE_LISTERS
 from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace, normalize_action_text
-from llmgym.envs.textarena_games import check_game, players
+from llmgym.envs.textarena_games import REUSED_ACROSS_RESETS, check_game, players
 from llmgym.errors import ConfigError, InputError, InvalidActionError, require
 
 __all__ = ["TextArenaEnv", "MoveSpace"]
@@ -293,8 +293,10 @@ class TextArenaEnv(TextEnv[str]):
     def _new_game(self, game_seed: int) -> None:
         """Make and reset a new game (some games carry state over from a reset of the same object).
 
+        The games of :data:`~llmgym.envs.textarena_games.REUSED_ACROSS_RESETS` are made once and reset.
         A game whose reset took :data:`SLOW_RESET_S` or more is kept, as reset, in an in-process cache
-        keyed by game, players and seed, so that its next reset with that seed is a copy.
+        keyed by game, players and seed (where copying it is cheaper than resetting it), so that its
+        next reset with that seed is a copy.
         """
         key = (self.game, self.num_players, game_seed)
         cached = _RESET_CACHE.get(key)
@@ -305,12 +307,17 @@ class TextArenaEnv(TextEnv[str]):
         self._py_state = random.Random(game_seed).getstate()
         start = time.perf_counter()
         with self._game_random():
-            self._game = self._make_game()
+            if self._started and self.game not in REUSED_ACROSS_RESETS:
+                self._game = self._make_game()
             self._game.reset(num_players=self.num_players, seed=game_seed)
-        if time.perf_counter() - start >= SLOW_RESET_S:
-            _RESET_CACHE[key] = (copy.deepcopy(self._game), self._py_state)
-            while len(_RESET_CACHE) > RESET_CACHE_SIZE:
-                _RESET_CACHE.popitem(last=False)
+        took = time.perf_counter() - start
+        if took >= SLOW_RESET_S:
+            start = time.perf_counter()
+            snapshot = copy.deepcopy(self._game)
+            if time.perf_counter() - start < took / 2:
+                _RESET_CACHE[key] = (snapshot, self._py_state)
+                while len(_RESET_CACHE) > RESET_CACHE_SIZE:
+                    _RESET_CACHE.popitem(last=False)
 
     @contextlib.contextmanager
     def _game_random(self) -> Iterator[None]:

@@ -15,7 +15,16 @@ import difflib
 
 from llmgym.errors import ConfigError
 
-__all__ = ["SINGLE_PLAYER", "TWO_PLAYER", "VARIANTS", "EXCLUDED", "llmgym_id", "check_game", "players"]
+__all__ = [
+    "SINGLE_PLAYER",
+    "TWO_PLAYER",
+    "VARIANTS",
+    "EXCLUDED",
+    "REUSED_ACROSS_RESETS",
+    "llmgym_id",
+    "check_game",
+    "players",
+]
 
 _NLTK = "needs NLTK's 'words' corpus, which textarena downloads at first use (offline it raises LookupError)"
 _API_KEY = "needs an OpenRouter API key (an LLM judge or opponent inside the game)"
@@ -270,6 +279,11 @@ EXCLUDED: dict[str, str] = {
     "WordSearch-v0": _NLTK,
     "WordSearch-v0-hardcore": _NLTK,
 }
+#: Games whose object the env makes once and resets, where other games get a new object per reset
+#: (KuhnPoker shuffles its deck in place, SpiteAndMalice fails on a second reset): Set builds its
+#: table of all sets in its constructor (0.2 s) and resets cleanly (same seed, same game, checked
+#: after other games on the same object).
+REUSED_ACROSS_RESETS: frozenset[str] = frozenset({"Set-v0"})
 
 
 def llmgym_id(game: str) -> str:

@@ -104,6 +104,9 @@ class MoveSpace(TextSpace):
     of the moves legal at its start, for the step after the next reset), so that random policies and
     Gymnasium's checker play legal moves; otherwise it samples prose as :class:`TextSpace` does.
 
+    It holds its env weakly; a pickled or copied space (a vector env worker sends its spaces to the
+    parent) has no env and samples prose.
+
     Args:
         moves: Returns the moves to sample from, or ``None`` where the game does not list them.
         max_length: Longest admissible action.
@@ -111,11 +114,16 @@ class MoveSpace(TextSpace):
 
     def __init__(self, moves: Callable[[], list[str] | None], max_length: int = MAX_ACTION_CHARS) -> None:
         super().__init__(max_length, strict=False)
-        self._moves = moves
+        self._moves: weakref.WeakMethod[Callable[[], list[str] | None]] | None = weakref.WeakMethod(moves)  # type: ignore[arg-type]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The space's state without its env."""
+        return {**self.__dict__, "_moves": None}
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
         """Draw a legal move where they are listed (and no mask is given), else a prose string."""
-        moves = self._moves() if mask is None and probability is None else None
+        method = self._moves() if self._moves is not None and mask is None and probability is None else None
+        moves = method() if method is not None else None
         if moves:
             return moves[int(self.np_random.integers(len(moves)))]
         return super().sample(mask=mask, probability=probability)
@@ -172,8 +180,7 @@ class TextArenaEnv(TextEnv[str]):
         self._text = ""
         self.observation_space = TextSpace(MAX_OBSERVATION_CHARS, strict=False)
         self._start_moves: list[str] | None = None
-        moves = weakref.WeakMethod(self._sampled_moves)
-        self.action_space = MoveSpace(lambda: (method() if (method := moves()) is not None else None))
+        self.action_space = MoveSpace(self._sampled_moves)
 
     @property
     def instructions(self) -> str:

@@ -64,6 +64,8 @@ MAX_ACTION_CHARS = 4096
 SLOW_RESET_S = 0.05
 RESET_CACHE_SIZE = 256
 _RESET_CACHE: collections.OrderedDict[tuple[str, int, int], tuple[Any, Any]] = collections.OrderedDict()
+#: Opponent moves in a row after which the episode is truncated (a game that never ends on invalid moves).
+_OPPONENT_MOVES = 100
 #: Bracketed tokens the opponent tries on a copy of the game before it plays one blindly.
 _OPPONENT_TRIES = 10
 
@@ -267,7 +269,7 @@ class TextArenaEnv(TextEnv[str]):
         self._started, self._done = True, False
         self._prompt, self._board, self._log = "", "", []
         self._opponent_tokens = {}
-        self._play_opponent()
+        self._done = self._play_opponent()
         self._start_moves = self.valid_moves()
         self._text = self._observe()
         return self._text, self._info(0.0)
@@ -288,10 +290,11 @@ class TextArenaEnv(TextEnv[str]):
         move = action if index < 0 else self.valid_actions()[index]
         with self._game_random():
             self._done = bool(self._game.step(move)[0])
-        self._play_opponent()
+        truncated = self._play_opponent()
         self._text = self._observe()
         reward = self._reward() if self._done else 0.0
-        return self._text, reward, self._done, False, self._info(reward)
+        self._done = self._done or truncated
+        return self._text, reward, self._done and not truncated, truncated, self._info(reward)
 
     def _render_text(self) -> str | None:
         """The current observation (``None`` before the first reset)."""
@@ -348,15 +351,23 @@ class TextArenaEnv(TextEnv[str]):
         observations[player] = []
         return messages
 
-    def _play_opponent(self) -> None:
-        """Play the opponent's moves until it is the agent's turn or the game ends."""
+    def _play_opponent(self) -> bool:
+        """Play the opponent's moves until it is the agent's turn or the game ends.
+
+        Returns:
+            Whether the opponent was stopped after :data:`_OPPONENT_MOVES` moves in a row (the
+            episode is then truncated).
+        """
         state = self._game.state
-        while not self._done and state.current_player_id != self.agent_player:
+        for _ in range(_OPPONENT_MOVES):
+            if self._done or state.current_player_id == self.agent_player:
+                return False
             player = state.current_player_id
             for _, message, _ in self._drain(player):
                 self._opponent_tokens.update(dict.fromkeys(_TOKEN.findall(message)))
             with self._game_random():
                 self._done = bool(self._game.step(self._opponent_move(player))[0])
+        return not self._done and state.current_player_id != self.agent_player
 
     def _opponent_move(self, player: int) -> str:
         """The opponent's move: a random listed move, or the first bracketed token the game accepts."""

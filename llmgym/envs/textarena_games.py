@@ -27,6 +27,7 @@ __all__ = [
 ]
 
 _NLTK = "needs NLTK's 'words' corpus, which textarena downloads at first use (offline it raises LookupError)"
+_NO_OPPONENT = "has no offline opponent: it neither lists its moves nor takes the bracketed tokens of its messages, so the random opponent forfeits at once (or, in Santorini, is asked again forever)"
 _API_KEY = "needs an OpenRouter API key (an LLM judge or opponent inside the game)"
 
 #: Single-player games (puzzles), textarena id -> what the agent does.
@@ -52,9 +53,7 @@ SINGLE_PLAYER: dict[str, str] = {
 }
 #: Two-player games, played against the env's seeded random opponent.
 TWO_PLAYER: dict[str, str] = {
-    "Alquerque-v0": "Alquerque, a capturing board game, against a random opponent",
     "Battleship-v0": "Battleship on a 5x5 grid against a random opponent",
-    "Breakthrough-v0": "Breakthrough on an 8x8 board against a random opponent",
     "Briscola-v0": "the Italian card game Briscola against a random opponent",
     "Chopsticks-v0": "the finger game Chopsticks against a random opponent",
     "ColonelBlotto-v0": "Colonel Blotto: split 20 units over 3 fields, 9 rounds, against a random opponent",
@@ -72,7 +71,6 @@ TWO_PLAYER: dict[str, str] = {
     "IteratedUltimatumGame-v0": "an iterated ultimatum game against a random opponent",
     "KuhnPoker-v0": "Kuhn poker (three-card poker) against a random opponent",
     "LiarsDice-v0": "Liar's Dice with five dice each against a random opponent",
-    "LinesOfAction-v0": "Lines of Action, a connection board game, against a random opponent",
     "MarketEntryGame-v0": "a market entry game with chat against a random opponent",
     "MemoryGame-v0": "the card-matching Memory game against a random opponent",
     "NewRecruit-v0": "a recruiter-candidate negotiation against a random opponent",
@@ -82,7 +80,6 @@ TWO_PLAYER: dict[str, str] = {
     "Poker-v0": "ten hands of Texas hold'em against a random opponent",
     "PublicGoodsGame-v0": "a public goods game with chat against a random opponent",
     "QuantumTicTacToe-v0": "quantum tic-tac-toe against a random opponent",
-    "SantoriniBaseFixed-v0": "Santorini (build and climb) against a random opponent",
     "SimpleBlindAuction-v0": "a blind auction of items against a random opponent",
     "SimpleNegotiation-v0": "a resource trading negotiation against a random opponent",
     "SimpleTak-v0": "Simple Tak (build a road across the board) against a random opponent",
@@ -117,11 +114,6 @@ VARIANTS: dict[str, str] = {
     "Battleship-v0-large": "Battleship-v0",
     "Battleship-v0-standard": "Battleship-v0",
     "Blackjack-v0-long": "Blackjack-v0",
-    "Breakthrough-v0-blind": "Breakthrough-v0",
-    "Breakthrough-v0-large": "Breakthrough-v0",
-    "Breakthrough-v0-long": "Breakthrough-v0",
-    "Breakthrough-v0-small": "Breakthrough-v0",
-    "Breakthrough-v0-tiny": "Breakthrough-v0",
     "Chopsticks-v0-long": "Chopsticks-v0",
     "Chopsticks-v0-medium": "Chopsticks-v0",
     "ColonelBlotto-v0-extreme": "ColonelBlotto-v0",
@@ -203,7 +195,14 @@ VARIANTS: dict[str, str] = {
 }
 #: The rest of textarena's registry, id -> why llmgym does not run it.
 EXCLUDED: dict[str, str] = {
+    "Alquerque-v0": _NO_OPPONENT,
     "BabyAiText-v0": "crashes on make: No module named 'gym' (textarena 0.7.4)",
+    "Breakthrough-v0": _NO_OPPONENT,
+    "Breakthrough-v0-blind": _NO_OPPONENT,
+    "Breakthrough-v0-large": _NO_OPPONENT,
+    "Breakthrough-v0-long": _NO_OPPONENT,
+    "Breakthrough-v0-small": _NO_OPPONENT,
+    "Breakthrough-v0-tiny": _NO_OPPONENT,
     "CharacterConclave-v0": "is a game of 3 to 15 players; llmgym plays 1- and 2-player games",
     "CharacterConclave-v0-extreme": "is a game of 3 to 15 players; llmgym plays 1- and 2-player games",
     "CharacterConclave-v0-long": "is a game of 3 to 15 players; llmgym plays 1- and 2-player games",
@@ -231,7 +230,9 @@ EXCLUDED: dict[str, str] = {
     "LetterAuction-v0": _NLTK,
     "LetterAuction-v0-hard": _NLTK,
     "LetterAuction-v0-medium": _NLTK,
+    "LinesOfAction-v0": _NO_OPPONENT,
     "ReverseTicTacToe-v0": "crashes on import under Python 3.11 (textarena 0.7.4's module has a SyntaxError)",
+    "SantoriniBaseFixed-v0": _NO_OPPONENT,
     "ScenarioPlanning-v0": _API_KEY,
     "ScorableGames-v0": "crashes: its data files are missing from the textarena 0.7.4 wheel",
     "ScorableGames-v0-7players": "crashes: its data files are missing from the textarena 0.7.4 wheel",

@@ -5,8 +5,9 @@ random bracketed moves, in a subprocess with a time limit, for 1 then 2 players)
 by hand, so that registering the ``llmgym/TextArena-*`` ids imports no textarena. One llmgym id per
 game of :data:`SINGLE_PLAYER` and :data:`TWO_PLAYER`; their :data:`VARIANTS` (sizes, rules) are
 played with ``gymnasium.make("llmgym/TextArena-v0", game=...)``; :data:`EXCLUDED` says why each other
-textarena id is left out. ``Sudoku-v0-hard`` runs but takes about 12 s per reset (its generator
-searches for a 20-clue grid).
+textarena id is left out (NLTK corpora, API keys, crashes, 3+ players, and the two-player games
+whose random opponent finds no legal move, checked with ``benchmarks/textarena_baseline.py``).
+``Sudoku-v0-hard`` runs but takes about 12 s per reset (its generator searches for a 20-clue grid).
 """
 
 from __future__ import annotations

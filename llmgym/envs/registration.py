@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
 
+from llmgym.envs import textarena_games
 from llmgym.envs._scienceworld_tasks import SCIENCEWORLD_TASKS, task_id_name
 from llmgym.envs._textworld_games import DEFAULT_GAME, FAMILIES
 from llmgym.errors import ConfigError, require_installed
@@ -180,6 +181,23 @@ ENV_SPECS: tuple[EnvEntry, ...] = (
         "TextWorld: your own game with game_path= (.z8 from tw-make, or any .z1-.z8), else TextWorld's simple game.",
         max_episode_steps=DEFAULT_GAME.max_episode_steps,
         extras=(EnvExtra("textworld", "textworld"),),
+    ),
+    # TextArena: one id per game that runs offline (llmgym.envs.textarena_games), plus game=.
+    *(
+        EnvEntry(
+            textarena_games.llmgym_id(game),
+            "llmgym.envs.textarena_env:TextArenaEnv",
+            f"TextArena: {text}.",
+            {"game": game},
+            extras=(EnvExtra("textarena", "textarena"),),
+        )
+        for game, text in {**textarena_games.SINGLE_PLAYER, **textarena_games.TWO_PLAYER}.items()
+    ),
+    EnvEntry(
+        "llmgym/TextArena-v0",
+        "llmgym.envs.textarena_env:TextArenaEnv",
+        "TextArena: the game or variant passed as game= (default GuessTheNumber-v0).",
+        extras=(EnvExtra("textarena", "textarena"),),
     ),
 )
 

@@ -34,8 +34,14 @@ def _actions(env: gym.Env, num_envs: int) -> list[list]:
 
 
 def _resolve(action, valid):
-    """The action itself, or for a fraction the valid action at that place of the current list."""
-    return valid[int(action * len(valid))] if isinstance(action, float) else action
+    """The action itself, or for a fraction the valid action at that place of the current list.
+
+    An episode's last info may list no action (a finished TextArena game): the vector env's next
+    step is then its autoreset, which ignores the action.
+    """
+    if not isinstance(action, float):
+        return action
+    return valid[int(action * len(valid))] if valid else ""
 
 
 def _single_trace(env_id: str, seed: int, actions: list) -> list:

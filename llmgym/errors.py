@@ -20,6 +20,7 @@ __all__ = [
     "ExportError",
     "MissingDependencyError",
     "SourceCheckoutError",
+    "GenerationError",
     "require",
     "require_installed",
 ]
@@ -71,6 +72,10 @@ class MissingDependencyError(LLMGymError, ImportError):
 
 class SourceCheckoutError(LLMGymError, FileNotFoundError):
     """A command needs files of llmgym's source checkout (e.g. ``benchmarks/``) that an installed wheel lacks."""
+
+
+class GenerationError(LLMGymError, RuntimeError):
+    """An external generator of an env's games (TextWorld's tw-make) failed; the message carries its output."""
 
 
 def require(module: str, extra: str, feature: str) -> object:

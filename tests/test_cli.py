@@ -31,7 +31,13 @@ def test_envs_lists_every_registered_env_and_marks_the_extras():
     assert "llmgym/BabyAI-Text-GoToRedBall-v0" in out and "llmgym/Blackjack-Text-v0" in out
     assert all(len(line.split(None, 1)) == 2 for line in out.strip().splitlines())
     marked = [line.split()[0] for line in out.splitlines() if "pip install" in line]
-    assert marked == ["llmgym/TextGen-v0"]  # minigrid is a core dependency: BabyAI needs no extra
+    suites = {"TextWorld": 10, "TextArena": 59, "ScienceWorld": 31}
+    for suite, count in suites.items():
+        lines = [line for line in out.splitlines() if line.startswith(f"llmgym/{suite}-")]
+        extra = suite.lower()
+        assert len(lines) == count and all(f"needs pip install 'llmgym[{extra}]'" in line for line in lines), suite
+    # minigrid is a core dependency: BabyAI needs no extra
+    assert [i for i in marked if not i.startswith(tuple(f"llmgym/{s}-" for s in suites))] == ["llmgym/TextGen-v0"]
     assert "pip install 'llmgym[metrics]' for reward=bleu or reward=rouge" in out
 
 

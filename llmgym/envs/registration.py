@@ -14,6 +14,9 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
 
+from llmgym.envs import textarena_games
+from llmgym.envs._scienceworld_tasks import SCIENCEWORLD_TASKS, task_id_name
+from llmgym.envs._textworld_games import DEFAULT_GAME, FAMILIES
 from llmgym.errors import ConfigError, require_installed
 
 __all__ = ["register_envs", "list_envs", "check_env_id", "extras_note", "ENV_SPECS", "EnvEntry", "EnvExtra"]
@@ -140,6 +143,61 @@ ENV_SPECS: tuple[EnvEntry, ...] = (
         "llmgym/ConstantReward-v0",
         f"{_SYN}:ConstantRewardEnv",
         "Reward 1 at every step, truncated after 10 steps (value checks).",
+    ),
+    # ScienceWorld: one id per task, plus one taking task= (the table does not import scienceworld).
+    EnvEntry(
+        "llmgym/ScienceWorld-v0",
+        "llmgym.envs.scienceworld_env:ScienceWorldTextEnv",
+        "ScienceWorld: the science task named by task= (default boil), in a simulated house.",
+        max_episode_steps=100,
+        extras=(EnvExtra("scienceworld", "scienceworld"),),
+    ),
+    *(
+        EnvEntry(
+            f"llmgym/ScienceWorld-{task_id_name(task)}-v0",
+            "llmgym.envs.scienceworld_env:ScienceWorldTextEnv",
+            f"ScienceWorld {task}: {text}.",
+            {"task": task},
+            max_episode_steps=100,
+            extras=(EnvExtra("scienceworld", "scienceworld"),),
+        )
+        for task, text in SCIENCEWORLD_TASKS.items()
+    ),
+    # TextWorld: the tw-make settings of each challenge and level are in llmgym.envs._textworld_games.
+    *(
+        EnvEntry(
+            f"llmgym/TextWorld-{challenge}-{level}-v0",
+            "llmgym.envs.textworld_env:TextWorldEnv",
+            f"TextWorld {challenge} ({level}): {family.description}; {family.pool_size} generated games.",
+            {"challenge": challenge, "level": level},
+            max_episode_steps=family.max_episode_steps,
+            extras=(EnvExtra("textworld", "textworld"),),
+        )
+        for (challenge, level), family in FAMILIES.items()
+    ),
+    EnvEntry(
+        "llmgym/TextWorld-v0",
+        "llmgym.envs.textworld_env:TextWorldEnv",
+        "TextWorld: your own game with game_path= (.z8 from tw-make, or any .z1-.z8), else TextWorld's simple game.",
+        max_episode_steps=DEFAULT_GAME.max_episode_steps,
+        extras=(EnvExtra("textworld", "textworld"),),
+    ),
+    # TextArena: one id per game that runs offline (llmgym.envs.textarena_games), plus game=.
+    *(
+        EnvEntry(
+            textarena_games.llmgym_id(game),
+            "llmgym.envs.textarena_env:TextArenaEnv",
+            f"TextArena: {text}.",
+            {"game": game},
+            extras=(EnvExtra("textarena", "textarena"),),
+        )
+        for game, text in {**textarena_games.SINGLE_PLAYER, **textarena_games.TWO_PLAYER}.items()
+    ),
+    EnvEntry(
+        "llmgym/TextArena-v0",
+        "llmgym.envs.textarena_env:TextArenaEnv",
+        "TextArena: the game or variant passed as game= (default GuessTheNumber-v0).",
+        extras=(EnvExtra("textarena", "textarena"),),
     ),
 )
 

@@ -28,19 +28,32 @@ def _actions(env: gym.Env, num_envs: int) -> list[list]:
     space = env.action_space
     if isinstance(space, Discrete):
         return [[int(a) for a in rng.integers(space.n, size=num_envs)] for _ in range(NUM_STEPS)]
+    if env.reset(seed=SEED)[1].get("valid_actions"):  # commands that change with the state: a fraction of their list
+        return [[float(u) for u in rng.random(size=num_envs)] for _ in range(NUM_STEPS)]
     return [[TEXTGEN_ACTIONS[int(i)] for i in rng.integers(len(TEXTGEN_ACTIONS), size=num_envs)] for _ in range(NUM_STEPS)]
+
+
+def _resolve(action, valid):
+    """The action itself, or for a fraction the valid action at that place of the current list.
+
+    An episode's last info may list no action (a finished TextArena game): the vector env's next
+    step is then its autoreset, which ignores the action.
+    """
+    if not isinstance(action, float):
+        return action
+    return valid[int(action * len(valid))] if valid else ""
 
 
 def _single_trace(env_id: str, seed: int, actions: list) -> list:
     """What one env gives for ``actions``, with Gymnasium's default NEXT_STEP autoreset."""
     env = gym.make(env_id)
-    obs, _ = env.reset(seed=seed)
+    obs, info = env.reset(seed=seed)
     trace, done = [_plain(obs)], False
     for action in actions:
         if done:
-            (obs, _), reward, terminated, truncated = env.reset(), 0.0, False, False
+            (obs, info), reward, terminated, truncated = env.reset(), 0.0, False, False
         else:
-            obs, reward, terminated, truncated, _ = env.step(action)
+            obs, reward, terminated, truncated, info = env.step(_resolve(action, info.get("valid_actions")))
         done = terminated or truncated
         trace.append((_plain(obs), float(reward), bool(terminated), bool(truncated)))
     env.close()
@@ -64,10 +77,11 @@ def _text_fields(batch) -> list:
 
 
 def _vector_traces(envs: gym.vector.VectorEnv, actions: list) -> list[list]:
-    obs, _ = envs.reset(seed=SEED)
+    obs, infos = envs.reset(seed=SEED)
     traces = [[_unbatch(obs, i)] for i in range(envs.num_envs)]
     for step_actions in actions:
-        obs, rewards, terminated, truncated, _ = envs.step(step_actions)
+        valid = infos.get("valid_actions", [None] * envs.num_envs)
+        obs, rewards, terminated, truncated, infos = envs.step([_resolve(a, v) for a, v in zip(step_actions, valid)])
         for field in _text_fields(obs):
             assert all(isinstance(text, str) for text in field)
         for i, trace in enumerate(traces):

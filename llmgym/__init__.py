@@ -44,6 +44,8 @@ _LAZY: dict[str, str] = {
     "algorithms": "llmgym.algorithms",
     "PPO": "llmgym.algorithms.ppo",
     "A2C": "llmgym.algorithms.a2c",
+    "GRPO": "llmgym.algorithms.grpo",
+    "RLOO": "llmgym.algorithms.rloo",
 }
 
 __all__ = [
@@ -68,7 +70,9 @@ if TYPE_CHECKING:
     from llmgym.agents.generative import Agent, GenerativeAgent
     from llmgym.agents.scoring import ScoringAgent
     from llmgym.algorithms.a2c import A2C
+    from llmgym.algorithms.grpo import GRPO
     from llmgym.algorithms.ppo import PPO
+    from llmgym.algorithms.rloo import RLOO
     from llmgym.envs.core import check_text_env
     from llmgym.envs.vector import TextVectorEnv, make_vec
     from llmgym.llm.client import LLM

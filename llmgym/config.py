@@ -366,7 +366,7 @@ class AgentConfig(_Section):
 
 
 #: The values of ``algorithm.name`` (the keys of :data:`llmgym.algorithms.registry.ALGORITHMS`).
-ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c")
+ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "grpo", "rloo")
 
 
 @dataclass
@@ -374,13 +374,26 @@ class AlgorithmConfig(_Section):
     """The RL algorithm and its hyper-parameters (the ``algorithm`` section)."""
 
     _section: ClassVar[str] = "algorithm"
-    name: str = _f("ppo", "The algorithm: ppo or a2c (llmgym.algorithms.registry).")
+    name: str = _f(
+        "ppo",
+        "The algorithm: ppo, a2c, grpo or rloo (the last two critic-free, with group baselines: "
+        "llmgym.algorithms.registry).",
+    )
     updater: Optional[str] = _f(
         None, "Custom Updater class as 'module:Class'; null uses the algorithm's own updater."
     )
     learning_rate: float = _f(1e-5, "Learning rate of the LLM (or its LoRA adapters).")
     head_learning_rate: float = _f(1e-4, "Learning rate of the module functions (value head...).")
-    rollout_steps: int = _f(64, "Env steps collected per env before each update.")
+    rollout_steps: int = _f(
+        64,
+        "Env steps collected per env before each update (grpo/rloo: the most steps one round of group "
+        "episodes may take).",
+    )
+    group_size: int = _f(
+        4,
+        "grpo/rloo: episodes per group, played from one reset seed and baselined against each other; "
+        "env.num_envs must be a multiple of it.",
+    )
     epochs: int = _f(4, "Passes over each rollout (PPO); A2C always uses 1.")
     minibatch_size: int = _f(32, "Transitions per gradient step.")
     gradient_accumulation_steps: int = _f(
@@ -415,6 +428,11 @@ class AlgorithmConfig(_Section):
         _check_choice("algorithm", "value_head", self.value_head, ("shared", "detached"))
         for name in ("learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps"):
             _check_positive("algorithm", name, getattr(self, name))
+        if self.group_size < 2:
+            raise ConfigError(
+                f"algorithm.group_size={self.group_size!r} must be >= 2: a group baseline compares an episode "
+                "with the others of its group."
+            )
         for name in ("head_learning_rate", "value_coef", "entropy_coef", "kl_coef"):
             _check_positive("algorithm", name, getattr(self, name), allow_zero=True)
         for name in ("clip_range", "value_clip_range", "target_kl", "max_grad_norm"):

@@ -1,4 +1,4 @@
-"""RL algorithms for LLM agents, one class each (PPO, A2C), with the pieces they share.
+"""RL algorithms for LLM agents, one class each (PPO, A2C, GRPO, RLOO), with the pieces they share.
 
 Each algorithm's math and loop live in its own module (:mod:`~llmgym.algorithms.ppo`,
 :mod:`~llmgym.algorithms.a2c`); :class:`~llmgym.algorithms.updaters.PolicyUpdater` runs any of their
@@ -9,6 +9,7 @@ from llmgym.algorithms.a2c import A2C, A2CObjective, a2c_policy_loss
 from llmgym.algorithms.advantages import compute_gae, whiten
 from llmgym.algorithms.batch import PolicyOutputs, SampleTargets, UpdateBatch
 from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
+from llmgym.algorithms.grpo import GRPO, grpo_advantages
 from llmgym.algorithms.losses import (
     categorical_entropy,
     categorical_log_prob,
@@ -21,6 +22,7 @@ from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.ppo import PPO, PPOObjective, ppo_policy_loss
 from llmgym.algorithms.protocols import Objective, PolicyBackend
 from llmgym.algorithms.registry import ALGORITHMS, algorithm_class
+from llmgym.algorithms.rloo import RLOO, rloo_advantages
 from llmgym.algorithms.updaters import PolicyUpdater
 from llmgym.config import AlgorithmConfig
 
@@ -29,6 +31,7 @@ __all__ = [
     "A2CObjective",
     "ALGORITHMS",
     "AlgorithmConfig",
+    "GRPO",
     "Objective",
     "OnPolicyAlgorithm",
     "PPO",
@@ -36,6 +39,7 @@ __all__ = [
     "PolicyBackend",
     "PolicyOutputs",
     "PolicyUpdater",
+    "RLOO",
     "RolloutBatch",
     "RolloutBuffer",
     "SampleTargets",
@@ -45,10 +49,12 @@ __all__ = [
     "categorical_entropy",
     "categorical_log_prob",
     "compute_gae",
+    "grpo_advantages",
     "kl_estimate",
     "masked_mean",
     "pad_candidate_scores",
     "ppo_policy_loss",
+    "rloo_advantages",
     "value_loss",
     "whiten",
 ]

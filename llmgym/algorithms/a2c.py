@@ -18,7 +18,7 @@ from llmgym.agents.learning import PolicySpec
 from llmgym.algorithms.batch import PolicyOutputs, SampleTargets
 from llmgym.algorithms.buffer import RolloutBuffer
 from llmgym.algorithms.losses import check_same_shape, masked_mean, value_loss
-from llmgym.algorithms.on_policy import OnPolicyAlgorithm, RolloutTargets
+from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.protocols import PolicyBackend
 
 __all__ = ["A2C", "A2CObjective", "a2c_policy_loss"]
@@ -88,6 +88,6 @@ class A2C(OnPolicyAlgorithm):
             The epoch's sample-weighted statistics, ``epochs`` (1) and the rollout's advantage,
             value and return statistics.
         """
-        rollout = RolloutTargets.from_buffer(buffer, self.config.normalize_advantages)
+        rollout = self.rollout_targets(buffer)
         stats = self.run_epoch(llm, rollout, self.objective(), policy)
         return {**stats, "epochs": 1.0, **rollout.statistics()}

@@ -206,6 +206,10 @@ class OnPolicyAlgorithm(abc.ABC):
             policy: The distribution the actions were drawn from.
         """
 
+    def rollout_targets(self, buffer: RolloutBuffer) -> RolloutTargets:
+        """The buffer's transitions and the advantages to train on (GAE, whitened when configured)."""
+        return RolloutTargets.from_buffer(buffer, self.config.normalize_advantages)
+
     def updater(self) -> PolicyUpdater:
         """The server-side half, to build the LLM with: ``llmgym.LLM(..., updater=algo.updater())``.
 

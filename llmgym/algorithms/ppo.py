@@ -26,7 +26,7 @@ from llmgym.agents.learning import PolicySpec
 from llmgym.algorithms.batch import PolicyOutputs, SampleTargets
 from llmgym.algorithms.buffer import RolloutBuffer
 from llmgym.algorithms.losses import check_same_shape, kl_estimate, masked_mean, value_loss
-from llmgym.algorithms.on_policy import OnPolicyAlgorithm, RolloutTargets
+from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.protocols import PolicyBackend
 from llmgym.errors import InputError
 
@@ -152,7 +152,7 @@ class PPO(OnPolicyAlgorithm):
             The last epoch's sample-weighted statistics, ``epochs`` run and the rollout's
             advantage, value and return statistics.
         """
-        rollout = RolloutTargets.from_buffer(buffer, self.config.normalize_advantages)
+        rollout = self.rollout_targets(buffer)
         objective = self.objective()
         stats: dict[str, float] = {}
         epochs = 0

@@ -244,3 +244,24 @@ def test_resume_from_a_trainer_state_of_another_version_is_a_checkpoint_error(tr
     write_manifest(folder)
     with pytest.raises(CheckpointError, match="lacks 'last_eval_steps'.*another llmgym version"):
         _trainer(_resume_config(tmp_path, run))
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "rloo"])
+def test_group_baselines_train_through_the_trainer_and_resume_exactly(tmp_path, algorithm):
+    base = ["env.kwargs.words=[banana,dog]", f"algorithm.name={algorithm}", "algorithm.group_size=2", "agent.action_head=false",
+            "algorithm.epochs=2", "algorithm.minibatch_size=4", "algorithm.anneal_lr=true"]
+    straight = _trainer(tiny_config(tmp_path, "llmgym/EchoWord-v0", *base, "train.total_env_steps=16", "train.run_name=a"))
+    straight.train()
+    expected = _params(straight)
+    straight.close()
+    half = _trainer(tiny_config(tmp_path, "llmgym/EchoWord-v0", *base, "train.total_env_steps=8", "train.run_name=c"))
+    half.algorithm.total_env_steps = 16  # anneal over the whole run, as the uninterrupted one does
+    half.train()
+    half.close()
+    resumed = _trainer(tiny_config(tmp_path, "llmgym/EchoWord-v0", *base, "train.total_env_steps=16",
+                                   f"train.resume={tmp_path / 'c'}"))
+    assert resumed.algorithm.env_steps == 8
+    resumed.train()
+    got = _params(resumed)
+    resumed.close()
+    assert all(torch.allclose(a, b, atol=0, rtol=0) for a, b in zip(expected, got))

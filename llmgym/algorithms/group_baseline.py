@@ -1,0 +1,197 @@
+"""Critic-free policy optimisation with group baselines: what GRPO and RLOO share.
+
+Each round resets the vector env's ``N = M * G`` envs so that the ``G`` envs of group ``m`` start
+from the same seed (the same task, the same prompt), plays every env until its first episode
+ends, and credits each turn of an episode with its episode's return measured against the other
+returns of its group (:meth:`GroupBaselineAlgorithm.group_advantages`: GRPO standardises within
+the group, RLOO subtracts the leave-one-out mean). The update is PPO's clipped surrogate (epochs,
+minibatches, ``target_kl``) with no value loss. Envs whose episode has ended keep stepping, their
+decisions discarded, until the round's last episode ends or ``algorithm.rollout_steps`` steps pass
+(an episode still running then counts with the return it has so far).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+from torch import Tensor
+
+from llmgym.agents.base import BaseAgent
+from llmgym.agents.learning import Episode, PolicySpec
+from llmgym.algorithms.buffer import RolloutBuffer
+from llmgym.algorithms.on_policy import RolloutTargets
+from llmgym.algorithms.ppo import PPO, PPOObjective
+from llmgym.algorithms.protocols import PolicyBackend
+from llmgym.config import AlgorithmConfig
+from llmgym.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from llmgym.envs.vector import TextVectorEnv
+
+__all__ = ["GroupBaselineAlgorithm", "episode_returns_by_group"]
+
+
+def episode_returns_by_group(returns: Sequence[float], group_size: int) -> Tensor:
+    """Episode returns laid out ``[M, G]``: consecutive runs of ``group_size`` episodes are a group.
+
+    Raises:
+        InputError: The number of returns is not a positive multiple of ``group_size``.
+    """
+    if group_size < 2 or not returns or len(returns) % group_size:
+        raise InputError(
+            f"{len(returns)} episodes do not form groups of algorithm.group_size={group_size} (>= 2); give a multiple "
+            f"of {group_size} episodes, each group played from one reset seed."
+        )
+    return torch.tensor([float(r) for r in returns], dtype=torch.float64).reshape(-1, group_size)
+
+
+class GroupBaselineAlgorithm(PPO, abc.ABC):
+    """PPO's update with a group baseline instead of a critic (subclasses: GRPO, RLOO).
+
+    Args:
+        agent: As :class:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm`; with envs, the vector
+            env's ``num_envs`` must be a multiple of ``algorithm.group_size``.
+        envs: The vector env, or ``None``.
+        config: The ``algorithm`` section (``group_size``; ``value_coef`` and ``gae_lambda`` do
+            not apply).
+        seed: Seeds the rounds' reset seeds and the minibatch order.
+
+    Raises:
+        ConfigError: ``num_envs`` is not a multiple of ``group_size``.
+    """
+
+    def __init__(
+        self,
+        agent: Optional[BaseAgent] = None,
+        envs: Optional[TextVectorEnv] = None,
+        config: Optional[AlgorithmConfig] = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(agent, envs, config, seed)
+        group = self.config.group_size
+        if envs is not None and envs.num_envs % group:
+            raise ConfigError(
+                f"{type(self).__name__} plays groups of algorithm.group_size={group} envs from one reset seed, but "
+                f"env.num_envs={envs.num_envs}; set env.num_envs to a multiple of {group}."
+            )
+        self._rounds = 0
+        self._episode_lengths: list[int] = []
+
+    @staticmethod
+    @abc.abstractmethod
+    def group_advantages(returns: Tensor) -> Tensor:
+        """``[M, G]`` advantages of the ``[M, G]`` episode returns of ``M`` groups of ``G``."""
+
+    def objective(self) -> PPOObjective:
+        """PPO's clipped surrogate with no value loss (there is no critic)."""
+        cfg = self.config
+        return PPOObjective(cfg.clip_range, None, 0.0, cfg.entropy_coef, cfg.kl_coef)
+
+    # ------------------------------------------------------------------ rollouts
+    def _round_seeds(self, num_envs: int) -> list[int]:
+        groups = num_envs // self.config.group_size
+        first = self._seed + self._rounds * groups
+        return [first + g for g in range(groups) for _ in range(self.config.group_size)]
+
+    def collect_rollout(self) -> dict[str, float]:
+        """Play one round: every env's first episode from its group's seed; store them end to end.
+
+        Returns:
+            Rollout statistics (invalid-action rate, mean reward per step).
+        """
+        agent, envs = self._require_envs()
+        observations, infos = envs.reset(seed=self._round_seeds(envs.num_envs))
+        self._rounds += 1
+        for index in range(envs.num_envs):
+            agent.reset_env(index)
+        episodes = [Episode() for _ in range(envs.num_envs)]
+        running = set(range(envs.num_envs))
+        parse_failures = 0
+        for _ in range(self.config.rollout_steps):
+            actions = agent.act_batch(observations, infos)
+            decisions = agent.last_decisions
+            observations, rewards, terminated, truncated, infos = envs.step(actions)
+            shaped, _ = agent.observe(rewards, terminated, truncated, infos)
+            for index in sorted(running):
+                episodes[index].decisions.append(decisions[index])
+                episodes[index].rewards.append(float(shaped[index]))
+                parse_failures += int(decisions[index].parse_failed)
+                if terminated[index] or truncated[index]:
+                    running.discard(index)
+                    self._record_episode(infos[index])
+            if not running:
+                break
+        steps = sum(len(ep.decisions) for ep in episodes)
+        self.env_steps += steps
+        self.buffer = self._episode_buffer(episodes)
+        reward_sum = sum(sum(ep.rewards) for ep in episodes)
+        return {"invalid_action_rate": parse_failures / steps, "reward_per_step": reward_sum / steps}
+
+    def _record_episode(self, info: dict[str, Any]) -> None:
+        episode = info.get("episode")
+        if episode is not None:
+            stats = dict(episode)
+            if stats.get("success") is None:
+                stats["success"] = float(stats["return"]) > 0
+            self.episode_stats.add(stats)
+
+    def _episode_buffer(self, episodes: Sequence[Episode]) -> RolloutBuffer:
+        """A one-env buffer of the episodes end to end (each ends terminal), remembering their lengths."""
+        buffer = RolloutBuffer(num_envs=1, num_steps=sum(len(ep.decisions) for ep in episodes))
+        for episode in episodes:
+            last = len(episode.decisions) - 1
+            for t, (decision, reward) in enumerate(zip(episode.decisions, episode.rewards)):
+                buffer.add_decisions([decision], [reward], [t == last], [False])
+        buffer.compute_returns_and_advantages([0.0], 1.0, 1.0)
+        self._episode_lengths = [len(ep.decisions) for ep in episodes]
+        return buffer
+
+    def rollout_targets(self, buffer: RolloutBuffer) -> RolloutTargets:
+        """Every turn of an episode gets the episode's group advantage.
+
+        Returns:
+            The buffer's transitions with advantages ``[B]`` from :meth:`group_advantages`.
+        """
+        batch = buffer.get(torch.arange(len(buffer)))
+        lengths = torch.tensor(self._episode_lengths)
+        starts = torch.cumsum(lengths, 0) - lengths
+        # with gamma = lambda = 1 and no values, a first turn's GAE advantage is its episode's return
+        returns = [float(batch.advantages[int(s)]) for s in starts]
+        advantages = self.group_advantages(episode_returns_by_group(returns, self.config.group_size)).reshape(-1)
+        per_turn = torch.repeat_interleave(advantages, lengths).to(batch.advantages.dtype)
+        return RolloutTargets(batch, per_turn)
+
+    def train_on_episodes(self, llm: PolicyBackend, policy: PolicySpec, episodes: Sequence[Episode]) -> dict[str, float]:
+        """One update from whole episodes: consecutive runs of ``group_size`` episodes are the groups.
+
+        In LlamaGym's loop, play each group's episodes from one reset seed and set
+        ``episodes_per_update`` to a multiple of ``algorithm.group_size``.
+
+        Raises:
+            InputError: The episodes do not form whole groups, or one is malformed.
+        """
+        bad = [i for i, ep in enumerate(episodes) if not ep.decisions or len(ep.rewards) != len(ep.decisions)]
+        if bad:
+            raise InputError(f"train_on_episodes needs episodes with one reward per decision; malformed: {bad[:5]}.")
+        episode_returns_by_group([sum(ep.rewards) for ep in episodes], self.config.group_size)
+        buffer = self._episode_buffer(episodes)
+        stats = self.train(llm, buffer, policy)
+        self.updates += 1
+        returns = [sum(ep.rewards) for ep in episodes]
+        return {**stats, "episode_return": sum(returns) / len(returns), "episodes": float(len(episodes))}
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Counters and episode statistics: every round starts from a seeded reset, so nothing is replayed."""
+        state = super().state_dict()
+        state["action_log"] = []
+        state["rounds"] = self._rounds
+        return state
+
+    def load_state_dict(self, state: dict[str, Any], generators: dict[str, torch.Tensor]) -> None:
+        """Restore :meth:`state_dict` (the next round resets the envs itself)."""
+        super().load_state_dict(state, generators)
+        self._rounds = int(state["rounds"])

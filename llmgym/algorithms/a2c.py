@@ -41,6 +41,7 @@ def a2c_policy_loss(log_probs: Tensor, advantages: Tensor, mask: Optional[Tensor
     check_same_shape("log_probs", log_probs, advantages=advantages, mask=mask)
     return masked_mean(-log_probs * advantages.detach(), mask)
 
+
 @dataclass(frozen=True)
 class A2CObjective:
     """A2C's loss: the policy gradient with a learned baseline, unclipped value loss, entropy bonus.

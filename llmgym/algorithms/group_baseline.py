@@ -130,14 +130,6 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         reward_sum = sum(sum(ep.rewards) for ep in episodes)
         return {"invalid_action_rate": parse_failures / steps, "reward_per_step": reward_sum / steps}
 
-    def _record_episode(self, info: dict[str, Any]) -> None:
-        episode = info.get("episode")
-        if episode is not None:
-            stats = dict(episode)
-            if stats.get("success") is None:
-                stats["success"] = float(stats["return"]) > 0
-            self.episode_stats.add(stats)
-
     def _episode_buffer(self, episodes: Sequence[Episode]) -> RolloutBuffer:
         """A one-env buffer of the episodes end to end (each ends terminal), remembering their lengths."""
         buffer = RolloutBuffer(num_envs=1, num_steps=sum(len(ep.decisions) for ep in episodes))

@@ -270,12 +270,7 @@ class OnPolicyAlgorithm(abc.ABC):
             shaped, truncation_values = agent.observe(rewards, terminated, truncated, infos)
             self.buffer.add_decisions(decisions, shaped, terminated, truncated, truncation_values)
             for i in np.flatnonzero(terminated | truncated):
-                episode = infos[int(i)].get("episode")
-                if episode is not None:
-                    ep = dict(episode)
-                    if ep.get("success") is None:
-                        ep["success"] = float(ep["return"]) > 0
-                    self.episode_stats.add(ep)
+                self._record_episode(infos[int(i)])
             parse_failures += sum(d.parse_failed for d in decisions)
             reward_sum += float(shaped.sum())
             self._observations, self._infos = observations, infos
@@ -286,6 +281,15 @@ class OnPolicyAlgorithm(abc.ABC):
         )
         steps = self.config.rollout_steps * envs.num_envs
         return {"invalid_action_rate": parse_failures / steps, "reward_per_step": reward_sum / steps}
+
+    def _record_episode(self, info: dict[str, Any]) -> None:
+        """Add an ended episode's ``info["episode"]`` to the statistics (success: return > 0 if unset)."""
+        episode = info.get("episode")
+        if episode is not None:
+            stats = dict(episode)
+            if stats.get("success") is None:
+                stats["success"] = float(stats["return"]) > 0
+            self.episode_stats.add(stats)
 
     def update(self) -> dict[str, float]:
         """Train on the collected rollout (:meth:`train`)."""

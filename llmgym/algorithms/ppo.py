@@ -79,23 +79,6 @@ def ppo_policy_loss(
     return loss, {key: value.detach() for key, value in stats.items()}
 
 
-def a2c_policy_loss(log_probs: Tensor, advantages: Tensor, mask: Optional[Tensor] = None) -> Tensor:
-    """Advantage actor-critic policy loss ``-mean(log pi(a) * A)`` (advantages are not differentiated).
-
-    Args:
-        log_probs: Log-probs of the taken actions (with grad), ``[B]`` or ``[B, L]``.
-        advantages: Advantages, same shape.
-        mask: Bool ``[B, L]`` of the tokens that count, or ``None``.
-
-    Returns:
-        The 0-d loss.
-
-    Raises:
-        InputError: On a shape mismatch.
-    """
-    check_same_shape("log_probs", log_probs, advantages=advantages, mask=mask)
-    return masked_mean(-log_probs * advantages.detach(), mask)
-
 @dataclass(frozen=True)
 class PPOObjective:
     """PPO's loss: ``L_clip + c_v L_value - c_e H + c_kl KL(pi || pi_ref)``, means over the chunk.

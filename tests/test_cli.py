@@ -148,14 +148,23 @@ def test_bench_outside_a_source_checkout_says_it_needs_one():
     assert "pip install -e ." in proc.stderr
 
 
+# In-process (llmgym.cli.main, what the console script calls): a subprocess per command would spend
+# ~10 s per config importing torch and transformers; the subprocess path is smoke-run above and below.
 @pytest.mark.parametrize("config", CONFIGS)
-def test_every_config_trains_and_evaluates(config, tiny_model_dir, tmp_path):
-    run("train", config, f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path}", "train.run_name=run", *SMOKE)
+def test_every_config_trains_and_evaluates(config, tiny_model_dir, tmp_path, monkeypatch, capsys):
+    from llmgym.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    args = ["train", config, f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path}", "train.run_name=run", *SMOKE]
+    assert main(args) == 0, capsys.readouterr().err[-3000:]
     run_dir = tmp_path / "run"
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(r["kind"] == "train" for r in records) and any(r["kind"] == "eval" for r in records)
     assert (run_dir / "learning_curve.png").is_file()
-    out = run("eval", str(run_dir), "--episodes", "2", "env.max_episode_steps=3").stdout  # overrides after options
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--episodes", "2", "env.max_episode_steps=3"]) == 0  # overrides after options
+    out = capsys.readouterr().out
     assert "success rate" in out and "greedy" in out
 
 

@@ -7,9 +7,12 @@ from hypothesis import strategies as st
 
 from llmgym.envs import list_envs
 from llmgym.errors import InvalidActionError
-from tests.envs._registered import generic_ids
+from tests.envs._registered import SLOW_RESET_IDS, generic_ids
 
-FAST_IDS = [i for i in generic_ids([i for i, _ in list_envs()]) if "BabyAI" not in i or i.endswith("GoToLocal-v0")]
+FAST_IDS = [
+    i for i in generic_ids([i for i, _ in list_envs()])
+    if ("BabyAI" not in i or i.endswith("GoToLocal-v0")) and i not in SLOW_RESET_IDS
+]
 _ENVS: dict[str, gym.Env] = {}
 
 

@@ -20,11 +20,10 @@ import torch
 from torch import Tensor
 
 from llmgym.agents.base import BaseAgent
-from llmgym.agents.learning import Episode, PolicySpec
+from llmgym.agents.learning import Episode
 from llmgym.algorithms.buffer import RolloutBuffer
-from llmgym.algorithms.on_policy import RolloutTargets
+from llmgym.algorithms.on_policy import RolloutTargets, lay_end_to_end
 from llmgym.algorithms.ppo import PPO, PPOObjective
-from llmgym.algorithms.protocols import PolicyBackend
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import ConfigError, InputError
 
@@ -126,20 +125,23 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
                 break
         steps = sum(len(ep.decisions) for ep in episodes)
         self.env_steps += steps
-        self.buffer = self._episode_buffer(episodes)
+        self.buffer = self.episode_buffer(episodes)
         reward_sum = sum(sum(ep.rewards) for ep in episodes)
         return {"invalid_action_rate": parse_failures / steps, "reward_per_step": reward_sum / steps}
 
-    def _episode_buffer(self, episodes: Sequence[Episode]) -> RolloutBuffer:
-        """A one-env buffer of the episodes end to end (each ends terminal), remembering their lengths."""
-        buffer = RolloutBuffer(num_envs=1, num_steps=sum(len(ep.decisions) for ep in episodes))
-        for episode in episodes:
-            last = len(episode.decisions) - 1
-            for t, (decision, reward) in enumerate(zip(episode.decisions, episode.rewards)):
-                buffer.add_decisions([decision], [reward], [t == last], [False])
-        buffer.compute_returns_and_advantages([0.0], 1.0, 1.0)
+    def episode_buffer(self, episodes: Sequence[Episode]) -> RolloutBuffer:
+        """The episodes end to end (GAE with discount 1 and no critic: each turn's return-to-go).
+
+        Consecutive runs of ``group_size`` episodes are the groups: in LlamaGym's loop, play each
+        group's episodes from one reset seed and set ``episodes_per_update`` to a multiple of
+        ``algorithm.group_size``. Their lengths are kept for :meth:`rollout_targets`.
+
+        Raises:
+            InputError: The episodes do not form whole groups.
+        """
+        episode_returns_by_group([sum(ep.rewards) for ep in episodes], self.config.group_size)
         self._episode_lengths = [len(ep.decisions) for ep in episodes]
-        return buffer
+        return lay_end_to_end(episodes, 1.0, 1.0)
 
     def rollout_targets(self, buffer: RolloutBuffer) -> RolloutTargets:
         """Every turn of an episode gets the episode's group advantage.
@@ -155,25 +157,6 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         advantages = self.group_advantages(episode_returns_by_group(returns, self.config.group_size)).reshape(-1)
         per_turn = torch.repeat_interleave(advantages, lengths).to(batch.advantages.dtype)
         return RolloutTargets(batch, per_turn)
-
-    def train_on_episodes(self, llm: PolicyBackend, policy: PolicySpec, episodes: Sequence[Episode]) -> dict[str, float]:
-        """One update from whole episodes: consecutive runs of ``group_size`` episodes are the groups.
-
-        In LlamaGym's loop, play each group's episodes from one reset seed and set
-        ``episodes_per_update`` to a multiple of ``algorithm.group_size``.
-
-        Raises:
-            InputError: The episodes do not form whole groups, or one is malformed.
-        """
-        bad = [i for i, ep in enumerate(episodes) if not ep.decisions or len(ep.rewards) != len(ep.decisions)]
-        if bad:
-            raise InputError(f"train_on_episodes needs episodes with one reward per decision; malformed: {bad[:5]}.")
-        episode_returns_by_group([sum(ep.rewards) for ep in episodes], self.config.group_size)
-        buffer = self._episode_buffer(episodes)
-        stats = self.train(llm, buffer, policy)
-        self.updates += 1
-        returns = [sum(ep.rewards) for ep in episodes]
-        return {**stats, "episode_return": sum(returns) / len(returns), "episodes": float(len(episodes))}
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

@@ -32,7 +32,31 @@ from llmgym.metrics import EpisodeStats
 if TYPE_CHECKING:
     from llmgym.envs.vector import TextVectorEnv
 
-__all__ = ["OnPolicyAlgorithm", "RolloutTargets", "minibatch_schedule", "rollout_statistics", "weighted_mean"]
+__all__ = [
+    "OnPolicyAlgorithm",
+    "RolloutTargets",
+    "lay_end_to_end",
+    "minibatch_schedule",
+    "rollout_statistics",
+    "weighted_mean",
+]
+
+
+def lay_end_to_end(episodes: Sequence[Episode], gamma: float, gae_lambda: float) -> RolloutBuffer:
+    """A one-env buffer of whole episodes end to end, each ending terminal, with GAE computed.
+
+    Args:
+        episodes: Finished episodes, each with a decision and a reward per step.
+        gamma: Discount factor of the GAE.
+        gae_lambda: GAE lambda.
+    """
+    buffer = RolloutBuffer(num_envs=1, num_steps=sum(len(ep.decisions) for ep in episodes))
+    for episode in episodes:
+        last = len(episode.decisions) - 1
+        for t, (decision, reward) in enumerate(zip(episode.decisions, episode.rewards)):
+            buffer.add_decisions([decision], [reward], [t == last], [False])
+    buffer.compute_returns_and_advantages([0.0], gamma, gae_lambda)
+    return buffer
 
 
 def minibatch_schedule(count: int, minibatch_size: int, generator: torch.Generator) -> list[list[int]]:
@@ -336,8 +360,7 @@ class OnPolicyAlgorithm(abc.ABC):
     def train_on_episodes(self, llm: PolicyBackend, policy: PolicySpec, episodes: Sequence[Episode]) -> dict[str, float]:
         """One update from whole episodes.
 
-        The episodes are laid end to end in a one-env buffer whose every episode ends in a
-        terminal step, so GAE never crosses an episode boundary; then :meth:`train`.
+        The episodes go into :meth:`episode_buffer`, then :meth:`train`.
 
         Args:
             llm: The LLM that took the decisions.
@@ -348,7 +371,8 @@ class OnPolicyAlgorithm(abc.ABC):
             The update's statistics plus ``episode_return`` (mean) and ``episodes``.
 
         Raises:
-            InputError: No episode, or an episode with no decision or a reward count that differs.
+            InputError: No episode, or an episode with no decision or a reward count that differs
+                (or what :meth:`episode_buffer` refuses).
         """
         bad = [i for i, ep in enumerate(episodes) if not ep.decisions or len(ep.rewards) != len(ep.decisions)]
         if not episodes or bad:
@@ -356,16 +380,17 @@ class OnPolicyAlgorithm(abc.ABC):
                 f"train_on_episodes needs episodes with one reward per decision; got {len(episodes)} episodes, "
                 f"malformed: {bad[:5]}."
             )
-        buffer = RolloutBuffer(num_envs=1, num_steps=sum(len(ep.decisions) for ep in episodes))
-        for episode in episodes:
-            last = len(episode.decisions) - 1
-            for t, (decision, reward) in enumerate(zip(episode.decisions, episode.rewards)):
-                buffer.add_decisions([decision], [reward], [t == last], [False])
-        buffer.compute_returns_and_advantages([0.0], self.config.gamma, self.config.gae_lambda)
-        stats = self.train(llm, buffer, policy)
+        stats = self.train(llm, self.episode_buffer(episodes), policy)
         self.updates += 1
         returns = [sum(ep.rewards) for ep in episodes]
         return {**stats, "episode_return": sum(returns) / len(returns), "episodes": float(len(episodes))}
+
+    def episode_buffer(self, episodes: Sequence[Episode]) -> RolloutBuffer:
+        """Whole episodes laid end to end in a one-env buffer, GAE computed with this config's discounts.
+
+        Every episode ends in a terminal step, so GAE never crosses an episode boundary.
+        """
+        return lay_end_to_end(episodes, self.config.gamma, self.config.gae_lambda)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

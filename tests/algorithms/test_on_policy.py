@@ -7,9 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgym.agents.learning import PolicySpec
+from llmgym.agents.learning import Decision, Episode, PolicySpec
 from llmgym.algorithms import A2C, ALGORITHMS, PPO, UpdateBatch, algorithm_class
-from llmgym.algorithms.on_policy import minibatch_schedule, weighted_mean
+from llmgym.algorithms.on_policy import lay_end_to_end, minibatch_schedule, weighted_mean
 from llmgym.algorithms.updaters import PolicyUpdater
 from llmgym.config import ALGORITHM_NAMES, AlgorithmConfig
 from llmgym.errors import ConfigError, InputError
@@ -103,3 +103,16 @@ def test_learning_rate_anneals_linearly_per_rollout(tmp_path):
     fractions = [1 - k * 8 / 32 for k in range(4)]  # 4 envs x 2 steps per rollout
     assert seen == [pytest.approx([b * f for b in base]) for f in fractions]
     assert PPO().learning_rate_scale() == 1.0  # off by default
+
+
+def test_episodes_laid_end_to_end_end_terminal_and_never_share_returns():
+    def decision(i):
+        return Decision(prompt=f"p{i}", prompt_ids=[i], action="a", response="a", log_prob=-1.0, value=0.0,
+                        candidates=["a", "b"], action_index=0)
+
+    episodes = [Episode([decision(0), decision(1)], [0.0, 1.0]), Episode([decision(2)], [5.0])]
+    buffer = lay_end_to_end(episodes, gamma=0.5, gae_lambda=1.0)
+    batch = buffer.get(torch.arange(len(buffer)))
+    assert batch.prompts == ["p0", "p1", "p2"]
+    assert buffer.terminated.reshape(-1).tolist() == [False, True, True]
+    assert batch.returns.tolist() == [0.5, 1.0, 5.0]  # the second episode's 5 does not flow back

@@ -12,14 +12,8 @@ from llmgym.llm.distributed.backend import make_backend
 from llmgym.llm.modules import ValueHead
 from llmgym.llm.sampling import Sampling
 from llmgym.testing import tiny_causal_lm
+from tests.distributed.test_local_equivalence import CONTEXTS
 
-CONTEXTS = [
-    "You see a red ball 2 steps left. Action:",
-    "Goal of the agent: go to the red ball. Action:",
-    "Your hand: 14. Dealer shows: 10. Do you hit or stay?",
-    "the quick brown fox",
-    "The capital of France is",
-]
 CANDIDATES = [[" turn left", " go forward"], [" pick up", " drop"], [" hit", " stay", " stick"], [" jumps"], [" Paris", " apple"]]
 OPTIMIZER = AlgorithmConfig(learning_rate=1e-2, head_learning_rate=1e-2, max_grad_norm=0.5, gradient_accumulation_steps=2)
 

@@ -28,7 +28,6 @@ CamelCase (``ScienceWorld-Boil-v0`` for ``boil``, ``ScienceWorld-FindLivingThing
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import shutil
@@ -81,11 +80,26 @@ def start_simulator() -> Any:
             "Fix: install Java 11 or newer (e.g. `apt-get install openjdk-17-jre-headless`, or "
             "`conda install -c conda-forge openjdk=17`) and put its bin/ folder on PATH."
         )
-    # ScienceWorldEnv launches its JVM with fixed options through its module's launch_gateway,
-    # looked up at call time: add ours for the duration of the call.
-    launch = module.launch_gateway
+    # ScienceWorldEnv launches its JVM through its module's launch_gateway and connects with its
+    # GatewayParameters / CallbackServerParameters, looked up at call time: for the duration of the
+    # call, add our java options and py4j's authentication (a fresh token per JVM), so no other
+    # process on this machine can drive the JVM (py4j's gateway can run any Java code) or the
+    # Python callback server through their loopback ports.
+    names = ("launch_gateway", "GatewayParameters", "CallbackServerParameters")
+    originals = {name: getattr(module, name) for name in names}
+    token: list[str] = []
+
+    def launch_with_auth(*args: Any, **kwargs: Any) -> Any:
+        port, auth_token, *rest = originals["launch_gateway"](
+            *args, **{**kwargs, "javaopts": list(JAVA_OPTS), "enable_auth": True}
+        )
+        token.append(auth_token)
+        return (port, *rest) if rest else port
+
     with _LAUNCH_LOCK:
-        module.launch_gateway = functools.partial(launch, javaopts=list(JAVA_OPTS))
+        module.launch_gateway = launch_with_auth
+        module.GatewayParameters = lambda **kw: originals["GatewayParameters"](**kw, auth_token=token[-1])
+        module.CallbackServerParameters = lambda **kw: originals["CallbackServerParameters"](**kw, auth_token=token[-1])
         try:
             return module.ScienceWorldEnv()
         except ValueError as exc:  # py4j read no port number from the JVM
@@ -94,7 +108,8 @@ def start_simulator() -> Any:
                 "`java -version` runs and reports version 11 or newer."
             ) from exc
         finally:
-            module.launch_gateway = launch
+            for name, original in originals.items():
+                setattr(module, name, original)
 
 
 class CommandSpace(TextSpace):

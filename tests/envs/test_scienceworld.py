@@ -181,6 +181,22 @@ def test_focusing_on_a_wrong_object_fails_the_task(free):
     assert terminated and info["score"] == -100 and info["success"] is False and reward == -1.0
 
 
+def test_the_jvm_refuses_a_connection_without_its_token(boil):
+    from py4j.java_gateway import GatewayParameters, JavaGateway
+    from py4j.protocol import Py4JError
+
+    sim = boil.unwrapped._sim
+    port = sim._gateway.gateway_parameters.port
+    assert sim._gateway.gateway_parameters.auth_token  # the env's own connection authenticates
+    intruder = JavaGateway(gateway_parameters=GatewayParameters(port=port))
+    try:
+        with pytest.raises(Py4JError):
+            intruder.jvm.java.lang.System.getProperty("user.home")
+    finally:
+        intruder.close()
+    assert sim._gateway.jvm.java.lang.System.getProperty("user.home")  # while the token opens it
+
+
 def test_splits_select_disjoint_variation_sets(boil, free):
     env = free.unwrapped
     dev = set(env.variations)

@@ -84,8 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("--resamples", type=int, default=2000, help="bootstrap samples per confidence interval")
 
-    ev = sub.add_parser("eval", help="evaluate a run's checkpoint greedily on seeded episodes")
-    ev.add_argument("run_dir", help="run directory written by llmgym train")
+    ev = sub.add_parser(
+        "eval", help="evaluate a run's checkpoint (or a config's untrained model, zero-shot) on seeded episodes"
+    )
+    ev.add_argument(
+        "run_dir", metavar="run_dir_or_config",
+        help="run directory written by llmgym train, or a config (YAML file or shipped name) to evaluate zero-shot",
+    )
     ev.add_argument("--episodes", type=int, default=100, help="number of evaluation episodes")
     ev.add_argument("--seed", type=int, default=12345, help="seed of the first evaluation episode")
     ev.add_argument(

@@ -56,26 +56,30 @@ def iqm(values: Sequence[float]) -> float:
 
 
 def bootstrap_ci(
-    values: Sequence[float], resamples: int = 2000, confidence: float = 0.95, seed: int = 0
+    values: Sequence[float], resamples: int = 2000, confidence: float = 0.95, seed: int = 0, statistic: str = "iqm"
 ) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of the IQM, resampling runs with replacement.
+    """Percentile bootstrap confidence interval of the IQM (or the mean), resampling with replacement.
 
-    Each of ``resamples`` bootstrap samples draws ``len(values)`` runs with replacement; the
+    Each of ``resamples`` bootstrap samples draws ``len(values)`` values with replacement; the
     interval spans the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles of their
-    IQMs. The generator is seeded, so the same values always give the same interval.
+    IQMs (means). The generator is seeded, so the same values always give the same interval.
 
     Args:
-        values: One score per run.
+        values: One score per run (``"iqm"``), or per episode for the mean reward of one policy.
         resamples: Number of bootstrap samples.
         confidence: Coverage of the interval, in (0, 1).
         seed: Seed of the resampling generator.
+        statistic: ``"iqm"`` (over runs, as rliable) or ``"mean"``.
 
     Returns:
         ``(low, high)``.
 
     Raises:
-        InputError: On empty or non-finite values, ``resamples < 1`` or ``confidence`` outside (0, 1).
+        InputError: On empty or non-finite values, ``resamples < 1``, ``confidence`` outside (0, 1)
+            or an unknown ``statistic``.
     """
+    if statistic not in ("iqm", "mean"):
+        raise InputError(f"statistic={statistic!r} must be 'iqm' or 'mean'.")
     array = _as_values(values)
     if resamples < 1:
         raise InputError(f"resamples must be >= 1, got {resamples}")
@@ -84,7 +88,8 @@ def bootstrap_ci(
     rng = np.random.default_rng(seed)
     samples = array[rng.integers(0, array.size, size=(resamples, array.size))]
     alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(_trimmed_row_means(samples), [alpha, 1.0 - alpha])
+    estimates = _trimmed_row_means(samples) if statistic == "iqm" else samples.mean(axis=1)
+    low, high = np.quantile(estimates, [alpha, 1.0 - alpha])
     return float(low), float(high)
 
 

@@ -40,11 +40,21 @@ def test_bootstrap_interval_of_constant_runs_has_zero_width():
     assert bootstrap_ci([3.0]) == (3.0, 3.0)
 
 
+def test_bootstrap_of_the_mean_matches_a_hand_resampling():
+    values = [0.0, 1.0, 0.0, 0.5, 1.0, 0.25]
+    rng = np.random.default_rng(3)
+    means = np.asarray(values)[rng.integers(0, 6, size=(500, 6))].mean(axis=1)
+    assert bootstrap_ci(values, resamples=500, seed=3, statistic="mean") == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])))
+    assert bootstrap_ci(values, resamples=500, seed=3, statistic="mean") != bootstrap_ci(values, resamples=500, seed=3)
+
+
 def test_bootstrap_rejects_bad_arguments():
     with pytest.raises(InputError):
         bootstrap_ci([1.0, 2.0], resamples=0)
     with pytest.raises(InputError):
         bootstrap_ci([1.0, 2.0], confidence=1.0)
+    with pytest.raises(InputError, match="statistic"):
+        bootstrap_ci([1.0, 2.0], statistic="median")
 
 
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)

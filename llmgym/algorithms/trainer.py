@@ -478,30 +478,41 @@ def evaluate_run(
     overrides: tuple[str, ...] | list[str] = (),
     greedy: bool = True,
 ) -> dict[str, float]:
-    """Evaluate a run's latest checkpoint and print success rate and mean return.
+    """Evaluate a run's latest checkpoint, or a config's untrained model, and print the result.
 
     Args:
-        run_dir: Run directory written by ``llmgym train``.
+        run_dir: Run directory written by ``llmgym train``; or a config (a YAML file or the name
+            of a shipped config, as ``llmgym train`` takes it) to evaluate the model it names
+            zero-shot, before any training (with ``agent.action_head`` on, the untrained head's
+            greedy actions are the LLM's own; set ``agent.action_head=false`` for the LLM's
+            scoring policy when sampling).
         episodes: Number of seeded episodes (episode ``j`` uses seed ``seed + j``).
         seed: Seed of the first episode (and of the policy's sampling).
-        overrides: Dotted overrides applied to the run's config.
+        overrides: Dotted overrides applied to the run's (or the given) config.
         greedy: Take the most likely action (``False``: sample at ``agent.temperature``, the
             policy PPO optimises).
+
+    Raises:
+        ConfigError: ``run_dir`` is neither a run directory (a folder with ``checkpoints/``) nor a
+            config file or shipped config name.
     """
-    folder = latest_checkpoint(run_dir)
-    config = load_config(folder / "config.yaml", list(overrides))
+    path = Path(run_dir)
+    folder = latest_checkpoint(path) if path.is_dir() else None
+    config = load_config(folder / "config.yaml" if folder is not None else run_dir, list(overrides))
     check_env_id(config.env.id, config.env.kwargs)  # before the model loads
     _seed_everything(seed)
     llm = build_llm(config)
     try:
-        llm.load(folder / "llm")
+        if folder is not None:
+            llm.load(folder / "llm")
         agent = build_agent(config, llm, _eval_width(config, episodes), _env_instructions(config))
         result = evaluate(agent, config, episodes, seed=seed, greedy=greedy)
     finally:
         llm.close()
     policy = "greedy" if greedy else f"sampled at temperature {config.agent.temperature:g}"
+    source = f"checkpoint {folder.name}" if folder is not None else f"zero-shot {config.model.name}"
     print(
         f"{config.env.id}: success rate {result['success_rate']:.3f}, mean return {result['episode_return']:.3f} "
-        f"over {int(result['episodes'])} episodes, {policy} (checkpoint {folder.name})"
+        f"over {int(result['episodes'])} episodes, {policy} ({source})"
     )
     return result

@@ -208,6 +208,21 @@ def test_evaluate_run_loads_the_checkpoint(tmp_path, tiny_model_dir, capsys):
     assert "success rate" in capsys.readouterr().out
 
 
+def test_evaluate_run_of_a_config_is_the_untrained_model(tmp_path, tiny_model_dir, capsys):
+    from llmgym.algorithms.trainer import evaluate
+
+    trainer = Trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.run_name=z", f"model.name={tiny_model_dir}"))
+    want = evaluate(trainer.eval_agent, trainer.config, 5, seed=3)  # the model before any update
+    trainer.close()
+    result = evaluate_run(tmp_path / "z" / "config.yaml", episodes=5, seed=3)  # a config, not a run: zero-shot
+    assert result == want and "zero-shot" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="does not exist and is not the name of a shipped config"):
+        evaluate_run(tmp_path / "nowhere.yaml")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError):
+        evaluate_run(tmp_path / "empty")
+
+
 def test_evaluate_does_not_depend_on_the_number_of_envs(tmp_path):
     from llmgym.algorithms.trainer import build_agent, build_llm, evaluate
 

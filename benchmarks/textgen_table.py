@@ -1,0 +1,120 @@
+"""Mean reward of trained TextGen runs against the zero-shot model, with bootstrap intervals and KL.
+
+Every policy (the zero-shot model, then each run's latest checkpoint) samples ``--episodes``
+completions at its ``agent.temperature``: episode ``j`` is the TextGen env reset with seed
+``--seed + j`` (the same openings for every policy). Per policy the table gives the mean reward with
+a 95% percentile-bootstrap interval over episodes, and the KL to the reference (the model with its
+LoRA adapter disabled): the mean over completions of ``sum_t log pi(a_t) - log pi_ref(a_t)`` on the
+sampled tokens, an unbiased estimate of ``KL(pi || pi_ref)``. A run's training time is its last
+training record's ``time_s``.
+
+    llmgym train textgen_ppo train.run_name=tg-ppo        # one run per algorithm, then:
+    python benchmarks/textgen_table.py runs/tg-ppo runs/tg-grpo runs/tg-rloo runs/tg-nlpo --episodes 240
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import gymnasium as gym
+import torch
+
+from llmgym.algorithms.trainer import build_agent, build_llm
+from llmgym.checkpoint import latest_checkpoint
+from llmgym.config import Config, load_config
+from llmgym.stats import bootstrap_ci
+
+
+@dataclass(frozen=True)
+class PolicyRow:
+    """One line of the table: a policy's sampled rewards and KL to the reference."""
+
+    name: str
+    rewards: list[float]
+    kl_to_reference: float
+    training_s: Optional[float]
+
+    def line(self) -> str:
+        """The row as text: mean reward [95% CI], KL, training time."""
+        mean = sum(self.rewards) / len(self.rewards)
+        low, high = bootstrap_ci(self.rewards, statistic="mean")
+        minutes = f"{self.training_s / 60:.1f} min" if self.training_s is not None else "-"
+        return f"| {self.name} | {mean:.3f} [{low:.3f}, {high:.3f}] | {self.kl_to_reference:.3f} | {minutes} |"
+
+
+def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int) -> tuple[list[float], float]:
+    """Rewards of ``episodes`` sampled one-step TextGen episodes and the mean KL to the reference.
+
+    Returns:
+        ``(rewards, kl)``: one reward per episode and the mean summed token log-ratio.
+    """
+    agent = build_agent(config, llm, width)
+    agent.generator.manual_seed(seed)
+    env = gym.make(config.env.id, **dict(config.env.kwargs))
+    rewards: list[float] = []
+    log_ratios: list[float] = []
+    try:
+        for start in range(0, episodes, width):
+            batch = range(start, min(start + width, episodes))
+            resets = [env.reset(seed=seed + j) for j in batch]
+            for i in range(len(batch)):
+                agent.reset_env(i)
+            agent.act_batch([obs for obs, _ in resets], [info for _, info in resets], greedy=False,
+                            env_indices=list(range(len(batch))))
+            decisions = agent.last_decisions
+            for j, decision in zip(batch, decisions):
+                env.reset(seed=seed + j)
+                rewards.append(float(env.step(decision.action)[1]))
+            sampling = agent.policy_spec().sampling
+            with torch.no_grad(), llm.backend.reference():
+                ref = llm.token_logprobs([d.prompt_ids for d in decisions], [d.action_ids for d in decisions],
+                                         require_grad=False, sampling=sampling)
+            for decision, ref_out in zip(decisions, ref):
+                log_ratios.append(float((decision.token_log_probs - ref_out["logprobs"].float()).sum()))
+    finally:
+        env.close()
+    return rewards, sum(log_ratios) / len(log_ratios)
+
+
+def training_seconds(run_dir: Path) -> Optional[float]:
+    """The ``time_s`` of the run's last training record, if any."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    train = [r for r in records if r.get("kind") == "train"]
+    return float(train[-1]["time_s"]) if train else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="run directories written by llmgym train on TextGen")
+    parser.add_argument("--episodes", type=int, default=240, help="sampled completions per policy")
+    parser.add_argument("--seed", type=int, default=5000, help="seed of the first episode (and of the sampling)")
+    parser.add_argument("--width", type=int, default=48, help="completions sampled side by side")
+    args = parser.parse_args()
+    rows: list[PolicyRow] = []
+    for index, run_dir in enumerate(args.runs):
+        folder = latest_checkpoint(run_dir)
+        config = load_config(folder / "config.yaml", [])
+        llm = build_llm(config)
+        try:
+            if index == 0:
+                rewards, kl = sample_policy(llm, config, args.episodes, args.seed, args.width)
+                rows.append(PolicyRow("zero-shot", rewards, kl, None))
+            llm.load(folder / "llm")
+            rewards, kl = sample_policy(llm, config, args.episodes, args.seed, args.width)
+            rows.append(PolicyRow(f"{config.algorithm.name} ({run_dir.name})", rewards, kl, training_seconds(run_dir)))
+        finally:
+            llm.close()
+        print(rows[-1].line(), flush=True)
+    print(f"\n{args.episodes} sampled completions per policy (seeds {args.seed}..{args.seed + args.episodes - 1})")
+    print("| policy | mean reward [95% bootstrap CI] | KL to reference | training time |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print(row.line())
+
+
+if __name__ == "__main__":
+    main()

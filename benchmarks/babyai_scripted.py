@@ -1,10 +1,10 @@
-"""A scripted GoTo policy that reads the target's position from BabyAI-Text's words: the ceiling of the recipe.
+"""A scripted GoTo policy that reads the target's position from BabyAI-Text's words: a reference for the recipe.
 
 It parses "red ball N steps left/right and M steps forward" from the observation; with the ball out
 of view it turns left, with the ball ahead it goes forward (turning towards the ball's side when an
 object or a wall blocks the next cell), with the ball beside it turns towards it. It plays
-``--episodes`` seeded episodes (episode ``j`` uses seed ``--seed + j``; the trainer evaluates run seed S on 10000 + S...)
-at each step limit and prints the success rate: what a policy that reads the text can reach within
+``--episodes`` seeded episodes at each step limit (episode ``j`` uses seed ``--seed + j``; the
+trainer's evaluation of run seed ``S`` starts at ``10000 + S``) and prints the success rate: what a policy that reads the text can reach within
 the 16 steps of ``configs/gotoredball.yaml`` (docs/results.md).
 
     python benchmarks/babyai_scripted.py --limits 16 64

@@ -376,8 +376,8 @@ class AlgorithmConfig(_Section):
     _section: ClassVar[str] = "algorithm"
     name: str = _f(
         "ppo",
-        "The algorithm: ppo, a2c, grpo, rloo (these two critic-free, with group baselines) or nlpo (PPO over "
-        "the top-p tokens of a periodically refreshed mask policy; generative and token agents): "
+        "The algorithm: ppo, a2c, grpo or rloo (the last two critic-free, with group baselines), or nlpo (PPO "
+        "over the top-p tokens of a periodically refreshed mask policy; generative and token agents only): "
         "llmgym.algorithms.registry.",
     )
     updater: Optional[str] = _f(

@@ -337,9 +337,15 @@ class LocalLLM:
         if sampling is not None and sampling.is_masked:
             if self.is_seq2seq:
                 raise InputError("Sampling.mask_top_p < 1 (NLPO) needs a causal LM; seq2seq models are not supported.")
-            keep = self.mask_policy.keep_masks(
-                self.model, prompts, completions, sampling.mask_top_p, self.pad_token_id, self._special_ids()
-            )
+            size = self._minibatch_size(minibatch_size)
+            keep = [
+                mask
+                for start in range(0, len(prompts), size)
+                for mask in self.mask_policy.keep_masks(
+                    self.model, prompts[start : start + size], completions[start : start + size], sampling.mask_top_p,
+                    self.pad_token_id, self._special_ids(),
+                )
+            ]
         return self._run(
             items, keys, token_mode=True, require_grad=require_grad, normalize="sum",
             minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs, extra_key="logprobs", sampling=sampling,

@@ -111,7 +111,7 @@ class MaskPolicy:
             pad_token_id: Id written on the padding positions.
 
         Returns:
-            ``B`` float32 tensors ``[counts[i], V]``.
+            ``B`` float32 tensors ``[counts[i], V]`` (``[0, 0]`` each when every count is 0).
         """
         params = self._snapshot()
         keep = max(counts, default=0)
@@ -148,7 +148,8 @@ class MaskPolicy:
             always_keep: Token ids kept in every mask (special tokens).
 
         Returns:
-            ``B`` bool tensors ``[T_i, V]``, in the order of the completions' tokens.
+            ``B`` bool tensors ``[T_i, V]``, in the order of the completions' tokens (``[0, 0]`` for an
+            empty completion).
         """
         sequences = [list(p) + list(c[:-1]) for p, c in zip(prompts, completions)]
         logits = self.last_logits(model, sequences, [len(c) for c in completions], pad_token_id)

@@ -157,7 +157,7 @@ class MaskPolicy:
                 for lg, c in zip(logits, completions)]
 
 
-class MaskLogitsProcessor(LogitsProcessor):  # type: ignore[misc]
+class MaskLogitsProcessor(LogitsProcessor):
     """Sets the scores of the tokens outside the mask to ``-inf`` at every step of ``generate``.
 
     Transformers runs custom processors before its temperature, top-k and top-p warpers, so the

@@ -105,7 +105,7 @@ def test_actions_sampled_without_the_mask_are_refused(tiny_llama):
         nlpo.learn_from_episodes(agent, [Episode([agent.last_decisions[0]], [1.0])])
 
 
-def test_a_model_of_the_other_family_still_builds_the_same_mask():
+def test_masked_logprobs_equal_generates_on_gpt2_too():
     model, tok = tiny_causal_lm("gpt2", seed=0)
     llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
     llm.refresh_mask_policy()

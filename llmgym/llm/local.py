@@ -17,7 +17,7 @@ from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
 from llmgym.llm.generation import Generation, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
-from llmgym.llm.masking import MaskPolicy, check_mask_top_p, top_p_mask
+from llmgym.llm.masking import IncrementalMask, MaskPolicy, check_mask_top_p
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, load_mask_policy, save_llm_state
 from llmgym.llm.sampling import Sampling
@@ -177,11 +177,7 @@ class LocalLLM:
 
     def _mask_keep(self, top_p: float) -> Callable[[list[list[int]]], torch.Tensor]:
         """For ``generate``: the ``[R, V]`` tokens the mask policy keeps after each row's ids so far."""
-        def keep(rows: list[list[int]]) -> torch.Tensor:
-            logits = self.mask_policy.last_logits(self.model, rows, [1] * len(rows), self.pad_token_id)
-            return top_p_mask(torch.cat(logits), top_p, self._special_ids())
-
-        return keep
+        return IncrementalMask(self.mask_policy, self.model, top_p, self._special_ids(), self.pad_token_id)
 
     def _trunk_partition(self, items: Sequence[ItemSpec]) -> list[list[int]]:
         """Item indices in groups of passes: items the frozen-trunk cache holds apart from the others.

@@ -21,7 +21,7 @@ from transformers import LogitsProcessor
 
 from llmgym.errors import InputError
 
-__all__ = ["MaskLogitsProcessor", "MaskPolicy", "check_mask_top_p", "top_p_mask"]
+__all__ = ["IncrementalMask", "MaskLogitsProcessor", "MaskPolicy", "check_mask_top_p", "top_p_mask"]
 
 
 def check_mask_top_p(top_p: float) -> float:
@@ -153,8 +153,75 @@ class MaskPolicy:
         """
         sequences = [list(p) + list(c[:-1]) for p, c in zip(prompts, completions)]
         logits = self.last_logits(model, sequences, [len(c) for c in completions], pad_token_id)
-        return [top_p_mask(lg, top_p, always_keep) if len(c) else torch.zeros(0, 0, dtype=torch.bool)
-                for lg, c in zip(logits, completions)]
+        masks = []
+        for lg, c in zip(logits, completions):
+            if not len(c):
+                masks.append(torch.zeros(0, 0, dtype=torch.bool))
+                continue
+            mask = top_p_mask(lg, top_p, always_keep)
+            # A sampled token was inside the mask it was drawn from; recomputed in another batch (other
+            # padding, no KV cache), a token at the top-p boundary can round out of it, which would make
+            # its log-prob -inf. Keeping it is a no-op whenever the rounding agrees.
+            mask[torch.arange(len(c)), torch.as_tensor(list(c), dtype=torch.long)] = True
+            masks.append(mask)
+        return masks
+
+
+class IncrementalMask:
+    """The mask-policy masks of one ``generate`` call, with the snapshot's own KV cache.
+
+    ``generate`` extends every row by one token per step; recomputing the mask policy over each
+    whole row at every step would cost a full forward per token. The first call runs the snapshot
+    over the rows (left-padded) and keeps its KV cache; each later call feeds only the rows' newest
+    tokens. A call whose rows are not the previous rows plus one token each starts over.
+
+    Args:
+        policy: The mask policy (its snapshot must exist).
+        model: The causal LM the snapshot was taken from.
+        top_p: The mask's mass.
+        always_keep: Token ids kept in every mask (special tokens).
+        pad_token_id: Id written on the padding positions.
+    """
+
+    def __init__(self, policy: MaskPolicy, model: Any, top_p: float, always_keep: Sequence[int], pad_token_id: int) -> None:
+        self.policy = policy
+        self.model = model
+        self.top_p = check_mask_top_p(top_p)
+        self.always_keep = list(always_keep)
+        self.pad_token_id = pad_token_id
+        self._rows: list[list[int]] | None = None
+        self._cache: Any = None
+        self._attention: torch.Tensor | None = None
+
+    def _extends(self, rows: list[list[int]]) -> bool:
+        before = self._rows
+        return (
+            before is not None and self._cache is not None and len(before) == len(rows)
+            and all(len(r) == len(b) + 1 and r[:-1] == b for r, b in zip(rows, before))
+        )
+
+    def __call__(self, rows: list[list[int]]) -> torch.Tensor:
+        """``[R, V]`` bool: the tokens the mask policy keeps after each row's ids so far."""
+        from llmgym.llm.generation import cache_kwarg  # generation imports this module
+
+        params = self.policy._snapshot()
+        device = next(self.model.parameters()).device
+        if self._extends(rows) and self._attention is not None:
+            attention = torch.cat([self._attention, self._attention.new_ones(len(rows), 1)], dim=1)
+            inputs = {"input_ids": torch.tensor([[r[-1]] for r in rows], device=device), "attention_mask": attention,
+                      "position_ids": torch.tensor([[len(r) - 1] for r in rows], device=device),
+                      cache_kwarg(self.model): self._cache, "use_cache": True}
+        else:
+            width = max(len(r) for r in rows)
+            ids = torch.tensor([[self.pad_token_id] * (width - len(r)) + list(r) for r in rows], device=device)
+            attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+            inputs = {"input_ids": ids, "attention_mask": attention,
+                      "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "use_cache": True, "logits_to_keep": 1}
+        with torch.no_grad():
+            out = torch.func.functional_call(self.model, params, (), inputs)
+        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        self._rows, self._cache, self._attention = [list(r) for r in rows], cache, attention
+        return top_p_mask(out.logits[:, -1].float(), self.top_p, self.always_keep)
 
 
 class MaskLogitsProcessor(LogitsProcessor):

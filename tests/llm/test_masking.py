@@ -10,7 +10,7 @@ import torch
 from llmgym.config import LoRAConfig, ModelConfig
 from llmgym.errors import InputError
 from llmgym.llm.local import LocalLLM
-from llmgym.llm.masking import top_p_mask
+from llmgym.llm.masking import IncrementalMask, top_p_mask
 from llmgym.llm.sampling import Sampling, sampled_logprobs
 from llmgym.testing import tiny_causal_lm
 
@@ -77,7 +77,10 @@ def test_generation_samples_inside_the_mask_and_token_logprobs_recompute_its_log
     gens = [g for group in llm.generate(PROMPTS, max_new_tokens=6, num_return_sequences=2, **sampling.generation_kwargs())
             for g in group]
     prompts, completions = [g.prompt_ids for g in gens], [g.token_ids for g in gens]
-    masks = llm.mask_policy.keep_masks(llm.model, prompts, completions, 0.5, llm.pad_token_id, llm.tokenizer.all_special_ids)
+    special = llm.tokenizer.all_special_ids
+    sequences = [p + c[:-1] for p, c in zip(prompts, completions)]
+    logits = llm.mask_policy.last_logits(llm.model, sequences, [len(c) for c in completions], llm.pad_token_id)
+    masks = [top_p_mask(lg, 0.5, special) for lg in logits]  # the plain masks, without keep_masks' guard
     for g, keep in zip(gens, masks):
         assert keep[torch.arange(len(g.token_ids)), torch.tensor(g.token_ids)].all()  # every token inside its mask
     assert sum(int(m.sum()) for m in masks) < 0.5 * sum(m.numel() for m in masks)  # the mask does cut
@@ -87,6 +90,35 @@ def test_generation_samples_inside_the_mask_and_token_logprobs_recompute_its_log
         torch.testing.assert_close(m["logprobs"], g.logprobs, atol=1e-5, rtol=0)
         assert (u["logprobs"] <= m["logprobs"] + 1e-6).all()  # renormalised on a subset: never less likely
     assert not all(torch.allclose(m["logprobs"], u["logprobs"], atol=1e-3) for m, u in zip(masked, unmasked))
+
+
+def test_the_incremental_mask_equals_the_mask_of_the_whole_rows():
+    llm = _llm(lora=True)
+    llm.refresh_mask_policy()
+    special = llm.tokenizer.all_special_ids
+    rows = [llm.tokenizer(p)["input_ids"] for p in PROMPTS]
+    incremental = IncrementalMask(llm.mask_policy, llm.model, 0.6, special, llm.pad_token_id)
+    for step in range(4):
+        got = incremental(rows)
+        whole = llm.mask_policy.last_logits(llm.model, rows, [1] * len(rows), llm.pad_token_id)
+        assert torch.equal(got, top_p_mask(torch.cat(whole), 0.6, special)), step
+        rows = [r + [int(torch.nonzero(k)[0, 0])] for r, k in zip(rows, got)]  # one more token per row
+    assert len(incremental._rows or []) == 3 and incremental._cache is not None
+    fresh = incremental([r[:2] for r in rows])  # not an extension of the last rows: recomputed from scratch
+    whole = llm.mask_policy.last_logits(llm.model, [r[:2] for r in rows], [1] * 3, llm.pad_token_id)
+    assert torch.equal(fresh, top_p_mask(torch.cat(whole), 0.6, special))
+
+
+def test_keep_masks_keep_the_sampled_token_even_where_rounding_moved_it_out():
+    llm = _llm()
+    llm.refresh_mask_policy()
+    prompt = llm.tokenizer(PROMPTS[0])["input_ids"]
+    logits = llm.mask_policy.last_logits(llm.model, [prompt], [1], llm.pad_token_id)[0][0]
+    unlikely = int(logits.argmin())  # far outside any top-p set
+    keep = llm.mask_policy.keep_masks(llm.model, [prompt], [[unlikely]], 0.5, llm.pad_token_id)[0]
+    plain = top_p_mask(logits[None], 0.5)
+    assert keep[0, unlikely] and not plain[0, unlikely]
+    assert torch.equal(keep[0].clone().index_fill_(0, torch.tensor([unlikely]), False), plain[0])  # nothing else added
 
 
 def test_masked_sampling_without_a_snapshot_names_the_fix(tiny_llama):

@@ -46,6 +46,7 @@ _LAZY: dict[str, str] = {
     "A2C": "llmgym.algorithms.a2c",
     "GRPO": "llmgym.algorithms.grpo",
     "RLOO": "llmgym.algorithms.rloo",
+    "NLPO": "llmgym.algorithms.nlpo",
 }
 
 __all__ = [
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
     from llmgym.agents.scoring import ScoringAgent
     from llmgym.algorithms.a2c import A2C
     from llmgym.algorithms.grpo import GRPO
+    from llmgym.algorithms.nlpo import NLPO
     from llmgym.algorithms.ppo import PPO
     from llmgym.algorithms.rloo import RLOO
     from llmgym.envs.core import check_text_env

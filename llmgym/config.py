@@ -366,7 +366,7 @@ class AgentConfig(_Section):
 
 
 #: The values of ``algorithm.name`` (the keys of :data:`llmgym.algorithms.registry.ALGORITHMS`).
-ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "grpo", "rloo")
+ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "grpo", "rloo", "nlpo")
 
 
 @dataclass
@@ -376,8 +376,9 @@ class AlgorithmConfig(_Section):
     _section: ClassVar[str] = "algorithm"
     name: str = _f(
         "ppo",
-        "The algorithm: ppo, a2c, grpo or rloo (the last two critic-free, with group baselines: "
-        "llmgym.algorithms.registry).",
+        "The algorithm: ppo, a2c, grpo or rloo (the last two critic-free, with group baselines), or nlpo (PPO "
+        "over the top-p tokens of a periodically refreshed mask policy; generative and token agents only): "
+        "llmgym.algorithms.registry.",
     )
     updater: Optional[str] = _f(
         None, "Custom Updater class as 'module:Class'; null uses the algorithm's own updater."
@@ -417,6 +418,16 @@ class AlgorithmConfig(_Section):
         "of rollout k uses lr * (1 - env steps before it / total), so late updates on a policy that already "
         "succeeds cannot undo it.",
     )
+    mask_top_p: float = _f(
+        0.9,
+        "nlpo: every generated token is sampled from the smallest set of tokens whose probability under the "
+        "mask policy reaches this (RL4LMs' top_mask); 1 keeps every token (PPO).",
+    )
+    mask_update_interval: int = _f(
+        5,
+        "nlpo: the mask policy is a snapshot of the policy, refreshed after every this many updates "
+        "(RL4LMs' target_update_iterations; 5 in its IMDB config, 20 in others).",
+    )
     value_head: str = _f(
         "shared",
         "shared (value loss also trains the LLM trunk/adapters) or detached (the critic reads the LLM's "
@@ -426,7 +437,8 @@ class AlgorithmConfig(_Section):
     def _check(self) -> None:
         _check_choice("algorithm", "name", self.name, ALGORITHM_NAMES)
         _check_choice("algorithm", "value_head", self.value_head, ("shared", "detached"))
-        for name in ("learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps"):
+        for name in ("learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps",
+                     "mask_update_interval"):
             _check_positive("algorithm", name, getattr(self, name))
         if self.group_size < 2:
             raise ConfigError(
@@ -439,6 +451,8 @@ class AlgorithmConfig(_Section):
             _check_positive("algorithm", name, getattr(self, name))
         _check_unit("algorithm", "gamma", self.gamma)
         _check_unit("algorithm", "gae_lambda", self.gae_lambda)
+        if not 0.0 < self.mask_top_p <= 1.0:
+            raise ConfigError(f"algorithm.mask_top_p={self.mask_top_p!r} must lie in (0, 1]; NLPO uses 0.9.")
         if self.updater is not None and ":" not in self.updater:
             raise ConfigError(
                 f"algorithm.updater={self.updater!r} must look like 'package.module:ClassName'."

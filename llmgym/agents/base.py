@@ -29,6 +29,7 @@ from llmgym.agents.history import History, Prompt
 from llmgym.agents.learning import Decision, Episode, EpisodeLearner, PolicySpec
 from llmgym.config import AgentConfig, AlgorithmConfig
 from llmgym.errors import ConfigError, InputError
+from llmgym.llm.masking import check_mask_top_p
 from llmgym.llm.modules import VALUE_KEY
 from llmgym.llm.sampling import Sampling
 
@@ -117,9 +118,34 @@ class BaseAgent(abc.ABC):
         return list(valid) if valid is not None else None
 
     # ------------------------------------------------------------------ policy
+    #: NLPO: the mask-policy mass every generated token is restricted to (1: no mask; see
+    #: :meth:`restrict_to_mask_policy`).
+    mask_top_p: float = 1.0
+
     def sampling(self) -> Optional[Sampling]:
         """The distribution generated actions are sampled from (``None``: the agent generates none)."""
         return None
+
+    def restrict_to_mask_policy(self, top_p: float) -> None:
+        """Sample every generated token from the top-p set of the LLM's mask policy (NLPO).
+
+        :meth:`sampling` then carries ``mask_top_p``, so generation samples from the masked policy
+        and the algorithm recomputes that same distribution (:class:`~llmgym.llm.masking.MaskPolicy`).
+
+        Args:
+            top_p: The mask policy's mass kept, in ``(0, 1]`` (``algorithm.mask_top_p``).
+
+        Raises:
+            ConfigError: The agent generates no tokens (it chooses among candidate actions).
+            InputError: ``top_p`` outside ``(0, 1]``.
+        """
+        if self.sampling() is None:
+            raise ConfigError(
+                f"{type(self).__name__} chooses among candidate actions and generates no tokens, so NLPO's token mask "
+                "cannot apply; use agent.type=generative or agent.type=token with algorithm.name=nlpo, or train this "
+                "agent with algorithm.name=ppo."
+            )
+        self.mask_top_p = check_mask_top_p(top_p)
 
     def policy_spec(self) -> PolicySpec:
         """The distribution this agent's decisions are drawn from (what its algorithm trains)."""

@@ -53,8 +53,11 @@ class GenerativeAgent(BaseAgent):
         return candidates[0]
 
     def sampling(self) -> Sampling:
-        """The sampling distribution: the model's at ``agent.temperature``, no top-k or top-p cut."""
-        return Sampling(temperature=self.config.temperature)
+        """The sampling distribution: the model's at ``agent.temperature``, no top-k or top-p cut.
+
+        Restricted to the mask policy's top-p set when NLPO set :attr:`mask_top_p`.
+        """
+        return Sampling(temperature=self.config.temperature, mask_top_p=self.mask_top_p)
 
     def generation_kwargs(self, greedy: bool) -> dict[str, Any]:
         """Keyword arguments of ``llm.generate`` for one step."""

@@ -62,8 +62,8 @@ class PolicySpec:
     Attributes:
         temperature: Softmax temperature over candidate scores (scoring agents).
         normalize: How a candidate's token log-probs make its score (``agent.score_normalize``).
-        sampling: The generation distribution (temperature, top-k, top-p) of generated actions;
-            ``None`` for agents that generate none.
+        sampling: The generation distribution (temperature, top-k, top-p and NLPO's mask-policy
+            ``mask_top_p``) of generated actions; ``None`` for agents that generate none.
     """
 
     temperature: float = 1.0

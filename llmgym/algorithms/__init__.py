@@ -1,4 +1,4 @@
-"""RL algorithms for LLM agents, one class each (PPO, A2C, GRPO, RLOO), with the pieces they share.
+"""RL algorithms for LLM agents, one class each (PPO, A2C, GRPO, RLOO, NLPO), with the pieces they share.
 
 Each algorithm's math and loop live in its own module (:mod:`~llmgym.algorithms.ppo`,
 :mod:`~llmgym.algorithms.a2c`); :class:`~llmgym.algorithms.updaters.PolicyUpdater` runs any of their
@@ -18,9 +18,10 @@ from llmgym.algorithms.losses import (
     pad_candidate_scores,
     value_loss,
 )
+from llmgym.algorithms.nlpo import NLPO
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.ppo import PPO, PPOObjective, ppo_policy_loss
-from llmgym.algorithms.protocols import Objective, PolicyBackend
+from llmgym.algorithms.protocols import MaskedPolicyBackend, Objective, PolicyBackend
 from llmgym.algorithms.registry import ALGORITHMS, algorithm_class
 from llmgym.algorithms.rloo import RLOO, rloo_advantages
 from llmgym.algorithms.updaters import PolicyUpdater
@@ -32,6 +33,8 @@ __all__ = [
     "ALGORITHMS",
     "AlgorithmConfig",
     "GRPO",
+    "MaskedPolicyBackend",
+    "NLPO",
     "Objective",
     "OnPolicyAlgorithm",
     "PPO",

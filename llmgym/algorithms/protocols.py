@@ -10,7 +10,7 @@ from torch import Tensor
 if TYPE_CHECKING:
     from llmgym.algorithms.batch import PolicyOutputs, SampleTargets
 
-__all__ = ["Objective", "PolicyBackend"]
+__all__ = ["MaskedPolicyBackend", "Objective", "PolicyBackend"]
 
 
 @runtime_checkable
@@ -38,4 +38,13 @@ class PolicyBackend(Protocol):
 
     def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
         """Run the LLM's updater on a batch; one result per LLM server."""
+        ...
+
+
+@runtime_checkable
+class MaskedPolicyBackend(PolicyBackend, Protocol):
+    """An LLM that also holds NLPO's mask policy (:class:`llmgym.LLM`, local or distributed)."""
+
+    def refresh_mask_policy(self) -> None:
+        """Snapshot the current trainable weights as the mask policy, on every LLM server."""
         ...

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmgym.algorithms.a2c import A2C
 from llmgym.algorithms.grpo import GRPO
+from llmgym.algorithms.nlpo import NLPO
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.ppo import PPO
 from llmgym.algorithms.rloo import RLOO
@@ -12,7 +13,7 @@ from llmgym.errors import ConfigError
 __all__ = ["ALGORITHMS", "algorithm_class"]
 
 #: ``algorithm.name`` → its class (kept equal to :data:`llmgym.config.ALGORITHM_NAMES`, a test checks it).
-ALGORITHMS: dict[str, type[OnPolicyAlgorithm]] = {cls.name: cls for cls in (PPO, A2C, GRPO, RLOO)}
+ALGORITHMS: dict[str, type[OnPolicyAlgorithm]] = {cls.name: cls for cls in (PPO, A2C, GRPO, RLOO, NLPO)}
 
 
 def algorithm_class(name: str) -> type[OnPolicyAlgorithm]:

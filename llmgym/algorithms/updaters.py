@@ -14,7 +14,8 @@ action are supported:
   with the logits the agent sampled from (:func:`~llmgym.agents.scoring.policy_logits_key`);
 * generated (GenerativeAgent): the action is the sampled token sequence; ``log pi(a|s)`` is the
   sum of its token log-probs under the distribution it was sampled from (temperature, top-k,
-  top-p: :mod:`llmgym.llm.sampling`), computed on the stored token ids (never re-tokenized text).
+  top-p and NLPO's mask-policy top-p set: :mod:`llmgym.llm.sampling`), computed on the stored
+  token ids (never re-tokenized text).
 """
 
 from __future__ import annotations
@@ -129,8 +130,10 @@ class PolicyUpdater(Updater):
             values = torch.zeros_like(log_probs)
         ref_kl = torch.zeros_like(log_probs)
         if with_reference:
+            # NLPO's mask is the policy's action space, not the reference's: the reference is scored unmasked.
+            ref_sampling = sampling.without_mask() if sampling is not None else None
             with torch.no_grad(), self.llm.reference():
-                ref = self.llm.token_logprobs(prompt_ids, action_ids, require_grad=False, sampling=sampling)
+                ref = self.llm.token_logprobs(prompt_ids, action_ids, require_grad=False, sampling=ref_sampling)
             ref_kl = torch.stack([(lp - r["logprobs"].to(lp.device)).sum() for lp, r in zip(token_lp, ref)])
         return PolicyOutputs(log_probs, entropy, values, ref_kl)
 

@@ -109,8 +109,12 @@ class LLM:
         result: list[dict[str, Any]] = self._backend.update(contexts, candidates, **kwargs)
         return result
 
+    def refresh_mask_policy(self) -> None:
+        """Snapshot the current trainable weights as NLPO's mask policy, on every LLM server."""
+        self._backend.refresh_mask_policy()
+
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Save trainable weights, module functions and updater state to a folder (atomic)."""
+        """Save trainable weights, module functions, updater state and mask policy to a folder (atomic)."""
         self._backend.save(path)
 
     def load(self, path: str | os.PathLike[str]) -> None:

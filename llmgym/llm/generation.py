@@ -13,16 +13,18 @@ prompt.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import LogitsProcessorList
 from transformers.cache_utils import DynamicLayer
 
 from llmgym.errors import InputError
 from llmgym.llm.adapters import base_model
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows
+from llmgym.llm.masking import MaskLogitsProcessor
 from llmgym.llm.scoring import split_causal_lm
 from llmgym.llm.tokenization import TextEncoder
 from llmgym.llm.tree_attention import packed_row_attention, supports_tree_attention
@@ -273,6 +275,7 @@ def generate(
     contexts: Sequence[str],
     *,
     packed_prefill: bool = True,
+    logits_mask: Callable[[list[list[int]]], torch.Tensor] | None = None,
     **generation_kwargs: Any,
 ) -> list[list[Generation]]:
     """Sample continuations of all contexts in one batched ``model.generate`` call.
@@ -284,6 +287,10 @@ def generate(
         contexts: ``B`` prompt strings (already validated).
         packed_prefill: Prefill causal models' prompts in packed prefix-sharing rows
             (:func:`packed_prompt_cache`); ``False`` leaves the padded prefill to ``generate``.
+        logits_mask: NLPO's mask (:class:`~llmgym.llm.masking.MaskLogitsProcessor`): given each
+            row's token ids so far (prompt without padding, then the generated ones), the
+            ``[R, V]`` bool tokens that may come next; applied before temperature, top-k and
+            top-p, and included in ``Generation.logprobs``. ``None``: no mask.
         **generation_kwargs: Any ``transformers`` generation argument (``max_new_tokens``,
             ``do_sample``, ``temperature``, ``top_p``, ``num_return_sequences``, ``stop_strings``...).
 
@@ -320,6 +327,11 @@ def generate(
     pads = [longest - len(p) for p in prompts]
     input_ids = torch.tensor([[pad_id] * pad + p for p, pad in zip(prompts, pads)], dtype=torch.long, device=device)
     attention_mask = torch.tensor([[0] * pad + [1] * len(p) for p, pad in zip(prompts, pads)], dtype=torch.long, device=device)
+    if logits_mask is not None:
+        row_pads = [pad for pad in pads for _ in range(repeats)]
+        kwargs["logits_processor"] = LogitsProcessorList(
+            [MaskLogitsProcessor(logits_mask, row_pads), *kwargs.get("logits_processor", [])]
+        )
     with torch.inference_mode():
         cache = None
         if packed_prefill and not seq2seq:

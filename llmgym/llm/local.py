@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -17,8 +17,9 @@ from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
 from llmgym.llm.generation import Generation, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
+from llmgym.llm.masking import IncrementalMask, MaskPolicy, check_mask_top_p
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
-from llmgym.llm.persistence import load_llm_state, save_llm_state
+from llmgym.llm.persistence import load_llm_state, load_mask_policy, save_llm_state
 from llmgym.llm.sampling import Sampling
 from llmgym.llm.scoring import Minibatch, forward_items, reduce_token_scores, row_length, score_items
 from llmgym.llm.tokenization import TextEncoder, model_window
@@ -95,6 +96,8 @@ class LocalLLM:
             self.module_functions[key] = module.to(self.device)
         self.updater = updater() if isinstance(updater, type) else updater
         self.trunk_cache = TrunkCache(config.trunk_cache_mb * 2**20)
+        #: NLPO's mask policy: a snapshot of the trainable weights (empty until refresh_mask_policy).
+        self.mask_policy = MaskPolicy()
         self._closed = False
         if self.updater is not None:
             self.updater.bind(self)
@@ -130,6 +133,7 @@ class LocalLLM:
         kwargs: Mapping[str, Any],
         extra_key: str | None = None,
         sampling: Sampling | None = None,
+        keep: Sequence[torch.Tensor] | None = None,
     ) -> list[dict[str, Any]]:
         results: list[dict[str, Any]] = [{} for _ in items]
         lengths = [row_length(item, self.config.row_tokens) for item in items]
@@ -146,6 +150,7 @@ class LocalLLM:
                 outputs, input_ids, position_ids = forward_items(
                     self.model, chosen, self.pad_token_id, is_seq2seq=self.is_seq2seq, token_mode=token_mode,
                     trunk_cache=self.trunk_cache, row_tokens=self.config.row_tokens, sampling=sampling,
+                    keep=None if keep is None else _concat_masks([keep[i] for i in plan]),
                 )
                 counts = [len(item.candidate_ids) for item in chosen]
                 states = [sum(len(ids) - s for ids, s in zip(i.candidate_ids, i.candidate_starts)) for i in chosen] if token_mode else [1] * len(chosen)
@@ -165,6 +170,14 @@ class LocalLLM:
                         value = values[position]
                         results[index][key] = value if require_grad or not isinstance(value, torch.Tensor) else value.detach().cpu()
         return results
+
+    def _special_ids(self) -> list[int]:
+        """Token ids the NLPO mask always keeps (the tokenizer's special tokens, EOS among them, as RL4LMs)."""
+        return [int(i) for i in getattr(self.tokenizer, "all_special_ids", [])]
+
+    def _mask_keep(self, top_p: float) -> Callable[[list[list[int]]], torch.Tensor]:
+        """For ``generate``: the ``[R, V]`` tokens the mask policy keeps after each row's ids so far."""
+        return IncrementalMask(self.mask_policy, self.model, top_p, self._special_ids(), self.pad_token_id)
 
     def _trunk_partition(self, items: Sequence[ItemSpec]) -> list[list[int]]:
         """Item indices in groups of passes: items the frozen-trunk cache holds apart from the others.
@@ -284,16 +297,18 @@ class LocalLLM:
             require_grad: Keep the autograd graph.
             minibatch_size: Max samples per forward (default: config).
             sampling: The distribution the completions were sampled from (temperature, top-k,
-                top-p): log-probs under it, as ``Generation.logprobs``; ``None``: the model's
-                own, as ``Generation.raw_logprobs``.
+                top-p, NLPO's mask): log-probs under it, as ``Generation.logprobs``; ``None``: the
+                model's own, as ``Generation.raw_logprobs``. With ``mask_top_p < 1`` every token
+                is first restricted to the mask policy's top-p set at its position.
             **kwargs: Passed to every module function.
 
         Returns:
             Per sample a dict with ``"logprobs"`` ``[T_i]`` and one entry per key.
 
         Raises:
-            InputError: On malformed ids, a sample longer than the model window, or a
-                ``sampling`` that is not a :class:`~llmgym.llm.sampling.Sampling`.
+            InputError: On malformed ids, a sample longer than the model window, a ``sampling``
+                that is not a :class:`~llmgym.llm.sampling.Sampling`, or a masked one with a
+                seq2seq model.
         """
         self._check_open()
         if sampling is not None and not isinstance(sampling, Sampling):
@@ -314,18 +329,49 @@ class LocalLLM:
                     "shorten the prompt or the completion."
                 )
             items.append(ItemSpec(prompt, [joint], [0 if self.is_seq2seq else len(prompt)]))
+        keep = None
+        if sampling is not None and sampling.is_masked:
+            if self.is_seq2seq:
+                raise InputError("Sampling.mask_top_p < 1 (NLPO) needs a causal LM; seq2seq models are not supported.")
+            size = self._minibatch_size(minibatch_size)
+            keep = [
+                mask
+                for start in range(0, len(prompts), size)
+                for mask in self.mask_policy.keep_masks(
+                    self.model, prompts[start : start + size], completions[start : start + size], sampling.mask_top_p,
+                    self.pad_token_id, self._special_ids(),
+                )
+            ]
         return self._run(
             items, keys, token_mode=True, require_grad=require_grad, normalize="sum",
             minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs, extra_key="logprobs", sampling=sampling,
+            keep=keep,
         )
 
     def generate(self, contexts: Sequence[str], **generation_kwargs: Any) -> list[list[Generation]]:
-        """Sample continuations of all contexts in one batched call (see :func:`~llmgym.llm.generation.generate`)."""
+        """Sample continuations of all contexts in one batched call (see :func:`~llmgym.llm.generation.generate`).
+
+        ``mask_top_p=p < 1`` (NLPO, from :meth:`~llmgym.llm.sampling.Sampling.generation_kwargs`)
+        restricts every token to the mask policy's top-p set (:meth:`refresh_mask_policy`).
+
+        Raises:
+            InputError: ``mask_top_p`` outside ``(0, 1]``, or with a seq2seq model.
+        """
         self._check_open()
         contexts = check_contexts(contexts)
+        mask_top_p = check_mask_top_p(generation_kwargs.pop("mask_top_p", 1.0))
         if not contexts:
             return []
+        if mask_top_p < 1.0:
+            if self.is_seq2seq:
+                raise InputError("mask_top_p < 1 (NLPO) needs a causal LM; seq2seq models are not supported.")
+            generation_kwargs["logits_mask"] = self._mask_keep(mask_top_p)
         return generate(self.model, self.tokenizer, self.encoder, contexts, **generation_kwargs)
+
+    def refresh_mask_policy(self) -> None:
+        """Snapshot the current trainable weights as NLPO's mask policy (:class:`~llmgym.llm.masking.MaskPolicy`)."""
+        self._check_open()
+        self.mask_policy.refresh(self.model)
 
     def update(
         self,
@@ -388,14 +434,14 @@ class LocalLLM:
         del num_samples
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Atomically save trainable weights, module functions and updater state to a folder.
+        """Atomically save trainable weights, module functions, updater state and mask policy to a folder.
 
         The frozen-trunk cache is emptied too, as :meth:`load` empties it: a run resumed from
         the checkpoint then computes exactly what the run that wrote it computes next.
         """
         self._check_open()
         state = self.updater.state_dict() if self.updater is not None else None
-        save_llm_state(path, self.model, dict(self.module_functions.items()), state)
+        save_llm_state(path, self.model, dict(self.module_functions.items()), state, self.mask_policy.state_dict())
         self.clear_trunk_cache()
 
     def clear_trunk_cache(self) -> None:
@@ -407,6 +453,7 @@ class LocalLLM:
         """Load what :meth:`save` wrote (same model, adapter setup and module names)."""
         self._check_open()
         state = load_llm_state(path, self.model, dict(self.module_functions.items()))
+        self.mask_policy.load_state_dict(load_mask_policy(path), self.device)
         self.trunk_cache.clear()
         if state is not None and self.updater is not None:
             self.updater.load_state_dict(state)
@@ -421,3 +468,9 @@ class LocalLLM:
         self.module_functions = torch.nn.ModuleDict()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _concat_masks(masks: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """``[N, V]``: the per-item ``[T_i, V]`` NLPO masks of a pass, end to end; ``None`` when no item has a token."""
+    filled = [m for m in masks if m.numel()]
+    return torch.cat(filled) if filled else None

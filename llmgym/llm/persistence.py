@@ -6,6 +6,7 @@ Layout of a saved folder::
     weights.safetensors    LoRA adapter weights, or the model's trainable parameters
     modules.safetensors    module function weights, keys "<name>.<param>"
     updater.pt             updater state (optimizer...), read with torch.load(weights_only=True)
+    mask_policy.safetensors  NLPO's mask-policy snapshot of the trainable weights, when one was taken
     manifest.json          sha256 of every other file, written last and verified on load
 
 The folder is written under a temporary name next to the target, fsynced and renamed into place.
@@ -28,9 +29,10 @@ from llmgym.checkpoint import verify_manifest, write_atomic_dir, write_manifest
 from llmgym.errors import CheckpointError
 from llmgym.llm.adapters import is_peft_model
 
-__all__ = ["save_llm_state", "load_llm_state"]
+__all__ = ["save_llm_state", "load_llm_state", "load_mask_policy"]
 
 _FORMAT = 1
+_MASK_FILE = "mask_policy.safetensors"
 
 
 def _trainable_weights(model: Any) -> tuple[str, dict[str, torch.Tensor]]:
@@ -48,14 +50,21 @@ def _save_tensors(tensors: Mapping[str, torch.Tensor], path: Path) -> None:
     save_file({k: v.detach().contiguous().cpu().clone() for k, v in tensors.items()}, str(path))
 
 
-def save_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[str, torch.nn.Module], updater_state: dict[str, Any] | None) -> Path:
-    """Write trainable weights, module functions and updater state to ``path`` atomically.
+def save_llm_state(
+    path: str | os.PathLike[str],
+    model: Any,
+    modules: Mapping[str, torch.nn.Module],
+    updater_state: dict[str, Any] | None,
+    mask_policy: Mapping[str, torch.Tensor] | None = None,
+) -> Path:
+    """Write trainable weights, module functions, updater state and mask policy to ``path`` atomically.
 
     Args:
         path: Destination folder (replaced if it exists).
         model: The (possibly PEFT-wrapped) model.
         modules: Module functions by name.
         updater_state: The updater's ``state_dict()``, or ``None``.
+        mask_policy: NLPO's mask-policy snapshot (:class:`~llmgym.llm.masking.MaskPolicy`), or ``None``.
 
     Returns:
         The folder path.
@@ -68,6 +77,8 @@ def save_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[st
         _save_tensors(module_tensors, tmp / "modules.safetensors")
         if updater_state is not None:
             torch.save(updater_state, tmp / "updater.pt")
+        if mask_policy is not None:
+            _save_tensors(mask_policy, tmp / _MASK_FILE)
         meta = {"format": _FORMAT, "weights": kind, "modules": sorted(modules)}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         write_manifest(tmp)
@@ -166,3 +177,23 @@ def load_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[st
             f"checkpoint {str(folder)!r} could not be loaded into this LLM ({str(exc).splitlines()[0][:300]}); load it "
             "into an LLM built with the same model and model.lora settings as the one that saved it."
         ) from exc
+
+
+def load_mask_policy(path: str | os.PathLike[str]) -> dict[str, torch.Tensor] | None:
+    """The mask-policy snapshot saved with the LLM state in ``path`` (CPU tensors), or ``None`` if none was.
+
+    Raises:
+        CheckpointError: When the folder's manifest does not verify or the file is unreadable.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    folder = Path(path)
+    _read_meta(folder)
+    mask_path = folder / _MASK_FILE
+    if not mask_path.is_file():
+        return None
+    try:
+        return dict(load_file(str(mask_path)))
+    except (*_READ_ERRORS, SafetensorError) as exc:
+        raise CheckpointError(f"{mask_path} could not be read ({str(exc).splitlines()[0][:300]}).") from exc

@@ -161,6 +161,7 @@ def _forward_causal(
     trunk_cache: TrunkCache | None,
     row_tokens: int,
     sampling: Sampling | None,
+    keep: torch.Tensor | None,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor]:
     backbone, head = split_causal_lm(model)
     device = next(model.parameters()).device
@@ -202,10 +203,10 @@ def _forward_causal(
     unique, inverse = torch.unique(index, return_inverse=True)
     logits = head(flat[unique])
     target = torch.tensor(targets, dtype=torch.long, device=device)
-    if sampling is None:
+    if sampling is None and keep is None:
         logprobs = torch.log_softmax(logits.float(), dim=-1)[inverse, target]
     else:
-        logprobs = sampled_logprobs(logits[inverse], target, sampling)
+        logprobs = sampled_logprobs(logits[inverse], target, sampling, keep)
     outputs = ForwardOutputs(
         hidden_states=hidden,
         context_hidden=flat[torch.tensor(states, dtype=torch.long, device=device)],
@@ -272,6 +273,7 @@ def forward_items(
     trunk_cache: TrunkCache | None = None,
     row_tokens: int = 0,
     sampling: Sampling | None = None,
+    keep: torch.Tensor | None = None,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor | None]:
     """Run one forward pass over items (under the caller's grad mode).
 
@@ -288,13 +290,15 @@ def forward_items(
             packs items into token-trie rows of about that many tokens (see :func:`layout_rows`).
         sampling: Score candidate tokens under this sampling distribution
             (:func:`~llmgym.llm.sampling.sampled_logprobs`); ``None``: the model's own.
+        keep: Causal models only: ``[N, V]`` bool NLPO mask of the ``N`` candidate tokens, in item,
+            candidate and token order (:meth:`~llmgym.llm.masking.MaskPolicy.keep_masks`).
 
     Returns:
         ``(outputs, input_ids [R, L], position_ids [R, L] or None)``.
     """
     if is_seq2seq:
         return _forward_seq2seq(model, items, pad_token_id, token_mode, sampling)
-    return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, row_tokens, sampling)
+    return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, row_tokens, sampling, keep)
 
 
 def score_items(

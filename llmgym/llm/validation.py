@@ -164,6 +164,7 @@ def check_token_ids(prompt_ids: Any, completion_ids: Any) -> tuple[list[list[int
 _GENERATION_RANGES: dict[str, tuple[float, bool, float, str]] = {
     "temperature": (0.0, False, math.inf, "a finite number > 0"),
     "top_p": (0.0, False, 1.0, "a number in (0, 1]"),
+    "mask_top_p": (0.0, False, 1.0, "a number in (0, 1]"),
     "min_p": (0.0, True, 1.0, "a number in [0, 1]"),
     "repetition_penalty": (0.0, False, math.inf, "a finite number > 0"),
 }
@@ -176,8 +177,8 @@ def check_generation_kwargs(kwargs: Mapping[str, Any]) -> None:
     """Check the sampling arguments of ``generate`` that transformers would accept silently or fail on late.
 
     ``max_new_tokens`` and ``num_return_sequences`` must be integers >= 1, ``top_k`` an integer
-    >= 0 (0 disables it), ``temperature`` and ``repetition_penalty`` finite and > 0, ``top_p`` in
-    ``(0, 1]``; ``None`` leaves an argument to the model's generation config.
+    >= 0 (0 disables it), ``temperature`` and ``repetition_penalty`` finite and > 0, ``top_p`` and
+    NLPO's ``mask_top_p`` in ``(0, 1]``; ``None`` leaves an argument to the model's generation config.
 
     Args:
         kwargs: The generation arguments passed by the caller.

@@ -13,6 +13,7 @@ from llmgym.errors import CheckpointError, ConfigError
 from llmgym.metrics import read_metrics
 from llmgym.testing import tiny_causal_lm
 from tests.algorithms.helpers import tiny_config
+from tests.algorithms.test_nlpo import TOKEN_TEXTGEN
 
 COUNTDOWN = ["env.kwargs.length=2", "algorithm.rollout_steps=4", "env.num_envs=2"]
 
@@ -276,6 +277,28 @@ def test_group_baselines_train_through_the_trainer_and_resume_exactly(tmp_path, 
     resumed = _trainer(tiny_config(tmp_path, "llmgym/EchoWord-v0", *base, "train.total_env_steps=16",
                                    f"train.resume={tmp_path / 'c'}"))
     assert resumed.algorithm.env_steps == 8
+    resumed.train()
+    got = _params(resumed)
+    resumed.close()
+    assert all(torch.allclose(a, b, atol=0, rtol=0) for a, b in zip(expected, got))
+
+
+def test_nlpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
+    # 8 env steps per update, the mask policy refreshed after updates 2 and 4: the checkpoint after update 3
+    # holds a snapshot that is neither the initial policy nor the checkpointed one, so only a restored
+    # snapshot resumes exactly.
+    base = [*TOKEN_TEXTGEN, "algorithm.rollout_steps=2", "algorithm.mask_update_interval=2", "algorithm.mask_top_p=0.5",
+            "algorithm.epochs=2", "algorithm.minibatch_size=4", "model.lora.r=4"]
+    straight = _trainer(tiny_config(tmp_path, "llmgym/TextGen-v0", *base, "train.total_env_steps=40", "train.run_name=a"))
+    straight.train()
+    expected = _params(straight)
+    straight.close()
+    first = _trainer(tiny_config(tmp_path, "llmgym/TextGen-v0", *base, "train.total_env_steps=24", "train.run_name=n"))
+    first.train()
+    first.close()
+    resumed = _trainer(tiny_config(tmp_path, "llmgym/TextGen-v0", *base, "train.total_env_steps=40",
+                                   f"train.resume={tmp_path / 'n'}"))
+    assert resumed.algorithm.env_steps == 24 and resumed.algorithm.updates == 3
     resumed.train()
     got = _params(resumed)
     resumed.close()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from llmgym.agents.learning import PolicySpec
-from llmgym.algorithms import A2C, PPO, UpdateBatch
+from llmgym.algorithms import A2C, NLPO, PPO, UpdateBatch
 from llmgym.config import AlgorithmConfig, DistributedConfig, ModelConfig
 from llmgym.llm.distributed.backend import make_backend
 from llmgym.llm.modules import ValueHead
@@ -27,14 +27,25 @@ def _build(llm_processes: int):
     )
 
 
-def _batches(tokenizer):
+def _common():
     n = len(CONTEXTS)
-    common = dict(
+    return dict(
         minibatches=[[0, 2, 4], [1, 3]], old_log_probs=-torch.linspace(0.5, 1.5, n), old_values=torch.zeros(n),
         advantages=torch.tensor([1.0, -0.5, 0.25, 2.0, -1.0]), returns=torch.tensor([1.0, 0.0, 0.5, 2.0, -1.0]),
     )
+
+
+def _generated(tokenizer):
+    """Prompt and action token ids of the 5 samples (each action: its first candidate)."""
     prompt_ids = [tokenizer(c)["input_ids"] for c in CONTEXTS]
     action_ids = [tokenizer(c[0], add_special_tokens=False)["input_ids"] for c in CANDIDATES]
+    return prompt_ids, action_ids
+
+
+def _batches(tokenizer):
+    common = _common()
+    n = len(CONTEXTS)
+    prompt_ids, action_ids = _generated(tokenizer)
     for algorithm in (PPO(), A2C(config=AlgorithmConfig(name="a2c"))):
         objective = algorithm.objective()
         yield CANDIDATES, UpdateBatch(objective=objective, policy=PolicySpec(temperature=0.7), actions=torch.zeros(n), **common)
@@ -56,6 +67,39 @@ def test_each_algorithms_update_on_two_servers_equals_the_local_one():
             for p0, p1, w in zip(remote.parameters_of(0), remote.parameters_of(1), local.trainable_parameters()):
                 assert torch.equal(p0, p1)
                 torch.testing.assert_close(p0, w.detach(), atol=1e-5, rtol=0)
+    finally:
+        remote.close()
+        local.close()
+
+
+def _assert_same_update(local, remote, batch):
+    want = local.update(CONTEXTS, None, batch=batch)[0]
+    results = remote.update(CONTEXTS, None, batch=batch)
+    for key in ("loss", "policy_loss", "ratio_mean"):
+        merged = sum(r[key] * r["num_samples"] for r in results) / len(CONTEXTS)
+        assert merged == pytest.approx(want[key], abs=1e-5), key
+    for p0, p1, w in zip(remote.parameters_of(0), remote.parameters_of(1), local.trainable_parameters()):
+        assert torch.equal(p0, p1)
+        torch.testing.assert_close(p0, w.detach(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.timeout(240)
+def test_nlpo_updates_and_mask_refreshes_on_two_servers_equal_the_local_ones():
+    local, remote = _build(1), _build(2)
+    sampling = Sampling(temperature=0.8, mask_top_p=0.5)
+    prompt_ids, action_ids = _generated(local.tokenizer)
+    batch = UpdateBatch(objective=NLPO().objective(), policy=PolicySpec(sampling=sampling), prompt_ids=prompt_ids,
+                        action_ids=action_ids, **_common())
+    try:
+        for _ in range(2):  # the second refresh snapshots the weights the first update moved
+            local.refresh_mask_policy()
+            remote.refresh_mask_policy()
+            # token_logprobs splits the samples over both servers: each server's mask equals the local one
+            want = local.token_logprobs(prompt_ids, action_ids, require_grad=False, sampling=sampling)
+            got = remote.token_logprobs(prompt_ids, action_ids, require_grad=False, sampling=sampling)
+            for w, g in zip(want, got):
+                torch.testing.assert_close(g["logprobs"], w["logprobs"], atol=1e-5, rtol=0)
+            _assert_same_update(local, remote, batch)
     finally:
         remote.close()
         local.close()

@@ -302,6 +302,10 @@ class DistributedLLM:
             raise BackendError(self._broken + ".")
         return [item for rank in range(self.num_servers) for item in results[rank][0]]
 
+    def refresh_mask_policy(self) -> None:
+        """Snapshot NLPO's mask policy on every server (their weights are equal, so are the snapshots)."""
+        self._request({rank: ("refresh_mask_policy", (), {}) for rank in range(self.num_servers)}, collective=True)
+
     def save(self, path: str) -> Any:
         """Save the trainable state from server 0 (all servers hold the same weights).
 

@@ -47,7 +47,7 @@ __all__ = ["SERVER_METHODS", "serve", "main"]
 SERVER_METHODS = frozenset(
     {
         "score", "forward", "generate", "update", "token_logprobs", "save", "load", "clear_trunk_cache",
-        "trainable_parameters", "tokenizer",
+        "trainable_parameters", "tokenizer", "refresh_mask_policy",
     }
 )
 

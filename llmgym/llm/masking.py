@@ -1,0 +1,248 @@
+"""NLPO's mask policy: a frozen snapshot of the trainable weights whose top-p tokens bound the action space.
+
+Natural Language Policy Optimization (Ramamurthy et al., 2022, RL4LMs) samples each token from
+the current policy restricted to the smallest set of tokens whose probability under a *mask
+policy* reaches ``top_p``; the mask policy is a copy of the policy, refreshed every few updates.
+Here the copy is a :class:`MaskPolicy` next to the model (on every LLM server): a snapshot of the
+model's trainable parameters (the LoRA adapter, or the fine-tuned weights), run through the
+model with :func:`torch.func.functional_call`, so no second model is held and the frozen weights
+are shared. :func:`top_p_mask` is the mask; generation applies it with
+:class:`MaskLogitsProcessor`, and an update recomputes it on the stored token ids
+(:meth:`MaskPolicy.keep_masks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor
+
+from llmgym.errors import InputError
+
+__all__ = ["IncrementalMask", "MaskLogitsProcessor", "MaskPolicy", "check_mask_top_p", "top_p_mask"]
+
+
+def check_mask_top_p(top_p: float) -> float:
+    """``top_p`` as a float in ``(0, 1]``.
+
+    Raises:
+        InputError: On a value outside ``(0, 1]`` (or not a number).
+    """
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < float(top_p) <= 1.0:
+        raise InputError(f"mask_top_p={top_p!r} must lie in (0, 1]; NLPO uses 0.9 (1 keeps every token).")
+    return float(top_p)
+
+
+def top_p_mask(mask_logits: torch.Tensor, top_p: float, always_keep: Sequence[int] = ()) -> torch.Tensor:
+    """The smallest set of most likely tokens whose mask-policy probability reaches ``top_p``.
+
+    Tokens are sorted by probability (descending); a token is kept while the mass of the tokens
+    before it is below ``top_p``, so the most likely token is always kept. As RL4LMs, the
+    ``always_keep`` ids (special tokens such as EOS) are kept whatever their probability.
+
+    Args:
+        mask_logits: ``[N, V]`` logits of the mask policy.
+        top_p: Mass to reach, in ``(0, 1]`` (1 keeps every token).
+        always_keep: Token ids kept in every row.
+
+    Returns:
+        ``[N, V]`` bool, True for the tokens kept.
+
+    Raises:
+        InputError: ``top_p`` outside ``(0, 1]``.
+    """
+    top_p = check_mask_top_p(top_p)
+    probs = torch.softmax(mask_logits.float(), dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    keep_sorted = mass_before < top_p
+    keep_sorted[..., 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    if always_keep:
+        keep[..., torch.as_tensor(list(always_keep), dtype=torch.long, device=keep.device)] = True
+    return keep
+
+
+class MaskPolicy:
+    """A frozen snapshot of a model's trainable parameters, evaluated through the model itself.
+
+    Attributes:
+        params: Parameter name -> detached copy, or ``None`` before the first :meth:`refresh`.
+    """
+
+    def __init__(self) -> None:
+        self.params: dict[str, torch.Tensor] | None = None
+
+    def refresh(self, model: Any) -> None:
+        """Copy the model's current trainable parameters into the snapshot."""
+        self.params = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+
+    def state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The snapshot (saved in checkpoints), or ``None`` before the first refresh."""
+        return self.params
+
+    def load_state_dict(self, params: dict[str, torch.Tensor] | None, device: torch.device) -> None:
+        """Restore a snapshot written by :meth:`state_dict` onto ``device``."""
+        self.params = None if params is None else {name: t.to(device) for name, t in params.items()}
+
+    def _snapshot(self) -> dict[str, torch.Tensor]:
+        if self.params is None:
+            raise InputError(
+                "The mask policy has no snapshot yet; call llm.refresh_mask_policy() before sampling or scoring with "
+                "mask_top_p < 1 (NLPO does it when it is given the agent: llmgym.NLPO(agent, envs, config), or "
+                "nlpo.prepare(agent) for LlamaGym's loop)."
+            )
+        return self.params
+
+    def last_logits(
+        self, model: Any, sequences: Sequence[Sequence[int]], counts: Sequence[int], pad_token_id: int
+    ) -> list[torch.Tensor]:
+        """Mask-policy logits at the last ``counts[i]`` positions of each sequence (no gradient).
+
+        Position ``j`` of a sequence predicts token ``j + 1``. The sequences are left-padded into
+        one batch, with positions counted from each sequence's first token.
+
+        Args:
+            model: The (possibly PEFT-wrapped) causal LM the snapshot was taken from.
+            sequences: ``B`` token-id lists, each non-empty.
+            counts: ``B`` numbers of trailing positions wanted (``<= len(sequence)``).
+            pad_token_id: Id written on the padding positions.
+
+        Returns:
+            ``B`` float32 tensors ``[counts[i], V]`` (``[0, 0]`` each when every count is 0).
+        """
+        params = self._snapshot()
+        keep = max(counts, default=0)
+        if keep == 0:
+            return [torch.zeros(0, 0) for _ in sequences]
+        device = next(model.parameters()).device
+        width = max(len(s) for s in sequences)
+        ids = torch.tensor([[pad_token_id] * (width - len(s)) + list(s) for s in sequences], device=device)
+        attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], device=device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        inputs = {"input_ids": ids, "attention_mask": attention, "position_ids": positions, "use_cache": False,
+                  "logits_to_keep": keep}
+        with torch.no_grad():
+            logits = torch.func.functional_call(model, params, (), inputs).logits.float()
+        return [logits[b, keep - c :] for b, c in enumerate(counts)]
+
+    def keep_masks(
+        self,
+        model: Any,
+        prompts: Sequence[Sequence[int]],
+        completions: Sequence[Sequence[int]],
+        top_p: float,
+        pad_token_id: int,
+        always_keep: Sequence[int] = (),
+    ) -> list[torch.Tensor]:
+        """The mask of every completion token: the top-p tokens the snapshot allowed where it was sampled.
+
+        Args:
+            model: The causal LM the snapshot was taken from.
+            prompts: ``B`` prompt token-id lists.
+            completions: ``B`` completion token-id lists (``T_i`` tokens each).
+            top_p: The mask's mass (``algorithm.mask_top_p``).
+            pad_token_id: Id written on padding positions.
+            always_keep: Token ids kept in every mask (special tokens).
+
+        Returns:
+            ``B`` bool tensors ``[T_i, V]``, in the order of the completions' tokens (``[0, 0]`` for an
+            empty completion).
+        """
+        sequences = [list(p) + list(c[:-1]) for p, c in zip(prompts, completions)]
+        logits = self.last_logits(model, sequences, [len(c) for c in completions], pad_token_id)
+        masks = []
+        for lg, c in zip(logits, completions):
+            if not len(c):
+                masks.append(torch.zeros(0, 0, dtype=torch.bool))
+                continue
+            mask = top_p_mask(lg, top_p, always_keep)
+            # A sampled token was inside the mask it was drawn from; recomputed in another batch (other
+            # padding, no KV cache), a token at the top-p boundary can round out of it, which would make
+            # its log-prob -inf. Keeping it is a no-op whenever the rounding agrees.
+            mask[torch.arange(len(c)), torch.as_tensor(list(c), dtype=torch.long)] = True
+            masks.append(mask)
+        return masks
+
+
+class IncrementalMask:
+    """The mask-policy masks of one ``generate`` call, with the snapshot's own KV cache.
+
+    ``generate`` extends every row by one token per step; recomputing the mask policy over each
+    whole row at every step would cost a full forward per token. The first call runs the snapshot
+    over the rows (left-padded) and keeps its KV cache; each later call feeds only the rows' newest
+    tokens. A call whose rows are not the previous rows plus one token each starts over.
+
+    Args:
+        policy: The mask policy (its snapshot must exist).
+        model: The causal LM the snapshot was taken from.
+        top_p: The mask's mass.
+        always_keep: Token ids kept in every mask (special tokens).
+        pad_token_id: Id written on the padding positions.
+    """
+
+    def __init__(self, policy: MaskPolicy, model: Any, top_p: float, always_keep: Sequence[int], pad_token_id: int) -> None:
+        self.policy = policy
+        self.model = model
+        self.top_p = check_mask_top_p(top_p)
+        self.always_keep = list(always_keep)
+        self.pad_token_id = pad_token_id
+        self._rows: list[list[int]] | None = None
+        self._cache: Any = None
+        self._attention: torch.Tensor | None = None
+
+    def _extends(self, rows: list[list[int]]) -> bool:
+        before = self._rows
+        return (
+            before is not None and self._cache is not None and len(before) == len(rows)
+            and all(len(r) == len(b) + 1 and r[:-1] == b for r, b in zip(rows, before))
+        )
+
+    def __call__(self, rows: list[list[int]]) -> torch.Tensor:
+        """``[R, V]`` bool: the tokens the mask policy keeps after each row's ids so far."""
+        from llmgym.llm.generation import cache_kwarg  # generation imports this module
+
+        params = self.policy._snapshot()
+        device = next(self.model.parameters()).device
+        if self._extends(rows) and self._attention is not None:
+            attention = torch.cat([self._attention, self._attention.new_ones(len(rows), 1)], dim=1)
+            inputs = {"input_ids": torch.tensor([[r[-1]] for r in rows], device=device), "attention_mask": attention,
+                      "position_ids": torch.tensor([[len(r) - 1] for r in rows], device=device),
+                      cache_kwarg(self.model): self._cache, "use_cache": True}
+        else:
+            width = max(len(r) for r in rows)
+            ids = torch.tensor([[self.pad_token_id] * (width - len(r)) + list(r) for r in rows], device=device)
+            attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+            inputs = {"input_ids": ids, "attention_mask": attention,
+                      "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "use_cache": True, "logits_to_keep": 1}
+        with torch.no_grad():
+            out = torch.func.functional_call(self.model, params, (), inputs)
+        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        self._rows, self._cache, self._attention = [list(r) for r in rows], cache, attention
+        return top_p_mask(out.logits[:, -1].float(), self.top_p, self.always_keep)
+
+
+class MaskLogitsProcessor(LogitsProcessor):
+    """Sets the scores of the tokens outside the mask to ``-inf`` at every step of ``generate``.
+
+    Transformers runs custom processors before its temperature, top-k and top-p warpers, so the
+    sampled distribution is those warpers applied to the masked scores; :func:`~llmgym.llm.sampling.sampled_logprobs`
+    recomputes it in that order.
+
+    Args:
+        keep: Given the token ids of each row so far (its prompt without padding, then what was
+            generated), the ``[R, V]`` bool tokens that may come next.
+        pads: Left padding of each of the ``R`` rows of ``generate``'s ``input_ids``.
+    """
+
+    def __init__(self, keep: Callable[[list[list[int]]], torch.Tensor], pads: Sequence[int]) -> None:
+        self.keep = keep
+        self.pads = list(pads)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """``scores [R, V]`` with the masked-out tokens at ``-inf``."""
+        rows = [ids[pad:] for ids, pad in zip(input_ids.tolist(), self.pads)]
+        keep = self.keep(rows).to(scores.device)
+        return scores.masked_fill(~keep, float("-inf"))

@@ -1,0 +1,153 @@
+"""NLPO's mask policy: the top-p mask by hand, masked log-probs equal generate's, the snapshot's life cycle."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from llmgym.config import LoRAConfig, ModelConfig
+from llmgym.errors import InputError
+from llmgym.llm.local import LocalLLM
+from llmgym.llm.masking import IncrementalMask, top_p_mask
+from llmgym.llm.sampling import Sampling, sampled_logprobs
+from llmgym.testing import tiny_causal_lm
+
+PROMPTS = ["Goal: go to the", "You see a red ball 2 steps left and", "héllo"]
+PROBS = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.15, 0.5, 0.05, 0.3]])
+
+
+@pytest.mark.parametrize(
+    ("top_p", "always_keep", "want"),
+    [
+        # sorted masses before each token: 0, 0.5, 0.8, 0.95 (row 0); the same tokens permuted in row 1
+        (0.7, (), [[1, 1, 0, 0], [0, 1, 0, 1]]),
+        (0.79, (), [[1, 1, 0, 0], [0, 1, 0, 1]]),  # 0.5 + 0.3 reaches 0.79: the third token is not needed
+        (0.81, (), [[1, 1, 1, 0], [1, 1, 0, 1]]),
+        (0.3, (), [[1, 0, 0, 0], [0, 1, 0, 0]]),  # the most likely token is always kept
+        (1.0, (), [[1, 1, 1, 1], [1, 1, 1, 1]]),
+        (0.3, (3,), [[1, 0, 0, 1], [0, 1, 0, 1]]),  # special tokens are kept whatever their mass
+    ],
+)
+def test_top_p_mask_keeps_the_smallest_set_reaching_top_p(top_p, always_keep, want):
+    keep = top_p_mask(PROBS.log() + 2.0, top_p, always_keep)  # a constant shift: the same distribution
+    assert keep.dtype == torch.bool and keep.tolist() == [[bool(v) for v in row] for row in want]
+
+
+def test_top_p_mask_refuses_a_mass_outside_the_unit_interval():
+    with pytest.raises(InputError, match="mask_top_p=0"):
+        top_p_mask(PROBS.log(), 0.0)
+    with pytest.raises(InputError, match="mask_top_p=1.5"):
+        Sampling(mask_top_p=1.5)
+
+
+def test_masked_logprobs_renormalise_on_the_mask_then_apply_temperature():
+    logits = torch.tensor([[4.0, 3.0, 0.0, -1.0]], requires_grad=True)
+    keep = torch.tensor([[True, False, True, True]])
+    sampling = Sampling(temperature=2.0, mask_top_p=0.9)
+    kept = sampled_logprobs(logits, torch.tensor([2]), sampling, keep)
+    by_hand = 0.0 / 2 - math.log(math.exp(4.0 / 2) + math.exp(0.0 / 2) + math.exp(-1.0 / 2))
+    assert float(kept.detach()) == pytest.approx(by_hand, abs=1e-6)
+    # a token outside the mask (moved out by an update) is scored against the mask and itself: finite
+    cut = sampled_logprobs(logits, torch.tensor([1]), sampling, keep)
+    by_hand = 3.0 / 2 - math.log(sum(math.exp(v / 2) for v in (4.0, 3.0, 0.0, -1.0)))
+    assert float(cut.detach()) == pytest.approx(by_hand, abs=1e-6)
+    kept.backward()
+    assert logits.grad is not None and logits.grad[0, 1] == 0.0 and torch.isfinite(logits.grad).all()
+    assert Sampling(mask_top_p=0.9).without_mask() == Sampling() and not Sampling(mask_top_p=0.9).is_plain
+
+
+def _llm(lora: bool = False) -> LocalLLM:
+    model, tok = tiny_causal_lm("llama", seed=0)
+    return LocalLLM(ModelConfig(name="tiny", lora=LoRAConfig(r=4, alpha=8) if lora else None), model=model, tokenizer=tok)
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_generation_samples_inside_the_mask_and_token_logprobs_recompute_its_logprobs(lora):
+    llm = _llm(lora)
+    llm.refresh_mask_policy()
+    if lora:
+        assert llm.mask_policy.params and all("lora_" in name for name in llm.mask_policy.params)
+    with torch.no_grad():  # move the policy away from its snapshot: the mask is the snapshot's, not the policy's
+        for p in llm.trainable_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    sampling = Sampling(temperature=0.8, mask_top_p=0.5)
+    torch.manual_seed(0)
+    gens = [g for group in llm.generate(PROMPTS, max_new_tokens=6, num_return_sequences=2, **sampling.generation_kwargs())
+            for g in group]
+    prompts, completions = [g.prompt_ids for g in gens], [g.token_ids for g in gens]
+    special = llm.tokenizer.all_special_ids
+    sequences = [p + c[:-1] for p, c in zip(prompts, completions)]
+    logits = llm.mask_policy.last_logits(llm.model, sequences, [len(c) for c in completions], llm.pad_token_id)
+    masks = [top_p_mask(lg, 0.5, special) for lg in logits]  # the plain masks, without keep_masks' guard
+    for g, keep in zip(gens, masks):
+        assert keep[torch.arange(len(g.token_ids)), torch.tensor(g.token_ids)].all()  # every token inside its mask
+    assert sum(int(m.sum()) for m in masks) < 0.5 * sum(m.numel() for m in masks)  # the mask does cut
+    masked = llm.token_logprobs(prompts, completions, require_grad=False, sampling=sampling)
+    unmasked = llm.token_logprobs(prompts, completions, require_grad=False, sampling=sampling.without_mask())
+    for g, m, u in zip(gens, masked, unmasked):
+        torch.testing.assert_close(m["logprobs"], g.logprobs, atol=1e-5, rtol=0)
+        assert (u["logprobs"] <= m["logprobs"] + 1e-6).all()  # renormalised on a subset: never less likely
+    assert not all(torch.allclose(m["logprobs"], u["logprobs"], atol=1e-3) for m, u in zip(masked, unmasked))
+
+
+def test_the_incremental_mask_equals_the_mask_of_the_whole_rows():
+    llm = _llm(lora=True)
+    llm.refresh_mask_policy()
+    special = llm.tokenizer.all_special_ids
+    rows = [llm.tokenizer(p)["input_ids"] for p in PROMPTS]
+    incremental = IncrementalMask(llm.mask_policy, llm.model, 0.6, special, llm.pad_token_id)
+    for step in range(4):
+        got = incremental(rows)
+        whole = llm.mask_policy.last_logits(llm.model, rows, [1] * len(rows), llm.pad_token_id)
+        assert torch.equal(got, top_p_mask(torch.cat(whole), 0.6, special)), step
+        rows = [r + [int(torch.nonzero(k)[0, 0])] for r, k in zip(rows, got)]  # one more token per row
+    assert len(incremental._rows or []) == 3 and incremental._cache is not None
+    fresh = incremental([r[:2] for r in rows])  # not an extension of the last rows: recomputed from scratch
+    whole = llm.mask_policy.last_logits(llm.model, [r[:2] for r in rows], [1] * 3, llm.pad_token_id)
+    assert torch.equal(fresh, top_p_mask(torch.cat(whole), 0.6, special))
+
+
+def test_keep_masks_keep_the_sampled_token_even_where_rounding_moved_it_out():
+    llm = _llm()
+    llm.refresh_mask_policy()
+    prompt = llm.tokenizer(PROMPTS[0])["input_ids"]
+    logits = llm.mask_policy.last_logits(llm.model, [prompt], [1], llm.pad_token_id)[0][0]
+    unlikely = int(logits.argmin())  # far outside any top-p set
+    keep = llm.mask_policy.keep_masks(llm.model, [prompt], [[unlikely]], 0.5, llm.pad_token_id)[0]
+    plain = top_p_mask(logits[None], 0.5)
+    assert keep[0, unlikely] and not plain[0, unlikely]
+    assert torch.equal(keep[0].clone().index_fill_(0, torch.tensor([unlikely]), False), plain[0])  # nothing else added
+
+
+def test_masked_sampling_without_a_snapshot_names_the_fix(tiny_llama):
+    model, tok = tiny_llama
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    with pytest.raises(InputError, match="refresh_mask_policy"):
+        llm.generate(PROMPTS[:1], max_new_tokens=2, **Sampling(mask_top_p=0.9).generation_kwargs())
+    with pytest.raises(InputError, match="refresh_mask_policy"):
+        llm.token_logprobs([[1, 5]], [[6]], sampling=Sampling(mask_top_p=0.9))
+
+
+def test_seq2seq_models_refuse_the_mask(tiny_t5):
+    model, tok = tiny_t5
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    with pytest.raises(InputError, match="causal LM"):
+        llm.generate(PROMPTS[:1], max_new_tokens=2, **Sampling(mask_top_p=0.9).generation_kwargs())
+
+
+def test_the_snapshot_is_saved_and_loaded_with_the_weights(tmp_path):
+    llm = _llm(lora=True)
+    llm.refresh_mask_policy()
+    snapshot = {name: t.clone() for name, t in (llm.mask_policy.params or {}).items()}
+    with torch.no_grad():
+        for p in llm.trainable_parameters():
+            p.add_(1.0)
+    llm.save(tmp_path / "ckpt")
+    other = _llm(lora=True)
+    other.refresh_mask_policy()  # overwritten by the checkpoint's
+    other.load(tmp_path / "ckpt")
+    loaded = other.mask_policy.params or {}
+    assert sorted(loaded) == sorted(snapshot) and all(torch.equal(loaded[k], snapshot[k]) for k in snapshot)
+    assert not all(torch.equal(a, b) for a, b in zip(snapshot.values(), other.trainable_parameters()))

@@ -37,6 +37,7 @@ class PolicyRow:
     rewards: list[float]
     kl_to_reference: float
     training_s: Optional[float]
+    completions: list[str]
 
     def line(self) -> str:
         """The row as text: mean reward [95% CI], KL, training time."""
@@ -46,17 +47,19 @@ class PolicyRow:
         return f"| {self.name} | {mean:.3f} [{low:.3f}, {high:.3f}] | {self.kl_to_reference:.3f} | {minutes} |"
 
 
-def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int) -> tuple[list[float], float]:
+def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int) -> tuple[list[float], float, list[str]]:
     """Rewards of ``episodes`` sampled one-step TextGen episodes and the mean KL to the reference.
 
     Returns:
-        ``(rewards, kl)``: one reward per episode and the mean summed token log-ratio.
+        ``(rewards, kl, completions)``: one reward and one completion text per episode, and the mean
+        summed token log-ratio.
     """
     agent = build_agent(config, llm, width)
     agent.generator.manual_seed(seed)
     env = gym.make(config.env.id, **dict(config.env.kwargs))
     rewards: list[float] = []
     log_ratios: list[float] = []
+    completions: list[str] = []
     try:
         for start in range(0, episodes, width):
             batch = range(start, min(start + width, episodes))
@@ -69,6 +72,7 @@ def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int
             for j, decision in zip(batch, decisions):
                 env.reset(seed=seed + j)
                 rewards.append(float(env.step(decision.action)[1]))
+                completions.append(decision.response)
             sampling = agent.policy_spec().sampling
             with torch.no_grad(), llm.backend.reference():
                 ref = llm.token_logprobs([d.prompt_ids for d in decisions], [d.action_ids for d in decisions],
@@ -77,7 +81,7 @@ def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int
                 log_ratios.append(float((decision.token_log_probs - ref_out["logprobs"].float()).sum()))
     finally:
         env.close()
-    return rewards, sum(log_ratios) / len(log_ratios)
+    return rewards, sum(log_ratios) / len(log_ratios), completions
 
 
 def training_seconds(run_dir: Path) -> Optional[float]:
@@ -93,6 +97,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=240, help="sampled completions per policy")
     parser.add_argument("--seed", type=int, default=5000, help="seed of the first episode (and of the sampling)")
     parser.add_argument("--width", type=int, default=48, help="completions sampled side by side")
+    parser.add_argument("--show", type=int, default=3, help="completions of each policy to print")
     args = parser.parse_args()
     rows: list[PolicyRow] = []
     for index, run_dir in enumerate(args.runs):
@@ -101,11 +106,11 @@ def main() -> None:
         llm = build_llm(config)
         try:
             if index == 0:
-                rewards, kl = sample_policy(llm, config, args.episodes, args.seed, args.width)
-                rows.append(PolicyRow("zero-shot", rewards, kl, None))
+                rewards, kl, texts = sample_policy(llm, config, args.episodes, args.seed, args.width)
+                rows.append(PolicyRow("zero-shot", rewards, kl, None, texts))
             llm.load(folder / "llm")
-            rewards, kl = sample_policy(llm, config, args.episodes, args.seed, args.width)
-            rows.append(PolicyRow(f"{config.algorithm.name} ({run_dir.name})", rewards, kl, training_seconds(run_dir)))
+            rewards, kl, texts = sample_policy(llm, config, args.episodes, args.seed, args.width)
+            rows.append(PolicyRow(f"{config.algorithm.name} ({run_dir.name})", rewards, kl, training_seconds(run_dir), texts))
         finally:
             llm.close()
         print(rows[-1].line(), flush=True)
@@ -114,6 +119,9 @@ def main() -> None:
     print("|---|---|---|---|")
     for row in rows:
         print(row.line())
+    print(f"\nThe first {args.show} completions of each policy (the same openings):")
+    for row in rows:
+        print(f"- {row.name}: " + " | ".join(repr(text) for text in row.completions[: args.show]))
 
 
 if __name__ == "__main__":

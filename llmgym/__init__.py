@@ -46,6 +46,7 @@ _LAZY: dict[str, str] = {
     "A2C": "llmgym.algorithms.a2c",
     "GRPO": "llmgym.algorithms.grpo",
     "RLOO": "llmgym.algorithms.rloo",
+    "TRPO": "llmgym.algorithms.trpo",
 }
 
 __all__ = [
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
     from llmgym.algorithms.grpo import GRPO
     from llmgym.algorithms.ppo import PPO
     from llmgym.algorithms.rloo import RLOO
+    from llmgym.algorithms.trpo import TRPO
     from llmgym.envs.core import check_text_env
     from llmgym.envs.vector import TextVectorEnv, make_vec
     from llmgym.llm.client import LLM

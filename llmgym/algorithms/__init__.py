@@ -1,4 +1,4 @@
-"""RL algorithms for LLM agents, one class each (PPO, A2C, GRPO, RLOO), with the pieces they share.
+"""RL algorithms for LLM agents, one class each (PPO, A2C, GRPO, RLOO, TRPO), with the pieces they share.
 
 Each algorithm's math and loop live in its own module (:mod:`~llmgym.algorithms.ppo`,
 :mod:`~llmgym.algorithms.a2c`); :class:`~llmgym.algorithms.updaters.PolicyUpdater` runs any of their
@@ -20,10 +20,11 @@ from llmgym.algorithms.losses import (
 )
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.ppo import PPO, PPOObjective, ppo_policy_loss
-from llmgym.algorithms.protocols import Objective, PolicyBackend
+from llmgym.algorithms.protocols import NaturalGradientObjective, Objective, PolicyBackend
 from llmgym.algorithms.registry import ALGORITHMS, algorithm_class
 from llmgym.algorithms.rloo import RLOO, rloo_advantages
-from llmgym.algorithms.updaters import PolicyUpdater
+from llmgym.algorithms.trpo import TRPO, TRPOObjective, conjugate_gradient, line_search, trpo_step_size
+from llmgym.algorithms.updaters import PolicyUpdater, UpdateContext
 from llmgym.config import AlgorithmConfig
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "ALGORITHMS",
     "AlgorithmConfig",
     "GRPO",
+    "NaturalGradientObjective",
     "Objective",
     "OnPolicyAlgorithm",
     "PPO",
@@ -43,18 +45,24 @@ __all__ = [
     "RolloutBatch",
     "RolloutBuffer",
     "SampleTargets",
+    "TRPO",
+    "TRPOObjective",
     "UpdateBatch",
+    "UpdateContext",
     "a2c_policy_loss",
     "algorithm_class",
     "categorical_entropy",
     "categorical_log_prob",
     "compute_gae",
+    "conjugate_gradient",
     "grpo_advantages",
     "kl_estimate",
+    "line_search",
     "masked_mean",
     "pad_candidate_scores",
     "ppo_policy_loss",
     "rloo_advantages",
+    "trpo_step_size",
     "value_loss",
     "whiten",
 ]

@@ -7,12 +7,13 @@ from llmgym.algorithms.grpo import GRPO
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.ppo import PPO
 from llmgym.algorithms.rloo import RLOO
+from llmgym.algorithms.trpo import TRPO
 from llmgym.errors import ConfigError
 
 __all__ = ["ALGORITHMS", "algorithm_class"]
 
 #: ``algorithm.name`` → its class (kept equal to :data:`llmgym.config.ALGORITHM_NAMES`, a test checks it).
-ALGORITHMS: dict[str, type[OnPolicyAlgorithm]] = {cls.name: cls for cls in (PPO, A2C, GRPO, RLOO)}
+ALGORITHMS: dict[str, type[OnPolicyAlgorithm]] = {cls.name: cls for cls in (PPO, A2C, GRPO, RLOO, TRPO)}
 
 
 def algorithm_class(name: str) -> type[OnPolicyAlgorithm]:

@@ -426,8 +426,8 @@ class AlgorithmConfig(_Section):
     line_search_shrink: float = _f(
         0.5,
         "TRPO: factor in (0, 1) between consecutive line-search fractions (OpenAI baselines' 0.5; SB3-contrib uses "
-        "0.8, whose 10 trials stop at 0.13 of the full step: on the tiny test model all of them left the trust "
-        "region for whole runs).",
+        "0.8, whose 10 trials stop at 0.13 of the full step: on the tiny test model one seed had all its steps "
+        "rejected after the first).",
     )
     anneal_lr: bool = _f(
         False,

@@ -43,6 +43,15 @@ class PolicyOutputs:
     candidate_log_probs: Optional[Tensor] = None
     candidate_mask: Optional[Tensor] = None
 
+    def to(self, device: torch.device) -> PolicyOutputs:
+        """The same outputs on ``device`` (graphs kept)."""
+        log_p, mask = self.candidate_log_probs, self.candidate_mask
+        return PolicyOutputs(
+            self.log_probs.to(device), self.entropy.to(device), self.values.to(device), self.ref_kl.to(device),
+            candidate_log_probs=log_p.to(device) if log_p is not None else None,
+            candidate_mask=mask.to(device) if mask is not None else None,
+        )
+
 
 @dataclass(frozen=True)
 class SampleTargets:

@@ -23,6 +23,7 @@ supported:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
@@ -230,7 +231,7 @@ class UpdateContext:
         return [p for p in self._updater.params if id(p) not in critic]
 
     def evaluate(self, require_grad: bool = True, second_order: bool = False) -> PolicyOutputs:
-        """The current policy on all of this server's samples (``[n]`` fields, in :attr:`own` order).
+        """The current policy on this server's samples, on the model's device (``[n]`` fields, :attr:`own` order).
 
         Args:
             require_grad: Keep the autograd graph.
@@ -243,10 +244,10 @@ class UpdateContext:
         if not self.own:
             raise InputError("UpdateContext.evaluate: this server holds no sample of the batch; check num_samples first.")
         local = [self._position[g] for g in self.own]
-        if not second_order:
-            return self._updater._evaluate(self._contexts, self._candidates, local, self.own, self.batch, require_grad)
-        with sdpa_kernel(SDPBackend.MATH):
-            return self._updater._evaluate(self._contexts, self._candidates, local, self.own, self.batch, require_grad)
+        kernels = sdpa_kernel(SDPBackend.MATH) if second_order else contextlib.nullcontext()
+        with kernels:
+            outputs = self._updater._evaluate(self._contexts, self._candidates, local, self.own, self.batch, require_grad)
+        return outputs.to(self._device())
 
     def targets(self) -> SampleTargets:
         """The rollout's stored quantities for this server's samples (:attr:`own` order)."""

@@ -5,8 +5,9 @@ completions at its ``agent.temperature``: episode ``j`` is the TextGen env reset
 ``--seed + j`` (the same openings for every policy). Per policy the table gives the mean reward with
 a 95% percentile-bootstrap interval over episodes, and the KL to the reference (the model with its
 LoRA adapter disabled): the mean over completions of ``sum_t log pi(a_t) - log pi_ref(a_t)`` on the
-sampled tokens, an unbiased estimate of ``KL(pi || pi_ref)``. A run's training time is its last
-training record's ``time_s``.
+sampled tokens, an unbiased estimate of ``KL(pi || pi_ref)``. A trained NLPO policy samples from
+its mask policy's top-p tokens, as in training (the zero-shot row is unmasked). A run's training
+time is its last training record's ``time_s``.
 
     llmgym train textgen_ppo train.run_name=tg-ppo        # one run per algorithm, then:
     python benchmarks/textgen_table.py runs/tg-ppo runs/tg-grpo runs/tg-rloo runs/tg-nlpo --episodes 240
@@ -23,6 +24,7 @@ from typing import Any, Optional
 import gymnasium as gym
 import torch
 
+from llmgym.algorithms import NLPO, algorithm_class
 from llmgym.algorithms.trainer import build_agent, build_llm
 from llmgym.checkpoint import latest_checkpoint
 from llmgym.config import Config, load_config
@@ -56,6 +58,8 @@ def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int
     """
     agent = build_agent(config, llm, width)
     agent.generator.manual_seed(seed)
+    if issubclass(algorithm_class(config.algorithm.name), NLPO) and llm.backend.mask_policy.params is not None:
+        agent.restrict_to_mask_policy(config.algorithm.mask_top_p)  # the trained NLPO policy samples masked
     env = gym.make(config.env.id, **dict(config.env.kwargs))
     rewards: list[float] = []
     log_ratios: list[float] = []

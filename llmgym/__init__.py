@@ -47,6 +47,7 @@ _LAZY: dict[str, str] = {
     "GRPO": "llmgym.algorithms.grpo",
     "RLOO": "llmgym.algorithms.rloo",
     "NLPO": "llmgym.algorithms.nlpo",
+    "TRPO": "llmgym.algorithms.trpo",
 }
 
 __all__ = [
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from llmgym.algorithms.nlpo import NLPO
     from llmgym.algorithms.ppo import PPO
     from llmgym.algorithms.rloo import RLOO
+    from llmgym.algorithms.trpo import TRPO
     from llmgym.envs.core import check_text_env
     from llmgym.envs.vector import TextVectorEnv, make_vec
     from llmgym.llm.client import LLM

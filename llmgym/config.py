@@ -366,7 +366,7 @@ class AgentConfig(_Section):
 
 
 #: The values of ``algorithm.name`` (the keys of :data:`llmgym.algorithms.registry.ALGORITHMS`).
-ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "grpo", "rloo", "nlpo")
+ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "grpo", "rloo", "nlpo", "trpo")
 
 
 @dataclass
@@ -376,9 +376,9 @@ class AlgorithmConfig(_Section):
     _section: ClassVar[str] = "algorithm"
     name: str = _f(
         "ppo",
-        "The algorithm: ppo, a2c, grpo or rloo (the last two critic-free, with group baselines), or nlpo (PPO "
-        "over the top-p tokens of a periodically refreshed mask policy; generative and token agents only): "
-        "llmgym.algorithms.registry.",
+        "The algorithm: ppo, a2c, grpo or rloo (the last two critic-free, with group baselines), nlpo (PPO "
+        "over the top-p tokens of a periodically refreshed mask policy; generative and token agents only) "
+        "or trpo (a natural-gradient step in a KL trust region): llmgym.algorithms.registry.",
     )
     updater: Optional[str] = _f(
         None, "Custom Updater class as 'module:Class'; null uses the algorithm's own updater."
@@ -395,7 +395,7 @@ class AlgorithmConfig(_Section):
         "grpo/rloo: episodes per group, played from one reset seed and baselined against each other; "
         "env.num_envs must be a multiple of it.",
     )
-    epochs: int = _f(4, "Passes over each rollout (PPO); A2C always uses 1.")
+    epochs: int = _f(4, "Passes over each rollout (PPO; TRPO: the critic's passes); A2C always uses 1.")
     minibatch_size: int = _f(32, "Transitions per gradient step.")
     gradient_accumulation_steps: int = _f(
         1,
@@ -412,6 +412,24 @@ class AlgorithmConfig(_Section):
     kl_coef: float = _f(0.0, "Weight of the KL penalty to the reference policy (adapter disabled).")
     target_kl: Optional[float] = _f(None, "Stop the epoch loop when the approximate KL exceeds this.")
     max_grad_norm: Optional[float] = _f(0.5, "Clip the global gradient norm; null disables clipping.")
+    max_kl: float = _f(
+        0.01,
+        "TRPO: trust-region radius, the largest mean KL divergence of the updated policy from the behaviour "
+        "policy over the rollout that one policy step may reach (the line search rejects steps beyond it).",
+    )
+    cg_steps: int = _f(10, "TRPO: conjugate-gradient iterations solving F x = g for the natural-gradient direction.")
+    cg_damping: float = _f(
+        0.1, "TRPO: damping lambda of the Fisher-vector products, (F + lambda I) x = g, which keeps CG stable."
+    )
+    line_search_steps: int = _f(
+        10, "TRPO: backtracking trials at most (fractions 1, shrink, shrink^2... of the full step) before the step is dropped."
+    )
+    line_search_shrink: float = _f(
+        0.5,
+        "TRPO: factor in (0, 1) between consecutive line-search fractions (OpenAI baselines' 0.5; SB3-contrib uses "
+        "0.8, whose 10 trials stop at 0.13 of the full step: on the tiny test model one seed had all its steps "
+        "rejected after the first).",
+    )
     anneal_lr: bool = _f(
         False,
         "Decay both learning rates linearly to 0 over train.total_env_steps (CleanRL's anneal_lr): the update "
@@ -437,15 +455,21 @@ class AlgorithmConfig(_Section):
     def _check(self) -> None:
         _check_choice("algorithm", "name", self.name, ALGORITHM_NAMES)
         _check_choice("algorithm", "value_head", self.value_head, ("shared", "detached"))
-        for name in ("learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps",
-                     "mask_update_interval"):
+        for name in (
+            "learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps", "max_kl",
+            "cg_steps", "line_search_steps", "mask_update_interval",
+        ):
             _check_positive("algorithm", name, getattr(self, name))
+        if not 0 < self.line_search_shrink < 1:
+            raise ConfigError(
+                f"algorithm.line_search_shrink={self.line_search_shrink!r} must lie in (0, 1), e.g. 0.5 or 0.8."
+            )
         if self.group_size < 2:
             raise ConfigError(
                 f"algorithm.group_size={self.group_size!r} must be >= 2: a group baseline compares an episode "
                 "with the others of its group."
             )
-        for name in ("head_learning_rate", "value_coef", "entropy_coef", "kl_coef"):
+        for name in ("head_learning_rate", "value_coef", "entropy_coef", "kl_coef", "cg_damping"):
             _check_positive("algorithm", name, getattr(self, name), allow_zero=True)
         for name in ("clip_range", "value_clip_range", "target_kl", "max_grad_norm"):
             _check_positive("algorithm", name, getattr(self, name))

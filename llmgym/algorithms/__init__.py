@@ -1,4 +1,4 @@
-"""RL algorithms for LLM agents, one class each (PPO, A2C, GRPO, RLOO, NLPO), with the pieces they share.
+"""RL algorithms for LLM agents, one class each (PPO, A2C, GRPO, RLOO, NLPO, TRPO), with the pieces they share.
 
 Each algorithm's math and loop live in its own module (:mod:`~llmgym.algorithms.ppo`,
 :mod:`~llmgym.algorithms.a2c`); :class:`~llmgym.algorithms.updaters.PolicyUpdater` runs any of their
@@ -21,10 +21,16 @@ from llmgym.algorithms.losses import (
 from llmgym.algorithms.nlpo import NLPO
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.ppo import PPO, PPOObjective, ppo_policy_loss
-from llmgym.algorithms.protocols import MaskedPolicyBackend, Objective, PolicyBackend
+from llmgym.algorithms.protocols import (
+    MaskedPolicyBackend,
+    NaturalGradientObjective,
+    Objective,
+    PolicyBackend,
+)
 from llmgym.algorithms.registry import ALGORITHMS, algorithm_class
 from llmgym.algorithms.rloo import RLOO, rloo_advantages
-from llmgym.algorithms.updaters import PolicyUpdater
+from llmgym.algorithms.trpo import TRPO, TRPOObjective, conjugate_gradient, line_search, trpo_step_size
+from llmgym.algorithms.updaters import PolicyUpdater, UpdateContext
 from llmgym.config import AlgorithmConfig
 
 __all__ = [
@@ -35,6 +41,7 @@ __all__ = [
     "GRPO",
     "MaskedPolicyBackend",
     "NLPO",
+    "NaturalGradientObjective",
     "Objective",
     "OnPolicyAlgorithm",
     "PPO",
@@ -46,18 +53,24 @@ __all__ = [
     "RolloutBatch",
     "RolloutBuffer",
     "SampleTargets",
+    "TRPO",
+    "TRPOObjective",
     "UpdateBatch",
+    "UpdateContext",
     "a2c_policy_loss",
     "algorithm_class",
     "categorical_entropy",
     "categorical_log_prob",
     "compute_gae",
+    "conjugate_gradient",
     "grpo_advantages",
     "kl_estimate",
+    "line_search",
     "masked_mean",
     "pad_candidate_scores",
     "ppo_policy_loss",
     "rloo_advantages",
+    "trpo_step_size",
     "value_loss",
     "whiten",
 ]

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from llmgym.agents.learning import PolicySpec
-from llmgym.algorithms.protocols import Objective
+from llmgym.algorithms.protocols import NaturalGradientObjective, Objective
 from llmgym.errors import InputError
 
 __all__ = ["PolicyOutputs", "SampleTargets", "UpdateBatch"]
@@ -31,12 +31,26 @@ class PolicyOutputs:
         entropy: ``[B]`` entropy of the action distribution (generated: mean token surprisal).
         values: ``[B]`` critic values (zeros when the LLM has no value head).
         ref_kl: ``[B]`` KL to the reference policy (zeros unless the objective's ``kl_coef > 0``).
+        candidate_log_probs: ``[B, K]`` log-probs of every candidate (action-level agents; 0 on
+            padding), or ``None`` for generated actions, whose full distribution is not kept.
+        candidate_mask: Bool ``[B, K]``, True on real candidates (with ``candidate_log_probs``).
     """
 
     log_probs: Tensor
     entropy: Tensor
     values: Tensor
     ref_kl: Tensor
+    candidate_log_probs: Optional[Tensor] = None
+    candidate_mask: Optional[Tensor] = None
+
+    def to(self, device: torch.device) -> PolicyOutputs:
+        """The same outputs on ``device`` (graphs kept)."""
+        log_p, mask = self.candidate_log_probs, self.candidate_mask
+        return PolicyOutputs(
+            self.log_probs.to(device), self.entropy.to(device), self.values.to(device), self.ref_kl.to(device),
+            candidate_log_probs=log_p.to(device) if log_p is not None else None,
+            candidate_mask=mask.to(device) if mask is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -61,7 +75,8 @@ class UpdateBatch:
     """One epoch of an update over a rollout of ``B`` samples, as sent to every LLM server.
 
     Attributes:
-        objective: The algorithm's loss (PPO's clipped surrogate, A2C's policy gradient...).
+        objective: The algorithm's loss (PPO's clipped surrogate, A2C's policy gradient...), or an
+            objective that runs the whole server-side step itself (TRPO's natural-gradient step).
         policy: The distribution the actions were drawn from, recomputed with gradients.
         minibatches: This epoch's gradient steps, each a list of indices into ``[0, B)``.
         old_log_probs: ``[B]`` behaviour log-probs.
@@ -80,7 +95,7 @@ class UpdateBatch:
             ``learning_rate_scale`` outside ``[0, 1]``.
     """
 
-    objective: Objective
+    objective: Objective | NaturalGradientObjective
     policy: PolicySpec
     minibatches: list[list[int]]
     old_log_probs: Tensor

@@ -23,7 +23,7 @@ from llmgym.agents.learning import Episode, PolicySpec
 from llmgym.algorithms.advantages import whiten
 from llmgym.algorithms.batch import UpdateBatch
 from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
-from llmgym.algorithms.protocols import Objective, PolicyBackend
+from llmgym.algorithms.protocols import NaturalGradientObjective, Objective, PolicyBackend
 from llmgym.algorithms.updaters import PolicyUpdater
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import ConfigError, InputError
@@ -138,7 +138,9 @@ class RolloutTargets:
         return len(self.batch)
 
     def update_batch(
-        self, objective: Objective, policy: PolicySpec, minibatches: list[list[int]], learning_rate_scale: float = 1.0
+        self,
+        objective: Objective | NaturalGradientObjective,
+        policy: PolicySpec, minibatches: list[list[int]], learning_rate_scale: float = 1.0
     ) -> UpdateBatch:
         """One epoch's payload for ``llm.update``."""
         batch = self.batch
@@ -217,8 +219,8 @@ class OnPolicyAlgorithm(abc.ABC):
 
     # ------------------------------------------------------------------ what an algorithm defines
     @abc.abstractmethod
-    def objective(self) -> Objective:
-        """The loss the LLM servers minimise on each minibatch."""
+    def objective(self) -> Objective | NaturalGradientObjective:
+        """The loss the LLM servers minimise on each minibatch (or the step they run: TRPO)."""
 
     @abc.abstractmethod
     def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: PolicySpec) -> dict[str, float]:
@@ -244,7 +246,11 @@ class OnPolicyAlgorithm(abc.ABC):
 
     # ------------------------------------------------------------------ shared steps
     def run_epoch(
-        self, llm: PolicyBackend, rollout: RolloutTargets, objective: Objective, policy: PolicySpec
+        self,
+        llm: PolicyBackend,
+        rollout: RolloutTargets,
+        objective: Objective | NaturalGradientObjective,
+        policy: PolicySpec,
     ) -> dict[str, float]:
         """One pass over the rollout in shuffled minibatches, one optimizer step each.
 

@@ -1,4 +1,4 @@
-"""The typed seams of the algorithms: the loss an updater runs and the LLM backend it trains."""
+"""The typed seams of the algorithms: the loss (or step) an updater runs and the LLM backend it trains."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from llmgym.algorithms.batch import PolicyOutputs, SampleTargets
+    from llmgym.algorithms.updaters import UpdateContext
 
-__all__ = ["MaskedPolicyBackend", "Objective", "PolicyBackend"]
+__all__ = ["MaskedPolicyBackend", "NaturalGradientObjective", "Objective", "PolicyBackend"]
 
 
 @runtime_checkable
@@ -28,6 +29,30 @@ class Objective(Protocol):
         Args:
             outputs: The current policy's ``[B]`` log-probs, entropies, values and reference KLs.
             targets: The rollout's ``[B]`` old log-probs, old values, advantages and returns.
+        """
+        ...
+
+
+@runtime_checkable
+class NaturalGradientObjective(Protocol):
+    """An algorithm whose server-side step is not a loss minimised by the optimizer (TRPO's).
+
+    The :class:`~llmgym.algorithms.updaters.PolicyUpdater` hands it the whole update through an
+    :class:`~llmgym.algorithms.updaters.UpdateContext`: its share of the samples, the policy's and
+    the critic's parameters, the sample-weighted all-reduce across servers and the updater's
+    minibatch loop. Picklable, as an :class:`Objective`.
+    """
+
+    @property
+    def kl_coef(self) -> float:
+        """Weight of the KL to the reference policy (> 0: the updater computes ``ref_kl``)."""
+        ...
+
+    def step(self, context: UpdateContext) -> dict[str, float]:
+        """Update the policy and the critic on this server's share; return the statistics.
+
+        Every server calls it with its own share and must leave its parameters equal to the
+        others' (every quantity the step depends on goes through ``context.mean``).
         """
         ...
 

@@ -7,8 +7,12 @@ server holds a share of the contexts (``_current_batch_ids``); for every minibat
 objective's mean loss over its own samples and calls ``llm.sync_gradients(n_own)``, a weighted
 all-reduce, so the step equals one step on the full minibatch whatever the number of servers (a
 server with no sample joins with weight 0). The updater knows no algorithm: it recomputes the
-policy and runs the loss it is sent, so no LLM can be paired with the wrong half. Two kinds of
-action are supported:
+policy and runs the loss it is sent, so no LLM can be paired with the wrong half. An objective that
+is not a loss for the optimizer (a
+:class:`~llmgym.algorithms.protocols.NaturalGradientObjective`, TRPO's step) is handed an
+:class:`UpdateContext` instead: this server's share, the policy's and the critic's parameters, the
+sample-weighted all-reduce ``llm.all_reduce_mean`` and the minibatch loop. Two kinds of action are
+supported:
 
 * action level (ScoringAgent): the action is a candidate; ``log pi(a|s) = log_softmax(logits / T)[a]``
   with the logits the agent sampled from (:func:`~llmgym.agents.scoring.policy_logits_key`);
@@ -20,20 +24,27 @@ action are supported:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 import torch
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from llmgym.agents.scoring import policy_logits_key
-from llmgym.algorithms.batch import PolicyOutputs, UpdateBatch
+from llmgym.algorithms.batch import PolicyOutputs, SampleTargets, UpdateBatch
 from llmgym.algorithms.losses import categorical_entropy, categorical_log_prob, pad_candidate_scores
+from llmgym.algorithms.protocols import NaturalGradientObjective
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import InputError
 from llmgym.llm.modules import POLICY_KEY, SCORE_KEY, VALUE_KEY
 from llmgym.llm.updater import Updater
 
-__all__ = ["PolicyUpdater"]
+__all__ = ["PolicyUpdater", "UpdateContext"]
+
+#: A chunk's loss and its detached statistics, from the policy's outputs and the stored targets.
+LossFunction = Callable[[PolicyOutputs, SampleTargets], tuple[Tensor, dict[str, Tensor]]]
 
 
 def _chunks(items: Sequence[int], parts: int) -> list[list[int]]:
@@ -77,8 +88,9 @@ class PolicyUpdater(Updater):
         local: Sequence[int],
         chunk: Sequence[int],
         batch: UpdateBatch,
+        require_grad: bool = True,
     ) -> PolicyOutputs:
-        """The current policy on one chunk, with gradients.
+        """The current policy on one chunk, with gradients unless ``require_grad=False``.
 
         ``local`` indexes this server's ``contexts``/``candidates``; ``chunk`` holds the same
         samples' indices in the client's batch (for the per-sample fields of ``batch``).
@@ -93,11 +105,12 @@ class PolicyUpdater(Updater):
             cands = [list(candidates[i]) for i in local]
             logits_key = policy_logits_key(list(self.llm.module_functions))
             keys = [logits_key, VALUE_KEY] if has_value else [logits_key]
-            outputs = self.llm.forward(keys, ctx, cands, require_grad=True, normalize=policy.normalize)
+            outputs = self.llm.forward(keys, ctx, cands, require_grad=require_grad, normalize=policy.normalize)
             logits, mask = pad_candidate_scores([o[logits_key] for o in outputs], temperature=policy.temperature)
             actions = batch.actions[torch.tensor(chunk)].long().to(logits.device)
             log_probs = categorical_log_prob(logits, actions, mask)
             entropy = categorical_entropy(logits, mask)
+            log_p = torch.where(mask, torch.log_softmax(logits, -1), torch.zeros_like(logits))
             values = torch.stack([o[VALUE_KEY].reshape(()) for o in outputs]) if has_value else torch.zeros_like(log_probs)
             ref_kl = torch.zeros_like(log_probs)
             if with_reference:
@@ -109,17 +122,16 @@ class PolicyUpdater(Updater):
                 with torch.no_grad(), self.llm.reference():
                     ref = self.llm.forward([SCORE_KEY], ctx, cands, normalize=policy.normalize)
                 ref_logits, _ = pad_candidate_scores([o[SCORE_KEY] for o in ref], temperature=policy.temperature)
-                log_p = torch.log_softmax(logits, -1)
                 ref_log_p = torch.log_softmax(ref_logits.to(logits.device), -1)
                 ref_kl = torch.where(mask, log_p.exp() * (log_p - ref_log_p), torch.zeros_like(log_p)).sum(-1)
-            return PolicyOutputs(log_probs, entropy, values, ref_kl)
+            return PolicyOutputs(log_probs, entropy, values, ref_kl, candidate_log_probs=log_p, candidate_mask=mask)
         if batch.prompt_ids is None or batch.action_ids is None:
             raise InputError("An update without candidates needs UpdateBatch.prompt_ids and action_ids (generated actions).")
         prompt_ids = [batch.prompt_ids[g] for g in chunk]
         action_ids = [batch.action_ids[g] for g in chunk]
         sampling = policy.sampling
         outputs = self.llm.token_logprobs(
-            prompt_ids, action_ids, keys=[VALUE_KEY] if has_value else [], require_grad=True, sampling=sampling
+            prompt_ids, action_ids, keys=[VALUE_KEY] if has_value else [], require_grad=require_grad, sampling=sampling
         )
         token_lp = [o["logprobs"] for o in outputs]
         log_probs = torch.stack([lp.sum() for lp in token_lp])
@@ -161,29 +173,139 @@ class PolicyUpdater(Updater):
                 f"{type(self).__name__}.perform_update takes one UpdateBatch as batch=; got batch={type(batch).__name__} "
                 f"and {sorted(kwargs)}. Train through an algorithm (llmgym.PPO, llmgym.A2C)."
             )
-        cfg = self.config
         for group, base in zip(self.optimizer.param_groups, self.base_learning_rates):  # type: ignore[union-attr]
             group["lr"] = base * batch.learning_rate_scale
-        position = {int(g): i for i, g in enumerate(_current_batch_ids)}
+        context = UpdateContext(self, contexts, candidates, _current_batch_ids, batch)
+        if isinstance(batch.objective, NaturalGradientObjective):
+            return {**batch.objective.step(context), "num_samples": context.num_samples}
+        return context.minibatch_steps(batch.objective.loss, self.params)
+
+
+class UpdateContext:
+    """One LLM server's view of one update: its share of the samples and what it may do with them.
+
+    Built by :meth:`PolicyUpdater.perform_update`; the generic minibatch loop runs through it, and a
+    :class:`~llmgym.algorithms.protocols.NaturalGradientObjective` runs its own step with it.
+
+    Args:
+        updater: The server's updater (its LLM, optimizer and config).
+        contexts: This server's contexts.
+        candidates: Their candidates, or ``None`` (generated actions).
+        current_batch_ids: Index of each context in the client's batch.
+        batch: The update.
+
+    Attributes:
+        batch: The update.
+        own: This server's samples, as indices into the client's batch, in increasing order.
+    """
+
+    def __init__(
+        self,
+        updater: PolicyUpdater,
+        contexts: Sequence[str],
+        candidates: Optional[Sequence[Sequence[str]]],
+        current_batch_ids: Sequence[int],
+        batch: UpdateBatch,
+    ) -> None:
+        self._updater = updater
+        self._contexts = contexts
+        self._candidates = candidates
+        self._position = {int(g): i for i, g in enumerate(current_batch_ids)}
+        self.batch = batch
+        self.own = sorted(self._position)
+
+    @property
+    def num_samples(self) -> int:
+        """How many of the batch's samples this server holds (0 is possible)."""
+        return len(self.own)
+
+    @property
+    def critic_parameters(self) -> list[torch.nn.Parameter]:
+        """The value head's trainable parameters (empty without one)."""
+        functions = self._updater.llm.module_functions
+        if VALUE_KEY not in functions:
+            return []
+        return [p for p in functions[VALUE_KEY].parameters() if p.requires_grad]
+
+    @property
+    def policy_parameters(self) -> list[torch.nn.Parameter]:
+        """Every trainable parameter but the critic's: the LLM (or its LoRA adapter) and the action head."""
+        critic = {id(p) for p in self.critic_parameters}
+        return [p for p in self._updater.params if id(p) not in critic]
+
+    def evaluate(self, require_grad: bool = True, second_order: bool = False) -> PolicyOutputs:
+        """The current policy on this server's samples, on the model's device (``[n]`` fields, :attr:`own` order).
+
+        Args:
+            require_grad: Keep the autograd graph.
+            second_order: Build a graph that can be differentiated twice (Hessian-vector products):
+                attention runs on PyTorch's math kernel, the fused ones have no double backward.
+
+        Raises:
+            InputError: This server holds no sample.
+        """
+        if not self.own:
+            raise InputError("UpdateContext.evaluate: this server holds no sample of the batch; check num_samples first.")
+        local = [self._position[g] for g in self.own]
+        kernels = sdpa_kernel(SDPBackend.MATH) if second_order else contextlib.nullcontext()
+        with kernels:
+            outputs = self._updater._evaluate(self._contexts, self._candidates, local, self.own, self.batch, require_grad)
+        return outputs.to(self._device())
+
+    def targets(self) -> SampleTargets:
+        """The rollout's stored quantities for this server's samples (:attr:`own` order)."""
+        return self.batch.targets(self.own, self._device())
+
+    def mean(self, values: Tensor) -> Tensor:
+        """The mean over all servers' samples of ``values``, this server's mean over its own samples.
+
+        A collective: every server calls it, in the same order, with a tensor of the same shape
+        (zeros when it holds no sample; they get weight 0).
+        """
+        return self._updater.llm.all_reduce_mean(values, self.num_samples)
+
+    def minibatch_steps(self, loss: LossFunction, parameters: Sequence[torch.nn.Parameter]) -> dict[str, Any]:
+        """One optimizer step per minibatch of the batch on ``loss``, moving only ``parameters``.
+
+        For each minibatch: the mean loss over this server's samples in it (in
+        ``gradient_accumulation_steps`` chunks), the weighted gradient all-reduce, clipping to
+        ``max_grad_norm`` and an AdamW step on ``parameters`` (the others' gradients are dropped).
+
+        Args:
+            loss: The chunk's loss and statistics.
+            parameters: The parameters to step (a subset of the updater's).
+
+        Returns:
+            Sample-weighted means of the statistics over this server's samples (and
+            ``grad_norm``), and ``num_samples`` (its samples summed over the minibatches).
+        """
+        updater, cfg = self._updater, self._updater.config
+        stepped = {id(p) for p in parameters}
         totals: dict[str, float] = {}
         seen = 0
-        device = next(iter(self.params)).device
-        for minibatch in batch.minibatches:
-            own = [int(g) for g in minibatch if int(g) in position]
-            self.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+        device = self._device()
+        for minibatch in self.batch.minibatches:
+            own = [int(g) for g in minibatch if int(g) in self._position]
+            updater.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
             for chunk in _chunks(own, cfg.gradient_accumulation_steps) if own else []:
-                local = [position[g] for g in chunk]
-                outputs = self._evaluate(contexts, candidates, local, chunk, batch)
-                loss, stats = batch.objective.loss(outputs, batch.targets(chunk, device))
-                (loss * (len(chunk) / len(own))).backward()
+                local = [self._position[g] for g in chunk]
+                outputs = updater._evaluate(self._contexts, self._candidates, local, chunk, self.batch)
+                chunk_loss, stats = loss(outputs, self.batch.targets(chunk, device))
+                (chunk_loss * (len(chunk) / len(own))).backward()
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + float(value) * len(chunk)
                 seen += len(chunk)
-            self.llm.sync_gradients(len(own))
+            updater.llm.sync_gradients(len(own))
+            for param in updater.params:
+                if id(param) not in stepped:
+                    param.grad = None
             if cfg.max_grad_norm is not None:
-                norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                norm = torch.nn.utils.clip_grad_norm_(list(parameters), cfg.max_grad_norm)
                 totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(norm) * len(own)
-            self.optimizer.step()  # type: ignore[union-attr]
+            updater.optimizer.step()  # type: ignore[union-attr]
         result: dict[str, Any] = {key: value / seen for key, value in totals.items()} if seen else {}
         result["num_samples"] = seen
         return result
+
+    def _device(self) -> torch.device:
+        return next(iter(self._updater.params)).device

@@ -15,6 +15,7 @@ import torch
 from llmgym.config import ModelConfig
 from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
+from llmgym.llm.distributed.gradients import WeightedMean
 from llmgym.llm.generation import Generation, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
 from llmgym.llm.masking import IncrementalMask, MaskPolicy, check_mask_top_p
@@ -432,6 +433,19 @@ class LocalLLM:
     def sync_gradients(self, num_samples: int) -> None:
         """Average gradients across LLM servers weighted by ``num_samples``; nothing to do in-process."""
         del num_samples
+
+    def all_reduce_mean(self, values: torch.Tensor, num_samples: int) -> torch.Tensor:
+        """The mean of ``values`` over the LLM servers, weighted by their ``num_samples``.
+
+        Each server passes the mean of a quantity over its own samples (a gradient vector, a loss);
+        every server gets the mean over all samples. In-process: ``values`` itself (zeros for 0
+        samples); on a server, :class:`~llmgym.llm.distributed.gradients.WeightedMean`.
+
+        Args:
+            values: This server's mean, any shape (the same on every server).
+            num_samples: Samples behind it (0: this server contributes nothing).
+        """
+        return WeightedMean(enabled=False)(values, num_samples)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Atomically save trainable weights, module functions, updater state and mask policy to a folder.

@@ -8,6 +8,13 @@ import torch
 from llmgym.algorithms import A2CObjective, PolicyOutputs, PPOObjective, SampleTargets
 from llmgym.algorithms.a2c import a2c_policy_loss
 from llmgym.algorithms.ppo import ppo_policy_loss
+from llmgym.algorithms.trpo import (
+    conjugate_gradient,
+    line_search,
+    policy_kl,
+    surrogate_objective,
+    trpo_step_size,
+)
 from llmgym.errors import InputError
 
 
@@ -120,3 +127,80 @@ def test_a2c_objective_by_hand():
     value = 0.5 * ((1.0 - 2.0) ** 2 + (0.0 - 1.0) ** 2) / 2  # unclipped
     assert loss.item() == pytest.approx(policy + 0.5 * value - 0.1 * 1.0, rel=1e-6)
     assert "clip_fraction" not in stats and stats["value_clip_fraction"].item() == 0.0
+
+
+# ---------------------------------------------------------------------------------------------- TRPO
+def test_trpo_surrogate_and_its_gradient_by_hand():
+    logp = torch.tensor([-1.0, -2.0], requires_grad=True)
+    old = torch.tensor([-1.5, -2.0])
+    adv = torch.tensor([2.0, -1.0])
+    value = surrogate_objective(logp, old, adv)
+    assert value.item() == pytest.approx((math.exp(0.5) * 2.0 - 1.0) / 2)
+    value.backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([math.exp(0.5) * 2.0 / 2, -1.0 / 2]))
+    with pytest.raises(InputError):
+        surrogate_objective(logp, old[:1], adv)
+
+
+def _candidates(log_p, mask, chosen):
+    zeros = torch.zeros(log_p.shape[0])
+    return PolicyOutputs(chosen, zeros, zeros, zeros, candidate_log_probs=log_p, candidate_mask=mask)
+
+
+def test_trpo_kl_is_exact_over_candidates_and_k3_on_generated_actions():
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    old_p = torch.tensor([[0.5, 0.3, 0.2], [0.6, 0.4, 1.0]])
+    new_p = torch.tensor([[0.2, 0.3, 0.5], [0.5, 0.5, 1.0]])
+    kl = policy_kl(_candidates(old_p.log(), mask, torch.zeros(2)), _candidates(new_p.log(), mask, torch.zeros(2)))
+    want = [sum(p * math.log(p / q) for p, q in zip(o[:k], n[:k])) for o, n, k in zip(old_p.tolist(), new_p.tolist(), [3, 2])]
+    torch.testing.assert_close(kl, torch.tensor(want))
+    zeros = torch.zeros(2)
+    old, new = PolicyOutputs(torch.tensor([-1.0, -2.0]), zeros, zeros, zeros), PolicyOutputs(torch.tensor([-1.5, -1.0]), zeros, zeros, zeros)
+    ratio = torch.tensor([math.exp(-0.5), math.exp(1.0)])  # pi_new / pi_old of the sampled actions
+    torch.testing.assert_close(policy_kl(old, new), ratio - 1 - ratio.log())
+
+
+def test_conjugate_gradient_solves_a_small_spd_system():
+    torch.manual_seed(0)
+    a = torch.randn(5, 5, dtype=torch.float64)
+    fisher = a @ a.T + 0.5 * torch.eye(5, dtype=torch.float64)
+    b = torch.randn(5, dtype=torch.float64)
+    x = conjugate_gradient(lambda v: fisher @ v, b, steps=5)  # exact in n steps
+    torch.testing.assert_close(x, torch.linalg.solve(fisher, b))
+    one = conjugate_gradient(lambda v: fisher @ v, b, steps=1)  # one step: the optimal multiple of b
+    torch.testing.assert_close(one, (b @ b) / (b @ fisher @ b) * b)
+    calls = []
+    zero = conjugate_gradient(lambda v: calls.append(v) or fisher @ v, torch.zeros(5, dtype=torch.float64), steps=5)
+    assert calls == [] and torch.equal(zero, torch.zeros(5, dtype=torch.float64))  # converged at once
+
+
+def test_trpo_step_size_puts_the_quadratic_kl_at_max_kl():
+    fisher = torch.tensor([[2.0, 0.5], [0.5, 1.0]])
+    x = torch.tensor([1.0, -2.0])
+    beta = trpo_step_size(x, fisher @ x, max_kl=0.01)
+    assert beta == pytest.approx(math.sqrt(2 * 0.01 / float(x @ fisher @ x)))
+    assert 0.5 * float((beta * x) @ fisher @ (beta * x)) == pytest.approx(0.01)
+    assert trpo_step_size(torch.zeros(2), torch.zeros(2), 0.01) == 0.0
+
+
+def test_line_search_accepts_the_first_fraction_in_the_region_that_improves():
+    tried = []
+
+    def evaluate(fraction):  # KL grows like fraction^2; the gain is negative beyond fraction 0.6
+        tried.append(fraction)
+        return fraction * (0.6 - fraction), 0.04 * fraction**2
+
+    result = line_search(evaluate, max_kl=0.01, steps=10, shrink=0.5)
+    assert tried == [1.0, 0.5]  # 1.0 leaves the region (KL 0.04) and loses; 0.5 has KL 0.01 and gains
+    assert (result.fraction, result.trials, result.accepted) == (0.5, 2, True)
+    assert result.improvement == pytest.approx(0.05) and result.kl == pytest.approx(0.01)
+    shrinking = line_search(lambda f: (f * (0.6 - f), 0.0), max_kl=0.01, steps=10, shrink=0.8)
+    assert shrinking.fraction == pytest.approx(0.8**3)  # 1, 0.8, 0.64 lose; 0.512 gains
+
+
+def test_line_search_rejects_when_no_fraction_improves_within_the_region():
+    tried = []
+    result = line_search(lambda f: tried.append(f) or (-f, 0.0), max_kl=0.01, steps=3, shrink=0.5)
+    assert tried == [1.0, 0.5, 0.25]
+    assert (result.fraction, result.trials, result.accepted, result.improvement, result.kl) == (0.0, 3, False, 0.0, 0.0)
+    assert not line_search(lambda f: (1.0, 0.02), max_kl=0.01, steps=4, shrink=0.5).accepted  # always outside

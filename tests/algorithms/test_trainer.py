@@ -303,3 +303,25 @@ def test_nlpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
     got = _params(resumed)
     resumed.close()
     assert all(torch.allclose(a, b, atol=0, rtol=0) for a, b in zip(expected, got))
+
+
+def test_trpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
+    base = [*COUNTDOWN, "algorithm.name=trpo", "algorithm.epochs=2", "algorithm.minibatch_size=4", "model.lora.r=4",
+            "algorithm.max_kl=0.05"]
+    straight = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=16", "train.run_name=a"))
+    straight.train()
+    expected = _params(straight)
+    straight.close()
+    train = [r for r in read_metrics(tmp_path / "a" / "metrics.jsonl") if r["kind"] == "train"]
+    assert {"approx_kl", "step_fraction", "policy_improvement", "value_loss"} <= train[-1].keys()
+    assert all(r["approx_kl"] <= 0.05 for r in train) and any(r["step_fraction"] > 0 for r in train)
+    half = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=8", "train.run_name=c"))
+    half.train()
+    half.close()
+    resumed = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=16",
+                                   f"train.resume={tmp_path / 'c'}"))
+    assert resumed.algorithm.env_steps == 8
+    resumed.train()
+    got = _params(resumed)
+    resumed.close()
+    assert all(torch.allclose(a, b, atol=0, rtol=0) for a, b in zip(expected, got))

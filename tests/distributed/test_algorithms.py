@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from llmgym.agents.learning import PolicySpec
-from llmgym.algorithms import A2C, NLPO, PPO, UpdateBatch
+from llmgym.algorithms import A2C, NLPO, PPO, TRPO, UpdateBatch
 from llmgym.config import AlgorithmConfig, DistributedConfig, ModelConfig
 from llmgym.llm.distributed.backend import make_backend
 from llmgym.llm.modules import ValueHead
@@ -46,24 +46,30 @@ def _batches(tokenizer):
     common = _common()
     n = len(CONTEXTS)
     prompt_ids, action_ids = _generated(tokenizer)
-    for algorithm in (PPO(), A2C(config=AlgorithmConfig(name="a2c"))):
+    losses = ("loss", "policy_loss", "value_loss", "entropy")
+    # TRPO's step statistics are all-reduced (the same on both servers); its max_kl is large enough
+    # that the line search accepts a step on these stored log-probs (not the current policy's).
+    trpo = TRPO(config=AlgorithmConfig(name="trpo", max_kl=0.5))
+    step = ("policy_objective", "policy_improvement", "approx_kl", "step_fraction", "step_size", "value_loss", "entropy")
+    for algorithm, keys in ((PPO(), losses), (A2C(config=AlgorithmConfig(name="a2c")), losses), (trpo, step)):
         objective = algorithm.objective()
-        yield CANDIDATES, UpdateBatch(objective=objective, policy=PolicySpec(temperature=0.7), actions=torch.zeros(n), **common)
-        yield None, UpdateBatch(objective=objective, policy=PolicySpec(sampling=Sampling(temperature=0.8)),
-                                prompt_ids=prompt_ids, action_ids=action_ids, learning_rate_scale=0.5, **common)
+        yield keys, CANDIDATES, UpdateBatch(objective=objective, policy=PolicySpec(temperature=0.7), actions=torch.zeros(n), **common)
+        yield keys, None, UpdateBatch(objective=objective, policy=PolicySpec(sampling=Sampling(temperature=0.8)),
+                                      prompt_ids=prompt_ids, action_ids=action_ids, learning_rate_scale=0.5, **common)
 
 
 @pytest.mark.timeout(240)
 def test_each_algorithms_update_on_two_servers_equals_the_local_one():
     local, remote = _build(1), _build(2)
     try:
-        for candidates, batch in _batches(local.tokenizer):
+        for keys, candidates, batch in _batches(local.tokenizer):
             want = local.update(CONTEXTS, candidates, batch=batch)[0]
             results = remote.update(CONTEXTS, candidates, batch=batch)
             assert sorted(r["num_samples"] for r in results) == [2, 3]  # each server's share of the 5 samples
-            for key in ("loss", "policy_loss", "value_loss", "entropy"):
+            assert want.get("step_fraction", 1.0) > 0, want  # TRPO took a step (not the kept old policy)
+            for key in keys:
                 merged = sum(r[key] * r["num_samples"] for r in results) / len(CONTEXTS)
-                assert merged == pytest.approx(want[key], abs=1e-5), key
+                assert merged == pytest.approx(want[key], rel=1e-5, abs=1e-5), key
             for p0, p1, w in zip(remote.parameters_of(0), remote.parameters_of(1), local.trainable_parameters()):
                 assert torch.equal(p0, p1)
                 torch.testing.assert_close(p0, w.detach(), atol=1e-5, rtol=0)

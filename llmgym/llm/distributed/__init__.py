@@ -16,8 +16,9 @@ Design:
   as ``BackendError``.
 * **Data plane** (:mod:`.gradients`): a gloo process group of the servers only (the client is
   never in a collective), rendezvous on a TCPStore hosted by the client (bound to the master address only), timeout ``timeout_s``:
-  server 0's trainable weights are broadcast at start, and ``sync_gradients(n)`` is a
-  sample-weighted all-reduce in which an idle server joins with weight 0.
+  server 0's trainable weights are broadcast at start, and ``sync_gradients(n)`` (the gradients)
+  and ``all_reduce_mean(values, n)`` (any tensor, e.g. TRPO's Fisher-vector products) are
+  sample-weighted all-reduces in which an idle server joins with weight 0.
 * **Dispatch** (:mod:`.balance`, :mod:`.client`): batches are split by size (characters as a
   proxy for tokens) and answers gathered in the original order.
 * **Placement** (:mod:`.placement`): servers per node and GPU blocks per server, pure functions.

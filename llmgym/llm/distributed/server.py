@@ -37,7 +37,7 @@ from datetime import timedelta
 from typing import Any
 
 from llmgym.llm.distributed import transport
-from llmgym.llm.distributed.gradients import GradientSync, broadcast_parameters, fingerprint
+from llmgym.llm.distributed.gradients import GradientSync, WeightedMean, broadcast_parameters, fingerprint
 from llmgym.llm.distributed.lifetime import exit_with_parent
 from llmgym.llm.distributed.placement import Placement
 
@@ -157,8 +157,10 @@ class _Server:
                 "gloo", store=store, rank=self.placement.rank, world_size=num_servers, timeout=timeout
             )
             broadcast_parameters(list(self.backend.trainable_parameters()))
-        # The Updater calls self.llm.sync_gradients(n): on a server that is the weighted all-reduce.
+        # The Updater calls self.llm.sync_gradients(n) and self.llm.all_reduce_mean(values, n): on a server
+        # they are the weighted all-reduces.
         self.backend.sync_gradients = GradientSync(self.backend, enabled=num_servers > 1)
+        self.backend.all_reduce_mean = WeightedMean(enabled=num_servers > 1)
 
     def _loop(self) -> int:
         while True:

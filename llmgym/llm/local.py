@@ -176,6 +176,15 @@ class LocalLLM:
         """Token ids the NLPO mask always keeps (the tokenizer's special tokens, EOS among them, as RL4LMs)."""
         return [int(i) for i in getattr(self.tokenizer, "all_special_ids", [])]
 
+    def _check_maskable(self) -> None:
+        """NLPO's mask policy runs causal LMs only.
+
+        Raises:
+            InputError: The model is seq2seq.
+        """
+        if self.is_seq2seq:
+            raise InputError("mask_top_p < 1 (NLPO) needs a causal LM; seq2seq models are not supported.")
+
     def _mask_keep(self, top_p: float) -> Callable[[list[list[int]]], torch.Tensor]:
         """For ``generate``: the ``[R, V]`` tokens the mask policy keeps after each row's ids so far."""
         return IncrementalMask(self.mask_policy, self.model, top_p, self._special_ids(), self.pad_token_id)
@@ -332,8 +341,7 @@ class LocalLLM:
             items.append(ItemSpec(prompt, [joint], [0 if self.is_seq2seq else len(prompt)]))
         keep = None
         if sampling is not None and sampling.is_masked:
-            if self.is_seq2seq:
-                raise InputError("Sampling.mask_top_p < 1 (NLPO) needs a causal LM; seq2seq models are not supported.")
+            self._check_maskable()
             size = self._minibatch_size(minibatch_size)
             keep = [
                 mask
@@ -364,8 +372,7 @@ class LocalLLM:
         if not contexts:
             return []
         if mask_top_p < 1.0:
-            if self.is_seq2seq:
-                raise InputError("mask_top_p < 1 (NLPO) needs a causal LM; seq2seq models are not supported.")
+            self._check_maskable()
             generation_kwargs["logits_mask"] = self._mask_keep(mask_top_p)
         return generate(self.model, self.tokenizer, self.encoder, contexts, **generation_kwargs)
 

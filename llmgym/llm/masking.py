@@ -65,6 +65,17 @@ def top_p_mask(mask_logits: torch.Tensor, top_p: float, always_keep: Sequence[in
     return keep
 
 
+def _left_padded(sequences: Sequence[Sequence[int]], pad_token_id: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """``input_ids``, ``attention_mask`` and ``position_ids`` ``[B, L]`` of left-padded sequences.
+
+    Positions count from each sequence's first token, so padding does not shift them.
+    """
+    width = max(len(s) for s in sequences)
+    ids = torch.tensor([[pad_token_id] * (width - len(s)) + list(s) for s in sequences], device=device)
+    attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], device=device)
+    return {"input_ids": ids, "attention_mask": attention, "position_ids": (attention.cumsum(-1) - 1).clamp(min=0)}
+
+
 class MaskPolicy:
     """A frozen snapshot of a model's trainable parameters, evaluated through the model itself.
 
@@ -118,11 +129,7 @@ class MaskPolicy:
         if keep == 0:
             return [torch.zeros(0, 0) for _ in sequences]
         device = next(model.parameters()).device
-        width = max(len(s) for s in sequences)
-        ids = torch.tensor([[pad_token_id] * (width - len(s)) + list(s) for s in sequences], device=device)
-        attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], device=device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        inputs = {"input_ids": ids, "attention_mask": attention, "position_ids": positions, "use_cache": False,
+        inputs = {**_left_padded(sequences, pad_token_id, device), "use_cache": False,
                   "logits_to_keep": keep}
         with torch.no_grad():
             logits = torch.func.functional_call(model, params, (), inputs).logits.float()
@@ -208,15 +215,14 @@ class IncrementalMask:
         device = next(self.model.parameters()).device
         if self._extends(rows) and self._attention is not None:
             attention = torch.cat([self._attention, self._attention.new_ones(len(rows), 1)], dim=1)
-            inputs = {"input_ids": torch.tensor([[r[-1]] for r in rows], device=device), "attention_mask": attention,
-                      "position_ids": torch.tensor([[len(r) - 1] for r in rows], device=device),
-                      cache_kwarg(self.model): self._cache, "use_cache": True}
+            inputs: dict[str, Any] = {
+                "input_ids": torch.tensor([[r[-1]] for r in rows], device=device), "attention_mask": attention,
+                "position_ids": torch.tensor([[len(r) - 1] for r in rows], device=device),
+                cache_kwarg(self.model): self._cache, "use_cache": True,
+            }
         else:
-            width = max(len(r) for r in rows)
-            ids = torch.tensor([[self.pad_token_id] * (width - len(r)) + list(r) for r in rows], device=device)
-            attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
-            inputs = {"input_ids": ids, "attention_mask": attention,
-                      "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "use_cache": True, "logits_to_keep": 1}
+            inputs = {**_left_padded(rows, self.pad_token_id, device), "use_cache": True, "logits_to_keep": 1}
+            attention = inputs["attention_mask"]
         with torch.no_grad():
             out = torch.func.functional_call(self.model, params, (), inputs)
         cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values

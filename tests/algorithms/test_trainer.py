@@ -262,25 +262,41 @@ def test_resume_from_a_trainer_state_of_another_version_is_a_checkpoint_error(tr
         _trainer(_resume_config(tmp_path, run))
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "rloo"])
-def test_group_baselines_train_through_the_trainer_and_resume_exactly(tmp_path, algorithm):
-    base = ["env.kwargs.words=[banana,dog]", f"algorithm.name={algorithm}", "algorithm.group_size=2", "agent.action_head=false",
-            "algorithm.epochs=2", "algorithm.minibatch_size=4", "algorithm.anneal_lr=true"]
-    straight = _trainer(tiny_config(tmp_path, "llmgym/EchoWord-v0", *base, "train.total_env_steps=16", "train.run_name=a"))
+def _resume_at(tmp_path, env_id, base, total, split, anneal_over_total=False):
+    """Train ``total`` env steps in run ``a``; train ``split`` in run ``c`` and resume it to ``total``.
+
+    Asserts that the resumed run starts at ``split`` env steps and ends with exactly the parameters of
+    the uninterrupted run. ``anneal_over_total`` makes the first part anneal its learning rate over
+    ``total`` steps, as the uninterrupted run does.
+
+    Returns:
+        The number of updates the resumed run started from.
+    """
+    straight = _trainer(tiny_config(tmp_path, env_id, *base, f"train.total_env_steps={total}", "train.run_name=a"))
     straight.train()
     expected = _params(straight)
     straight.close()
-    half = _trainer(tiny_config(tmp_path, "llmgym/EchoWord-v0", *base, "train.total_env_steps=8", "train.run_name=c"))
-    half.algorithm.total_env_steps = 16  # anneal over the whole run, as the uninterrupted one does
-    half.train()
-    half.close()
-    resumed = _trainer(tiny_config(tmp_path, "llmgym/EchoWord-v0", *base, "train.total_env_steps=16",
+    first = _trainer(tiny_config(tmp_path, env_id, *base, f"train.total_env_steps={split}", "train.run_name=c"))
+    if anneal_over_total:
+        first.algorithm.total_env_steps = total
+    first.train()
+    first.close()
+    resumed = _trainer(tiny_config(tmp_path, env_id, *base, f"train.total_env_steps={total}",
                                    f"train.resume={tmp_path / 'c'}"))
-    assert resumed.algorithm.env_steps == 8
+    assert resumed.algorithm.env_steps == split
+    updates_at_resume = resumed.algorithm.updates
     resumed.train()
     got = _params(resumed)
     resumed.close()
     assert all(torch.allclose(a, b, atol=0, rtol=0) for a, b in zip(expected, got))
+    return updates_at_resume
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "rloo"])
+def test_group_baselines_train_through_the_trainer_and_resume_exactly(tmp_path, algorithm):
+    base = ["env.kwargs.words=[banana,dog]", f"algorithm.name={algorithm}", "algorithm.group_size=2", "agent.action_head=false",
+            "algorithm.epochs=2", "algorithm.minibatch_size=4", "algorithm.anneal_lr=true"]
+    _resume_at(tmp_path, "llmgym/EchoWord-v0", base, total=16, split=8, anneal_over_total=True)
 
 
 def test_nlpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
@@ -289,39 +305,13 @@ def test_nlpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
     # snapshot resumes exactly.
     base = [*TOKEN_TEXTGEN, "algorithm.rollout_steps=2", "algorithm.mask_update_interval=2", "algorithm.mask_top_p=0.5",
             "algorithm.epochs=2", "algorithm.minibatch_size=4", "model.lora.r=4"]
-    straight = _trainer(tiny_config(tmp_path, "llmgym/TextGen-v0", *base, "train.total_env_steps=40", "train.run_name=a"))
-    straight.train()
-    expected = _params(straight)
-    straight.close()
-    first = _trainer(tiny_config(tmp_path, "llmgym/TextGen-v0", *base, "train.total_env_steps=24", "train.run_name=n"))
-    first.train()
-    first.close()
-    resumed = _trainer(tiny_config(tmp_path, "llmgym/TextGen-v0", *base, "train.total_env_steps=40",
-                                   f"train.resume={tmp_path / 'n'}"))
-    assert resumed.algorithm.env_steps == 24 and resumed.algorithm.updates == 3
-    resumed.train()
-    got = _params(resumed)
-    resumed.close()
-    assert all(torch.allclose(a, b, atol=0, rtol=0) for a, b in zip(expected, got))
+    assert _resume_at(tmp_path, "llmgym/TextGen-v0", base, total=40, split=24) == 3
 
 
 def test_trpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
     base = [*COUNTDOWN, "algorithm.name=trpo", "algorithm.epochs=2", "algorithm.minibatch_size=4", "model.lora.r=4",
             "algorithm.max_kl=0.05"]
-    straight = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=16", "train.run_name=a"))
-    straight.train()
-    expected = _params(straight)
-    straight.close()
+    _resume_at(tmp_path, "llmgym/Countdown-v0", base, total=16, split=8)
     train = [r for r in read_metrics(tmp_path / "a" / "metrics.jsonl") if r["kind"] == "train"]
     assert {"approx_kl", "step_fraction", "policy_improvement", "value_loss"} <= train[-1].keys()
     assert all(r["approx_kl"] <= 0.05 for r in train) and any(r["step_fraction"] > 0 for r in train)
-    half = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=8", "train.run_name=c"))
-    half.train()
-    half.close()
-    resumed = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=16",
-                                   f"train.resume={tmp_path / 'c'}"))
-    assert resumed.algorithm.env_steps == 8
-    resumed.train()
-    got = _params(resumed)
-    resumed.close()
-    assert all(torch.allclose(a, b, atol=0, rtol=0) for a, b in zip(expected, got))

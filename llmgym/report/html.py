@@ -32,6 +32,9 @@ __all__ = ["REPORT_NAME", "build_html", "write_report", "default_report_path"]
 REPORT_NAME = "report.html"
 #: Actions shown by name in the action-distribution chart; the others are summed as "other".
 MAX_ACTIONS_SHOWN = 7
+#: Bytes of episode JSON embedded for the replays at most: past it, evaluations are thinned evenly
+#: (the first and last of each run kept), so a long run's report stays small and quick to open.
+MAX_EMBEDDED_BYTES = 6_000_000
 
 
 def _asset(name: str) -> str:
@@ -51,12 +54,19 @@ def _points(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[
     return [x for x, _ in chosen], [y for _, y in chosen]
 
 
-def _curves(run: RunData, color_offset: int = 0) -> str:
+#: The curves drawn per run: metric key, axis label, fixed y range.
+CURVES: tuple[tuple[str, str, Optional[tuple[float, float]]], ...] = (
+    ("success_rate", "success rate", (-0.02, 1.02)), ("episode_return", "return", None),
+)
+
+
+def _curves(run: RunData, color_offset: int = 0, metrics: Sequence[str] = ("success_rate", "episode_return"), width: int = 480) -> list[str]:
+    """One chart per metric: the training rolling mean, every evaluation, the zero-shot line."""
     train = [r for r in run.records if r.get("kind") == "train"]
     evals = run.evaluations
     before = next((e for e in evals if e.get("label") == "before"), None)
     charts = []
-    for key, label, y_range in (("success_rate", "success rate", (-0.02, 1.02)), ("episode_return", "return", None)):
+    for key, label, y_range in (c for c in CURVES if c[0] in metrics):
         series = []
         xs, ys = _points(train, key)
         if xs:
@@ -68,8 +78,8 @@ def _curves(run: RunData, color_offset: int = 0) -> str:
         if xs:
             series.append(Series("eval (sampled)", xs, ys, color=PALETTE[(color_offset + 2) % len(PALETTE)], markers=True, line=False))
         hlines = [("zero-shot", float(before[key]), "#777777")] if before is not None and before.get(key) is not None else []
-        charts.append(line_chart(series, title=f"{run.name}: {label}", y_label=label, y_range=y_range, hlines=hlines))
-    return f'<div class="charts">{"".join(charts)}</div>'
+        charts.append(line_chart(series, title=f"{run.name}: {label}", y_label=label, y_range=y_range, hlines=hlines, width=width))
+    return charts
 
 
 def _eval_table(run: RunData) -> str:
@@ -158,17 +168,47 @@ def _comparison(runs: Sequence[RunData]) -> str:
     )
     parts.append(line_chart(series, title="greedy evaluation success of every run", y_label="success rate",
                             y_range=(-0.02, 1.02), bands=bands, width=720, height=320))
-    parts.append('<div class="charts">' + "".join(_curves(run, i) for i, run in enumerate(runs)) + "</div>")
+    for key, _, _ in CURVES:  # side by side: one row per metric, one chart per run
+        row = [chart for i, run in enumerate(runs) for chart in _curves(run, i, (key,), width=400)]
+        parts.append('<div class="charts">' + "".join(row) + "</div>")
     return "".join(parts)
 
 
-def _replay_data(runs: Sequence[RunData]) -> str:
-    """The recorded episodes as embedded JSON (``<`` escaped, so no text closes the script element)."""
+def _thinned(lines: list[list[tuple[int, str]]], budget: int) -> list[list[tuple[int, str]]]:
+    """Every ``k``-th evaluation of each run (its first and last kept), the smallest ``k`` within ``budget``.
+
+    Args:
+        lines: Per run, ``(evaluation index, episode JSON)`` pairs in order.
+        budget: Bytes allowed.
+    """
+    stride = 1
+    while True:
+        kept = []
+        for run_lines in lines:
+            order = list(dict.fromkeys(e for e, _ in run_lines))
+            chosen = set(order[::stride]) | set(order[-1:])
+            kept.append([(e, line) for e, line in run_lines if e in chosen])
+        size = sum(len(line) + 1 for run_lines in kept for _, line in run_lines)
+        if size <= budget or all(len({e for e, _ in k}) <= 2 for k in kept):
+            return kept
+        stride += 1
+
+
+def _replay_data(runs: Sequence[RunData]) -> tuple[str, int, int]:
+    """The recorded episodes as embedded JSON (``<`` escaped, so no text closes the script element).
+
+    Returns:
+        ``(json, evaluations embedded, evaluations recorded)`` (fewer embedded past ``MAX_EMBEDDED_BYTES``).
+    """
+    lines = [[(record.evaluation, record.to_json()) for record in run.episodes] for run in runs]
+    kept = _thinned(lines, MAX_EMBEDDED_BYTES)
     blocks = []
-    for run in runs:
-        episodes = ",".join(record.to_json() for record in run.episodes)
+    for run, run_lines in zip(runs, kept):
+        episodes = ",".join(line for _, line in run_lines)
         blocks.append(f'{{"name":{json.dumps(run.name)},"agent":{json.dumps(run.agent_type)},"episodes":[{episodes}]}}')
-    return ("[" + ",".join(blocks) + "]").replace("<", "\\u003c")
+    count = sum(len({e for e, _ in run_lines}) for run_lines in kept)
+    total = sum(len({e for e, _ in run_lines}) for run_lines in lines)
+    return ("[" + ",".join(blocks) + "]").replace("<", "\\u003c"), count, total
 
 
 def _section(title: str, body: str, anchor: str) -> str:
@@ -188,7 +228,7 @@ def build_html(runs: Sequence[RunData], title: Optional[str] = None) -> str:
     if len(runs) > 1:
         sections.append(_section("Runs compared", _comparison(runs), "compare"))
     else:
-        sections.append(_section("Learning curves", _curves(runs[0]), "curves"))
+        sections.append(_section("Learning curves", '<div class="charts">' + "".join(_curves(runs[0])) + "</div>", "curves"))
     sections.append(_section("Evaluations", "".join(
         (f"<h3>{escape(run.name)}</h3>" if len(runs) > 1 else "") + _eval_table(run) for run in runs
     ), "evaluations"))
@@ -205,6 +245,12 @@ def build_html(runs: Sequence[RunData], title: Optional[str] = None) -> str:
         '<button id="rp-next" type="button">step &#9654;</button> <span id="rp-position"></span>'
         '</div><div id="rp-episode-info"></div><div id="rp-view"></div><div id="rp-timeline"></div></div>'
     )
+    data, embedded, recorded = _replay_data(runs)
+    if embedded < recorded:
+        replay = (
+            f'<p class="muted">{embedded} of the {recorded} evaluations recorded are replayed here (evenly spaced, '
+            f"to keep this file under {MAX_EMBEDDED_BYTES / 1e6:g} MB); every one is in episodes.jsonl.</p>{replay}"
+        )
     if not any(run.episodes for run in runs):
         replay = '<p class="muted">No episode was recorded (logging.record_episodes=0, or no evaluation ran).</p>'
     sections.append(_section("Episode replays", replay, "replays"))
@@ -225,7 +271,7 @@ def build_html(runs: Sequence[RunData], title: Optional[str] = None) -> str:
         f"<title>{escape(title)}</title><style>{_asset('report.css')}</style></head><body>"
         f'<header><h1>{escape(title)}</h1><nav>{nav}</nav><p class="muted">generated {generated} by llmgym report</p></header>'
         f'<main>{"".join(sections)}</main>'
-        f'<script id="llmgym-data" type="application/json">{_replay_data(runs)}</script>'
+        f'<script id="llmgym-data" type="application/json">{data}</script>'
         f"<script>{_asset('report.js')}</script></body></html>"
     )
 

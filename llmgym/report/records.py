@@ -13,6 +13,7 @@ of the run files.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,6 +23,8 @@ from typing import Any, Optional
 from llmgym.agents.learning import Decision
 from llmgym.checkpoint import write_text_atomic
 from llmgym.errors import InputError
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "EPISODES_NAME",
@@ -38,16 +41,20 @@ __all__ = [
 #: File name of the episode records in a run directory.
 EPISODES_NAME = "episodes.jsonl"
 #: Characters kept of an observation or a generated text (the rest is replaced by an ellipsis).
-MAX_TEXT_CHARS = 2000
+MAX_TEXT_CHARS = 1000
 #: Steps kept per episode (the episode's return and length still count every step).
-MAX_STEPS = 100
+MAX_STEPS = 64
 #: Candidates kept per step (the most probable ones, the chosen one always among them).
 MAX_CANDIDATES = 32
 #: Generated tokens kept per step.
-MAX_TOKENS = 128
+MAX_TOKENS = 64
+#: Bytes of records kept per evaluation: episodes past it are not stored (the first always is), so
+#: ``episodes.jsonl`` grows by at most this much per evaluation whatever ``logging.record_episodes``.
+MAX_EVALUATION_BYTES = 256_000
 
 
-def _clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+def _clip(text: str, limit: Optional[int] = None) -> str:
+    limit = MAX_TEXT_CHARS if limit is None else limit
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -240,7 +247,7 @@ class EpisodeRecorder:
         self._finished.append((episode, seed, success, terminated))
 
     def records(self, env_steps: int, label: str, evaluation: int, policy: str = "greedy") -> list[EpisodeRecord]:
-        """The finished recorded episodes, by episode index.
+        """The finished recorded episodes, by episode index, within ``MAX_EVALUATION_BYTES``.
 
         Args:
             env_steps: Training env steps of the evaluation.
@@ -248,14 +255,22 @@ class EpisodeRecorder:
             evaluation: Its index in the run.
             policy: ``greedy`` or ``sampled``.
         """
-        result = []
+        result, size = [], 0
         for episode, seed, success, _ in sorted(self._finished):
             total, length = self._counts.get(episode, (0.0, 0))
-            result.append(EpisodeRecord(
+            record = EpisodeRecord(
                 env_steps=int(env_steps), label=label, evaluation=evaluation, episode=episode, seed=seed,
                 policy=policy, episode_return=float(_num(total) or 0.0), success=bool(success), length=length,
                 steps=self._steps.get(episode, []),
-            ))
+            )
+            size += len(record.to_json().encode()) + 1
+            if result and size > MAX_EVALUATION_BYTES:
+                logger.warning(
+                    "Recorded %d of the %d episodes of evaluation %d: the others would pass %d bytes (episodes.jsonl's "
+                    "bound per evaluation).", len(result), len(self._finished), evaluation, MAX_EVALUATION_BYTES,
+                )
+                break
+            result.append(record)
         return result
 
 

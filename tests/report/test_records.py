@@ -88,7 +88,21 @@ def test_records_are_bounded(monkeypatch):
     assert len(step.observation) == rec.MAX_TEXT_CHARS and step.observation.endswith("…")
     # the three most probable and the chosen (least probable) one
     assert step.candidates == ["action 9", "action 8", "action 7", "action 0"] and step.chosen == 3
-    assert len(record.to_json()) < 5 * 2300
+    assert len(record.to_json()) < 5 * (rec.MAX_TEXT_CHARS + 300)
+
+
+def test_an_evaluation_stores_at_most_max_evaluation_bytes(monkeypatch, caplog):
+    recorder = EpisodeRecorder(5)
+    for episode in range(5):
+        recorder.add_step(episode, "y" * 900, scoring_decision([-0.1, -2.4], 0), 1.0)
+        recorder.end_episode(episode, episode, True, True)
+    size = len(recorder.records(0, "after", 0)[0].to_json()) + 1  # the five are the same size
+    monkeypatch.setattr(rec, "MAX_EVALUATION_BYTES", 3 * size + size // 2)
+    kept = recorder.records(0, "after", 0)
+    assert [r.episode for r in kept] == [0, 1, 2]
+    assert "Recorded 3 of the 5 episodes of evaluation 0" in caplog.text
+    monkeypatch.setattr(rec, "MAX_EVALUATION_BYTES", 10)
+    assert [r.episode for r in recorder.records(0, "after", 0)] == [0]  # the first always
 
 
 def test_append_read_and_trim_round_trip(tmp_path):

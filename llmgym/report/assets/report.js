@@ -128,4 +128,6 @@
   readHash();
   render();
   document.body.setAttribute("data-replay-ready", "1");
+  // Milliseconds from navigation start until the first replay step is drawn (benchmarks/report_size.py).
+  document.body.setAttribute("data-ready-ms", String(Math.round(window.performance.now())));
 }());

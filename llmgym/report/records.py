@@ -255,7 +255,8 @@ class EpisodeRecorder:
             evaluation: Its index in the run.
             policy: ``greedy`` or ``sampled``.
         """
-        result, size = [], 0
+        result: list[EpisodeRecord] = []
+        size = 0
         for episode, seed, success, _ in sorted(self._finished):
             total, length = self._counts.get(episode, (0.0, 0))
             record = EpisodeRecord(

@@ -7,7 +7,8 @@ code, and loads it in headless Chromium. Two cases:
 
 * ``typical``: the quickstart's shape (BabyAI-Text, 16-step episodes, 6 candidates with probabilities);
 * ``worst``: every cap of the episode records hit (generative agent, ``MAX_STEPS`` steps per
-  episode, ``MAX_TEXT_CHARS``-long observations and texts, ``MAX_TOKENS`` tokens per step).
+  episode, ``MAX_TEXT_CHARS``-long observations and texts, ``MAX_TOKENS`` tokens per step), so
+  each evaluation stores what ``MAX_EVALUATION_BYTES`` lets through.
 
 It prints, per case, the sizes of ``episodes.jsonl`` and ``report.html``, the time to write the
 report, and the browser's load time: the page's own ``data-ready-ms`` (navigation start to the
@@ -88,10 +89,15 @@ def synthesize(folder: Path, steps: int, evaluations: int, episodes: int, worst:
     make_step = _worst_step if worst else _scoring_step
     with (folder / rec.EPISODES_NAME).open("w") as fh:
         for i, x in enumerate(eval_steps):
+            size = 0
             for episode in range(episodes):
                 record = EpisodeRecord(x, "before" if i == 0 else "periodic", i, episode, 10_000 + episode, "greedy",
                                        1.0, True, length, [make_step(rng, x / steps) for _ in range(length)])
-                fh.write(record.to_json() + "\n")
+                line = record.to_json() + "\n"
+                size += len(line.encode())
+                if episode and size > rec.MAX_EVALUATION_BYTES:  # as EpisodeRecorder.records bounds an evaluation
+                    break
+                fh.write(line)
     return folder
 
 

@@ -319,7 +319,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     print(f"summary: {result.summary_path}")
     if result.curves_path:
         print(f"learning curves: {result.curves_path}")
-    if not args.combine or result.runs:
+    if any(run.error is None for run in result.runs):  # a report of the runs that finished
         from llmgym.report.html import write_report
 
         print(f"report: {write_report([result.sweep_dir])}")

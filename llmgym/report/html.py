@@ -96,7 +96,7 @@ def _eval_table(run: RunData) -> str:
         cells += [_fmt(e.get("sampled_success_rate")), _fmt(e.get("sampled_episode_return"))] if sampled else []
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     header = "".join(f"<th>{h}</th>" for h in head)
-    return f'<table class="evals"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    return f'<div class="scroll"><table class="evals"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
 
 def _action_distribution(run: RunData) -> Optional[str]:
@@ -169,7 +169,7 @@ def _comparison(runs: Sequence[RunData]) -> str:
     parts.append(line_chart(series, title="greedy evaluation success of every run", y_label="success rate",
                             y_range=(-0.02, 1.02), bands=bands, width=720, height=320))
     for key, _, _ in CURVES:  # side by side: one row per metric, one chart per run
-        row = [chart for i, run in enumerate(runs) for chart in _curves(run, i, (key,), width=400)]
+        row = [chart for i, run in enumerate(runs) for chart in _curves(run, i, (key,), width=360)]
         parts.append('<div class="charts">' + "".join(row) + "</div>")
     return "".join(parts)
 

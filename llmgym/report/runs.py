@@ -61,14 +61,18 @@ class RunData:
         return [r for r in self.records if r.get("kind") == "eval"]
 
 
+def _is_run(path: Path) -> bool:
+    return (path / "config.yaml").is_file() or (path / "metrics.jsonl").is_file()
+
+
 def _load_run(path: Path) -> RunData:
-    config_file = path / "config.yaml"
-    if not config_file.is_file():
+    if not _is_run(path):
         raise InputError(
-            f"{path} is neither a run directory (no config.yaml) nor a sweep folder (no {SWEEP_SUMMARY}); give "
-            "folders that llmgym train, llmgym sweep or llmgym eval wrote."
+            f"{path} is neither a run directory (no config.yaml or metrics.jsonl) nor a sweep folder (no "
+            f"{SWEEP_SUMMARY}); give folders that llmgym train, llmgym sweep or llmgym eval wrote."
         )
-    text = config_file.read_text(encoding="utf-8")
+    config_file = path / "config.yaml"
+    text = config_file.read_text(encoding="utf-8") if config_file.is_file() else "# no config.yaml in this run directory\n"
     metrics = path / "metrics.jsonl"
     return RunData(
         name=path.name, path=path, config_yaml=text, config=yaml.safe_load(text) or {},
@@ -84,7 +88,7 @@ def _sweep_run_dirs(folder: Path) -> list[Path]:
     for run in summary.get("runs", []):
         run_dir = Path(str(run["run_dir"]))
         moved = folder / run_dir.name
-        dirs.append(run_dir if (run_dir / "config.yaml").is_file() or not moved.is_dir() else moved)
+        dirs.append(run_dir if _is_run(run_dir) or not moved.is_dir() else moved)
     return dirs
 
 
@@ -100,7 +104,7 @@ def load_runs(paths: Sequence[str | Path]) -> list[RunData]:
     for given in paths:
         path = Path(given)
         if (path / SWEEP_SUMMARY).is_file():
-            runs.extend(_load_run(run_dir) for run_dir in _sweep_run_dirs(path) if (run_dir / "config.yaml").is_file())
+            runs.extend(_load_run(run_dir) for run_dir in _sweep_run_dirs(path) if _is_run(run_dir))
         else:
             runs.append(_load_run(path))
     if not runs:

@@ -94,7 +94,9 @@ def _ticks(low: float, high: float, count: int = 5) -> list[float]:
 
 
 def _label(value: float) -> str:
-    if value != 0 and (abs(value) >= 10_000 or abs(value) < 0.01):
+    if abs(value) >= 10_000:
+        return f"{value / 1e6:.3g}M" if abs(value) >= 1e6 else f"{value / 1e3:.3g}k"
+    if value != 0 and abs(value) < 0.01:
         return f"{value:.3g}"
     return f"{value:.10g}" if float(value).is_integer() else f"{value:.3g}"
 

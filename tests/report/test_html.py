@@ -101,7 +101,7 @@ def test_generative_run_report_shows_the_text_token_log_probs_and_fallback(tiny_
     assert '<section id="actions">' not in dom  # no candidates: no action distribution
     shown = [float(v) for v in re.findall(r'<span class="tok" data-logprob="([^"]*)"', dom)]
     assert shown == step.token_log_probs
-    tokens = re.findall(r'<span class="tok"[^>]*>([^<]*)</span>', dom)
+    tokens = re.findall(r'<span class="tok"[^>]*><span class="t">([^<]*)</span><sub>', dom)
     assert tokens == [html.escape(t) for t in step.tokens]
     assert ("parse failed: fallback action" in dom) == step.parse_failed
     assert f'<b class="action">{html.escape(step.action)}</b>' in dom
@@ -135,4 +135,4 @@ def test_three_seed_sweep_report_compares_the_runs_with_the_iqm(tiny_model_dir, 
     assert capsys.readouterr().out.strip() == f"report: {tmp_path / 'two.html'}"
     assert "over 2 runs" in (tmp_path / "two.html").read_text()
     assert main(["report", str(tmp_path / "missing")]) == 2
-    assert "is neither a run directory (no config.yaml) nor a sweep folder" in capsys.readouterr().err
+    assert "is neither a run directory (no config.yaml or metrics.jsonl) nor a sweep folder" in capsys.readouterr().err

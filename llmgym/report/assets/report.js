@@ -59,14 +59,14 @@
         var lp = step.token_log_probs[i], p = lp === null || lp === undefined ? 0 : Math.exp(lp);
         var shade = "rgba(0,114,178," + (0.08 + 0.5 * p).toFixed(3) + ")";
         return "<span class=\"tok\" data-logprob=\"" + lp + "\" title=\"log-prob " + num(lp) + " (p " + num(p) + ")\" style=\"background:" +
-          shade + "\">" + esc(t) + "</span>";
+          shade + "\"><span class=\"t\">" + esc(t) + "</span><sub>" + num(lp, 2) + "</sub></span>";
       }).join("");
     } else {
       body = esc(step.text || "");
     }
     var flag = step.parse_failed ? "<span class=\"badge bad parse-failed\">parse failed: fallback action</span>" :
       "<span class=\"badge ok\">parsed</span>";
-    return "<h3>generated text</h3><div class=\"gen\">" + body + "</div><p>" + flag + " action <b class=\"action\">" +
+    return "<h3>generated text <span class=\"muted\">(tokens with their log-probs)</span></h3><div class=\"gen\">" + body + "</div><p>" + flag + " action <b class=\"action\">" +
       esc(step.action) + "</b></p>";
   }
   function render() {

@@ -153,6 +153,7 @@ def make_envs(config: Config, num_envs: Optional[int] = None) -> Any:
         vectorization_mode=config.env.vectorization_mode,
         env_kwargs=dict(config.env.kwargs),
         max_episode_steps=config.env.max_episode_steps,
+        reward_clip=config.env.reward_clip,
     )
 
 

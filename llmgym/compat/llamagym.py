@@ -531,10 +531,12 @@ class Agent(abc.ABC):
                 float16 :attr:`current_batch` LlamaGym keeps rewards in (``|reward| > 65504``).
         """
         step = len(self.current_episode_rewards) + 1
-        value = check_reward(reward, source=f"{type(self).__name__}.assign_reward", step=f"reward {step} of the episode")
+        value = check_reward(
+            reward, source=f"{type(self).__name__}.assign_reward", step=f"reward {step} of the episode", clip_setting=None
+        )
         if abs(value) > _FLOAT16_MAX:
             raise InputError(
-                f"{type(self).__name__}.assign_reward got reward={value!r} at reward {step} of the episode, more than "
+                f"reward={value!r} from {type(self).__name__}.assign_reward at reward {step} of the episode is more than "
                 f"{_FLOAT16_MAX:g} in magnitude: LlamaGym keeps rewards in float16, where it becomes inf. Fix: "
                 "scale the reward down."
             )
@@ -620,7 +622,7 @@ class Agent(abc.ABC):
             InputError: On a reward that is not a finite real number (checked before any forward).
         """
         reward_values = [
-            check_reward(reward, source=f"{type(self).__name__}.step", step=f"turn {index} of the batch")
+            check_reward(reward, source=f"{type(self).__name__}.step", step=f"turn {index} of the batch", clip_setting=None)
             for index, reward in enumerate(rewards)
         ]
         prompt_ids = [[int(t) for t in q.reshape(-1)] for q in queries]

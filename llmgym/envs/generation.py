@@ -174,6 +174,7 @@ class TextGenEnv(TextEnv[dict[str, str]]):
                 source=f"reward function {self.reward_name!r} of TextGenEnv",
                 step=f"step {self._steps} of the episode on prompt {self._index}",
                 reward_clip=self.reward_clip,
+                clip_setting="TextGenEnv(reward_clip=...), env.kwargs.reward_clip in a run config",
             )
             info["completion"] = self._completion
         return self._obs(), reward, done, False, info

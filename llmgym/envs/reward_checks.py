@@ -67,7 +67,7 @@ def reward_number(reward: Any, source: str, step: str) -> float:
     """
     if isinstance(reward, (str, bytes)) or not hasattr(reward, "__float__"):
         raise InputError(
-            f"{source} returned reward={reward!r:.80} of type {type(reward).__name__} at {step}; expected a real "
+            f"reward={reward!r:.80} of type {type(reward).__name__} from {source} at {step}: expected a real "
             "number. "
             "Fix: return float(score)."
         )
@@ -75,13 +75,19 @@ def reward_number(reward: Any, source: str, step: str) -> float:
         return float(reward)
     except (TypeError, ValueError) as exc:
         raise InputError(
-            f"{source} returned reward={reward!r:.80} at {step}, which is not one real number ({exc}). Fix: return "
+            f"reward={reward!r:.80} from {source} at {step} is not one real number ({exc}). Fix: return "
             "float(score)."
         ) from None
 
 
 def check_reward(
-    reward: Any, *, source: str, step: str, reward_clip: Optional[float] = None, warn: bool = True
+    reward: Any,
+    *,
+    source: str,
+    step: str,
+    reward_clip: Optional[float] = None,
+    warn: bool = True,
+    clip_setting: Optional[str] = "env.reward_clip",
 ) -> float:
     """Check one reward: a real number, finite, with ``|reward| <= MAX_ABS_REWARD``.
 
@@ -94,6 +100,7 @@ def check_reward(
             with a warning.
         warn: Whether a clipped value is reported with a warning (callers that record clips
             otherwise, e.g. in the step's info, warn once).
+        clip_setting: The setting that opts in to clipping, suggested in the error (``None``: none).
 
     Returns:
         The reward as a float (clipped when ``reward_clip`` is set).
@@ -107,15 +114,15 @@ def check_reward(
         if math.isfinite(value) and abs(value) <= MAX_ABS_REWARD:
             return value
         what = "not finite" if not math.isfinite(value) else f"larger than {MAX_ABS_REWARD:g} in magnitude"
+        clip = f", or opt in to clipping it with a warning ({clip_setting}: <bound>)" if clip_setting else ""
         raise InputError(
-            f"{source} returned reward={value!r} at {step}: the reward is {what}, which would turn the "
-            "policy's update into nan. Fix: make the reward finite (and scale it down), or opt in to "
-            "clipping it with a warning (env.reward_clip: <bound>)."
+            f"reward={value!r} from {source} at {step} is {what}, which would turn the policy's update into "
+            f"nan. Fix: make the reward finite (and scale it down){clip}."
         )
     clipped = 0.0 if math.isnan(value) else min(max(value, -reward_clip), reward_clip)
     if warn and (clipped != value or math.isnan(value)):
         warnings.warn(
-            f"{source} returned reward={value!r} at {step}; clipped to {clipped!r} (reward_clip={reward_clip:g}).",
+            f"reward={value!r} from {source} at {step} clipped to {clipped!r} (reward_clip={reward_clip:g}).",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -106,7 +106,7 @@ class _Slot:
         value = check_reward(original, source=self.name, step=step, reward_clip=self.reward_clip, warn=False)
         if value == original:
             return value, info
-        self._warn_once("clip", f"{self.name} returned reward={original!r} at {step}; clipped to {value!r}")
+        self._warn_once("clip", f"reward={original!r} from {self.name} at {step} clipped to {value!r}")
         return value, {**info, "reward_clipped_from": original}
 
     def step(self, action: Any) -> _StepResult:

@@ -54,7 +54,7 @@ def test_env_reward_is_named_at_the_step_it_comes_out(bad: Any) -> None:
     envs.reset(seed=0)
     envs.step(["a", "a"])
     envs.step(["a", "a"])
-    with pytest.raises(InputError, match=rf"env 0 \('{_ID}'\).*reward={re.escape(repr(bad))}.*at step 3"):
+    with pytest.raises(InputError, match=rf"reward={re.escape(repr(bad))}.* from env 0 \('{_ID}'\) at step 3"):
         envs.step(["a", "b"])
     envs.close()
 
@@ -79,7 +79,7 @@ def test_async_workers_check_rewards_too() -> None:
                     env_kwargs={"bad_reward": math.nan, "bad_step": 1})
     try:
         envs.reset(seed=0)
-        with pytest.raises(InputError, match=r"env 0 .*reward=nan at step 1"):
+        with pytest.raises(InputError, match=r"reward=nan from env 0 .* at step 1"):
             envs.step(["a", "a"])
     finally:
         envs.close()
@@ -113,7 +113,7 @@ def test_bound_keeps_float32_squares_finite() -> None:
 def test_textgen_reward_function_is_named(bad: Any) -> None:
     env = TextGenEnv(["Hello"], reward=lambda prompt, completion, refs: bad)
     env.reset(seed=0)
-    with pytest.raises(InputError, match=r"reward function '<lambda>' of TextGenEnv.*step 1 of the episode on prompt 0"):
+    with pytest.raises(InputError, match=r"from reward function '<lambda>' of TextGenEnv at step 1 of the episode on prompt 0"):
         env.step(" there")
 
 
@@ -164,5 +164,5 @@ def test_assign_reward_refuses_bad_rewards_and_weights_stay_finite(llamagym_agen
 
 
 def test_llamagym_step_refuses_a_nan_reward(llamagym_agent: Any) -> None:
-    with pytest.raises(InputError, match=r"EchoAgent\.step returned reward=nan at turn 0"):
+    with pytest.raises(InputError, match=r"reward=nan from EchoAgent\.step at turn 0"):
         llamagym_agent.step([torch.tensor([1, 2])], [torch.tensor([3])], [torch.tensor(float("nan"))])

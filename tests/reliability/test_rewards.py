@@ -166,3 +166,23 @@ def test_assign_reward_refuses_bad_rewards_and_weights_stay_finite(llamagym_agen
 def test_llamagym_step_refuses_a_nan_reward(llamagym_agent: Any) -> None:
     with pytest.raises(InputError, match=r"reward=nan from EchoAgent\.step at turn 0"):
         llamagym_agent.step([torch.tensor([1, 2])], [torch.tensor([3])], [torch.tensor(float("nan"))])
+
+
+def test_training_stops_at_the_step_that_returned_nan_not_at_the_update(tmp_path) -> None:
+    from llmgym.algorithms.trainer import Trainer
+    from llmgym.testing import tiny_causal_lm
+
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    config = load_config(None, [
+        f"env.id={_ID}", "env.num_envs=2", "env.kwargs.bad_step=3", f"train.output_dir={tmp_path}", "train.run_name=n",
+        "agent.use_chat_template=false", "agent.history_length=0", "agent.max_prompt_tokens=64",
+        "algorithm.rollout_steps=8", "train.eval_episodes=0", "train.eval_before=false", "logging.progress=false",
+        "logging.plot=false",
+    ])
+    trainer = Trainer(config, model=model, tokenizer=tokenizer)
+    try:
+        with pytest.raises(InputError, match=rf"reward=nan from env 0 \('{_ID}'\) at step 3"):
+            trainer.train()
+        assert trainer.algorithm.updates == 0
+    finally:
+        trainer.close()

@@ -1,4 +1,4 @@
-"""Start a Lamorel RL script the way ``python -m lamorel_launcher.launch`` does, in one process.
+r"""Start a Lamorel RL script the way ``python -m lamorel_launcher.launch`` does, in one process.
 
 Lamorel starts ``n_rl_processes + n_llm_processes`` copies of the RL script through accelerate;
 with :mod:`llmgym.compat.lamorel` the LLM lives in the RL process, so one copy is enough. This

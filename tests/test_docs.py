@@ -57,7 +57,9 @@ def code_blocks(path: Path) -> list[CodeBlock]:
         end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
         above = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
         skip = SKIP.search(above)
-        blocks.append(CodeBlock(path, start + 1, language, "\n".join(lines[start + 1 : end]), skip and skip["reason"]))
+        blocks.append(
+            CodeBlock(path, start + 1, language, "\n".join(lines[start + 1 : end]), skip and skip["reason"])
+        )
         i = end + 1
     return blocks
 
@@ -108,7 +110,9 @@ def test_llmgym_command_lines_parse_and_their_configs_load(block: CodeBlock) -> 
             if not argv or argv[0].endswith(".py") or argv[0] in ("python", "-m"):
                 continue
         args, extra = parser.parse_known_args(argv)
-        assert all("=" in e and not e.startswith("-") for e in extra), f"{block.id}: llmgym {shlex.join(argv)}"
+        assert all("=" in e and not e.startswith("-") for e in extra), (
+            f"{block.id}: llmgym {shlex.join(argv)}"
+        )
         if args.command not in ("train", "sweep") or getattr(args, "combine", None):
             continue
         config, overrides = _split_config_arg(args.config, [*args.overrides, *extra])
@@ -118,3 +122,15 @@ def test_llmgym_command_lines_parse_and_their_configs_load(block: CodeBlock) -> 
             except ConfigError:
                 continue  # the reader's own file (my.yaml): nothing to load here
         load_config(config, overrides)
+
+
+def test_the_env_arguments_page_is_up_to_date() -> None:
+    proc = subprocess.run(
+        [sys.executable, "scripts/env_arguments_doc.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr

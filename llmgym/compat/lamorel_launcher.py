@@ -94,7 +94,11 @@ def parse_launch_args(argv: Sequence[str]) -> LamorelLaunch:
         if "=" not in arg or arg.startswith("-"):
             raise ConfigError(f"argument {arg!r} is not a Hydra override; write dotted.key=value.")
     config = load_lamorel_config(config_path / f"{config_name}.yaml", args)
-    script = str(config.rl_script_args.path) if "rl_script_args" in config and "path" in config.rl_script_args else "???"
+    script = (
+        str(config.rl_script_args.path)
+        if "rl_script_args" in config and "path" in config.rl_script_args
+        else "???"
+    )
     if script == "???" or not Path(script).is_file():
         raise ConfigError(
             f"rl_script_args.path={script!r} is not a file; give the RL script's path, "

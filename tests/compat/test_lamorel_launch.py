@@ -54,7 +54,9 @@ def test_llm_args_seed_seeds_the_generators_as_lamorel_does(t5_path: Path) -> No
     assert not torch.equal(draw(5), draw(6))
     torch.manual_seed(42)
     expected = torch.rand(4)
-    config = load_lamorel_config(CONFIGS / "local_cpu_config.yaml", [f"lamorel_args.llm_args.model_path={t5_path}"])
+    config = load_lamorel_config(
+        CONFIGS / "local_cpu_config.yaml", [f"lamorel_args.llm_args.model_path={t5_path}"]
+    )
     del config.lamorel_args.llm_args["seed"]
     Caller(config.lamorel_args).close()
     assert torch.equal(torch.rand(4), expected)  # no seed: 42, Lamorel's default
@@ -62,7 +64,9 @@ def test_llm_args_seed_seeds_the_generators_as_lamorel_does(t5_path: Path) -> No
 
 @pytest.mark.parametrize("seed", ["five", -1, True])
 def test_invalid_seed_is_a_config_error(seed: object, t5_path: Path) -> None:
-    config = load_lamorel_config(CONFIGS / "local_cpu_config.yaml", [f"lamorel_args.llm_args.model_path={t5_path}"])
+    config = load_lamorel_config(
+        CONFIGS / "local_cpu_config.yaml", [f"lamorel_args.llm_args.model_path={t5_path}"]
+    )
     config.lamorel_args.llm_args.seed = seed
     with pytest.raises(ConfigError, match="llm_args.seed"):
         Caller(config.lamorel_args)
@@ -74,7 +78,9 @@ def test_readme_config_names_the_multi_machine_setting() -> None:
 
 
 def test_score_refuses_keyword_arguments_no_module_receives(t5_path: Path) -> None:
-    config = load_lamorel_config(CONFIGS / "local_cpu_config.yaml", [f"lamorel_args.llm_args.model_path={t5_path}"])
+    config = load_lamorel_config(
+        CONFIGS / "local_cpu_config.yaml", [f"lamorel_args.llm_args.model_path={t5_path}"]
+    )
     caller = Caller(config.lamorel_args)
     try:
         with pytest.raises(InputError, match=r"\['temperature'\].*additional_module_function_keys"):
@@ -139,6 +145,11 @@ def test_launch_arguments_are_checked(tmp_path: Path) -> None:
     script = tmp_path / "s.py"
     script.write_text("")
     launch = parse_launch_args(
-        ["--config-path", str(CONFIGS), "--config-name=local_cpu_config.yaml", f"rl_script_args.path={script}"]
+        [
+            "--config-path",
+            str(CONFIGS),
+            "--config-name=local_cpu_config.yaml",
+            f"rl_script_args.path={script}",
+        ]
     )
     assert launch.script_argv()[-4:] == ["--config-path", str(CONFIGS), "--config-name", "local_cpu_config"]

@@ -134,3 +134,10 @@ def test_the_env_arguments_page_is_up_to_date() -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=[str(p.relative_to(ROOT)) for p in DOC_FILES])
+def test_relative_links_point_at_files_that_exist(path: Path) -> None:
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text())
+    missing = [link for link in links if "://" not in link and not (path.parent / link).exists()]
+    assert not missing, f"{path.relative_to(ROOT)} links to missing files: {missing}"

@@ -111,12 +111,14 @@ def _chromium() -> str:
 
 def load(report: Path) -> tuple[float, float]:
     """``(data-ready-ms, dump-dom wall seconds)`` of one headless load."""
-    tick = time.perf_counter()
-    proc = subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", report.resolve().as_uri()],
-        capture_output=True, text=True, timeout=300,
-    )
-    wall = time.perf_counter() - tick
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        tick = time.perf_counter()
+        proc = subprocess.run(
+            [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}", "--dump-dom",
+             report.resolve().as_uri()],
+            capture_output=True, text=True, timeout=300,
+        )
+        wall = time.perf_counter() - tick
     found = re.search(r'data-ready-ms="(\d+)"', proc.stdout)
     if found is None:
         raise SystemExit(f"the report's script did not run: {proc.stderr[-1000:]}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,21 +33,24 @@ def url(path: Path, fragment: str = "") -> str:
     return Path(path).resolve().as_uri() + (f"#{fragment}" if fragment else "")
 
 
+def _run(*args: str) -> subprocess.CompletedProcess:
+    """One headless Chromium process with its own profile (pytest-xdist workers run them side by side)."""
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        return subprocess.run(
+            [chromium(), *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=120,
+        )
+
+
 def dump_dom(path: Path, fragment: str = "") -> str:
     """The page's DOM once its scripts ran (``--dump-dom`` prints it after the load event)."""
-    proc = subprocess.run(
-        [chromium(), *FLAGS, "--dump-dom", url(path, fragment)], capture_output=True, text=True, timeout=120,
-    )
+    proc = _run("--dump-dom", url(path, fragment))
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
 
 def screenshot(path: Path, out: Path, fragment: str = "", size: str = "1280,2200") -> Path:
     """A PNG screenshot of the page."""
-    proc = subprocess.run(
-        [chromium(), *FLAGS, f"--window-size={size}", f"--screenshot={out}", url(path, fragment)],
-        capture_output=True, text=True, timeout=120,
-    )
+    proc = _run(f"--window-size={size}", f"--screenshot={out}", url(path, fragment))
     assert proc.returncode == 0 and out.is_file(), proc.stderr[-2000:]
     return out
 

@@ -57,7 +57,12 @@ class BatchedRewardFn(Protocol):
     """A batched reward function: ``fn(prompts, completions, references, **kwargs) -> list[float]``."""
 
     def __call__(
-        self, prompts: Sequence[str], completions: Sequence[str], references: Sequence[Sequence[str]], /, **kwargs: Any
+        self,
+        prompts: Sequence[str],
+        completions: Sequence[str],
+        references: Sequence[Sequence[str]],
+        /,
+        **kwargs: Any,
     ) -> Sequence[float]:
         """Score ``completions[i]`` of ``prompts[i]`` against ``references[i]``, ``[B]``."""
         ...
@@ -162,7 +167,12 @@ class Reward:
     """
 
     def __init__(
-        self, fn: Callable[..., Any], kwargs: Mapping[str, Any] | None = None, *, batched: bool = False, dense: bool = False
+        self,
+        fn: Callable[..., Any],
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        batched: bool = False,
+        dense: bool = False,
     ) -> None:
         self.fn = fn
         self.kwargs = dict(kwargs or {})
@@ -220,7 +230,12 @@ class Reward:
             if self._takes_done:
                 extra["done"] = [done_flags[i] for i in rows]
             values = list(
-                self.fn([prompts[i] for i in rows], [completions[i] for i in rows], [list(references[i]) for i in rows], **extra)
+                self.fn(
+                    [prompts[i] for i in rows],
+                    [completions[i] for i in rows],
+                    [list(references[i]) for i in rows],
+                    **extra,
+                )
             )
             if len(values) != len(rows):
                 raise InputError(
@@ -401,12 +416,22 @@ def rouge(
 
 @register_reward("rouge_combined")
 def rouge_combined(
-    prompt: str, completion: str, references: Sequence[str], *, metadata: Mapping[str, Any] | None = None, shaping_fn: str | None = None
+    prompt: str,
+    completion: str,
+    references: Sequence[str],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    shaping_fn: str | None = None,
 ) -> float:
     """Mean of ROUGE-1, ROUGE-2 and ROUGE-L F against the first reference (RL4LMs' ``rouge_combined``)."""
     if not references:
         return 0.0
-    score = sum(text_scores.rouge_scores([completion], [references], t)[0] for t in ("rouge1", "rouge2", "rougeL")) / 3
+    score = (
+        sum(
+            text_scores.rouge_scores([completion], [references], t)[0] for t in ("rouge1", "rouge2", "rougeL")
+        )
+        / 3
+    )
     return _shaped(score, shaping_fn, prompt, completion, references, metadata)
 
 
@@ -418,7 +443,12 @@ def rouge_l_max(prompt: str, completion: str, references: Sequence[str]) -> floa
 
 @register_reward("meteor")
 def meteor(
-    prompt: str, completion: str, references: Sequence[str], *, metadata: Mapping[str, Any] | None = None, shaping_fn: str | None = None
+    prompt: str,
+    completion: str,
+    references: Sequence[str],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    shaping_fn: str | None = None,
 ) -> float:
     """METEOR of the completion (NLTK; needs its WordNet data), plus ``shaping_fn`` (RL4LMs' ``meteor``)."""
     score = text_scores.meteor_scores([completion], [references])[0]
@@ -462,7 +492,9 @@ def _is_number(text: str) -> bool:
 
 
 @register_reward("increasing_numbers")
-def increasing_numbers(prompt: str, completion: str, references: Sequence[str], *, min_tokens: int = 20) -> float:
+def increasing_numbers(
+    prompt: str, completion: str, references: Sequence[str], *, min_tokens: int = 20
+) -> float:
     """RL4LMs' synthetic task: the increasing run of numbers opening the completion, per word.
 
     The length of that run divided by ``max(words, min_tokens / 2)``.
@@ -531,7 +563,9 @@ _BLEURT_DEFAULT = "Elron/bleurt-base-512"
 
 
 @register_reward("bleurt")
-def bleurt(prompt: str, completion: str, references: Sequence[str], *, checkpoint: str | None = None) -> float:
+def bleurt(
+    prompt: str, completion: str, references: Sequence[str], *, checkpoint: str | None = None
+) -> float:
     """BLEURT of the completion, the best over the references (RL4LMs' ``bleurt``).
 
     ``checkpoint`` is a PyTorch BLEURT regression model (default ``Elron/bleurt-base-512``, the
@@ -615,7 +649,9 @@ def common_gen_preference_model(
     ``model_name`` is that model converted to a transformers directory (or any seq2seq model trained
     the same way). ``model_type`` and ``device`` are RL4LMs' arguments, accepted and unused.
     """
-    probs = text_scores.seq2seq_label_probability(model_name, list(completions), "good", "bad", batch_size=batch_size)
+    probs = text_scores.seq2seq_label_probability(
+        model_name, list(completions), "good", "bad", batch_size=batch_size
+    )
     scores = []
     for prob, completion, refs, meta in zip(probs, completions, references, metadata):
         missing = sum(concept not in completion.lower() for concept in meta.get("concepts", ()))

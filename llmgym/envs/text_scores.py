@@ -30,12 +30,14 @@ __all__ = [
     "meteor_scores",
     "cider_scores",
     "diversity",
+    "word_tokenize",
     "bert_scores",
     "sequence_classifier",
     "classifier_probabilities",
     "classifier_predictions",
     "regression_scores",
     "seq2seq_label_probability",
+    "require_optional",
     "perplexity",
 ]
 
@@ -48,6 +50,18 @@ def _check(predictions: Sequence[str], references: Refs, name: str) -> None:
             f"{name}: {len(predictions)} predictions but {len(references)} reference lists; expected one list per "
             "prediction."
         )
+
+
+def require_optional(module: str, package: str, feature: str) -> object:
+    """Import a package that no llmgym extra installs, or raise :class:`MissingDependencyError` naming it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"{feature} needs the package '{package}', which is not installed. Install it with: pip install {package}"
+        ) from exc
 
 
 def _sacrebleu() -> Any:
@@ -84,7 +98,9 @@ def sacrebleu_corpus(predictions: Sequence[str], references: Refs, **kwargs: Any
     _check(predictions, references, "sacre_bleu")
     if not predictions or not any(references):
         return 0.0
-    return float(_sacrebleu().corpus_bleu(list(predictions), _ref_streams(references), **kwargs).score) / 100.0
+    return (
+        float(_sacrebleu().corpus_bleu(list(predictions), _ref_streams(references), **kwargs).score) / 100.0
+    )
 
 
 def chrf_corpus(predictions: Sequence[str], references: Refs) -> float:
@@ -147,6 +163,11 @@ def _tokenize(text: str) -> list[str]:
     return tokens
 
 
+def word_tokenize(text: str) -> list[str]:
+    """Split a text into words and punctuation with NLTK's word tokenizer (no data download needed)."""
+    return _tokenize(text)
+
+
 def _wordnet() -> Any:
     corpus: Any = require("nltk.corpus", "metrics", "METEOR")
     try:
@@ -174,7 +195,9 @@ def meteor_scores(predictions: Sequence[str], references: Refs, *, wordnet: Any 
     translate: Any = require("nltk.translate.meteor_score", "metrics", "METEOR")
     wn = wordnet if wordnet is not None else _wordnet()
     return [
-        float(translate.meteor_score([_tokenize(r) for r in refs], _tokenize(pred), wordnet=wn)) if refs else 0.0
+        float(translate.meteor_score([_tokenize(r) for r in refs], _tokenize(pred), wordnet=wn))
+        if refs
+        else 0.0
         for pred, refs in zip(predictions, references)
     ]
 
@@ -208,7 +231,9 @@ def cider_scores(
 
     tests = [cook(p) for p in predictions]
     crefs = [[cook(r) for r in refs] for refs in references]
-    doc_freq: Counter[tuple[str, ...]] = Counter(g for refs in crefs for g in {g for ref in refs for g in ref})
+    doc_freq: Counter[tuple[str, ...]] = Counter(
+        g for refs in crefs for g in {g for ref in refs for g in ref}
+    )
     log_n = math.log(float(len(crefs)))
 
     def vec(counts: Counter[tuple[str, ...]]) -> tuple[list[dict[tuple[str, ...], float]], list[float], int]:
@@ -250,7 +275,9 @@ def diversity(predictions: Sequence[str], *, window_size: int = 100) -> dict[str
     tokens = [[t.lower() for t in _tokenize(p)] for p in predictions]
     flat = [t for toks in tokens for t in toks]
     windows = [flat[i : i + window_size] for i in range(0, len(flat) - window_size + 1, window_size)]
-    out = {f"msttr-{window_size}": sum(len(set(w)) / len(w) for w in windows) / len(windows) if windows else 0.0}
+    out = {
+        f"msttr-{window_size}": sum(len(set(w)) / len(w) for w in windows) / len(windows) if windows else 0.0
+    }
     for n in (1, 2, 3):
         counts: Counter[tuple[str, ...]] = Counter(
             tuple(toks[i : i + n]) for toks in tokens for i in range(len(toks) - n + 1)
@@ -259,7 +286,9 @@ def diversity(predictions: Sequence[str], *, window_size: int = 100) -> dict[str
         out[f"distinct-{n}"] = len(counts) / total if total else 0.0
         out[f"unique-{n}"] = float(sum(1 for c in counts.values() if c == 1))
         out[f"vocab_size-{n}"] = float(len(counts))
-        out[f"entropy-{n}"] = -sum(c / total * math.log2(c / total) for c in counts.values()) if total else 0.0
+        out[f"entropy-{n}"] = (
+            -sum(c / total * math.log2(c / total) for c in counts.values()) if total else 0.0
+        )
     out["mean_pred_length"] = len(flat) / len(tokens) if tokens else 0.0
     return out
 
@@ -336,7 +365,9 @@ def _logits(model_name: str, texts: Sequence[str], pairs: Sequence[str] | None, 
     for start in range(0, len(texts), batch_size):
         batch = list(texts[start : start + batch_size])
         second = list(pairs[start : start + batch_size]) if pairs is not None else None
-        encoded = tokenizer(batch, second, return_tensors="pt", truncation=True, padding=True).to(model.device)
+        encoded = tokenizer(batch, second, return_tensors="pt", truncation=True, padding=True).to(
+            model.device
+        )
         with torch.no_grad():
             chunks.append(model(**encoded).logits.float().cpu())
     return torch.cat(chunks) if chunks else torch.zeros(0, 1)
@@ -352,7 +383,9 @@ def classifier_probabilities(
         return []
     probs = torch.softmax(_logits(model_name, texts, None, batch_size), dim=-1)
     if not 0 <= label_ix < probs.shape[-1]:
-        raise InputError(f"label_ix={label_ix} is out of range for {model_name!r}, which has {probs.shape[-1]} labels.")
+        raise InputError(
+            f"label_ix={label_ix} is out of range for {model_name!r}, which has {probs.shape[-1]} labels."
+        )
     return [float(p) for p in probs[:, label_ix]]
 
 
@@ -397,7 +430,9 @@ def seq2seq_label_probability(
     start = model.config.decoder_start_token_id
     out: list[float] = []
     for i in range(0, len(texts), batch_size):
-        encoded = tokenizer(list(texts[i : i + batch_size]), return_tensors="pt", truncation=True, padding=True)
+        encoded = tokenizer(
+            list(texts[i : i + batch_size]), return_tensors="pt", truncation=True, padding=True
+        )
         encoded = encoded.to(model.device)
         decoder_ids = torch.full((encoded.input_ids.shape[0], 1), start, device=model.device)
         with torch.no_grad():
@@ -420,7 +455,7 @@ def perplexity(model: Any, tokenizer: Any, texts: Sequence[str], *, stride: int 
 
     ids = tokenizer("\n\n".join(texts), return_tensors="pt").input_ids
     config = model.config
-    max_length = int(getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", 1024))
+    max_length = int(getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None) or 1024)
     device = next(model.parameters()).device
     nll_sum = torch.zeros((), dtype=torch.float64)
     end = 0

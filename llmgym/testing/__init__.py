@@ -1,8 +1,8 @@
 """Offline helpers for tests: tiny models and tokenizers, fake envs, a gloo harness."""
 
 from llmgym.testing.tiny_models import (
-    save_tiny_classifier,
     TINY_CORPUS,
+    save_tiny_classifier,
     save_tiny_model,
     tiny_causal_lm,
     tiny_seq2seq_lm,

@@ -219,7 +219,7 @@ def save_tiny_classifier(path: str | Path, num_labels: int = 2, seed: int = 0, h
 
     tok = tiny_tokenizer()
     tok.model_max_length = 512  # bert-score truncates to it
-    config = BertConfig(
+    config = BertConfig(  # type: ignore[call-arg]  # num_labels goes to PretrainedConfig
         vocab_size=len(tok),
         hidden_size=hidden_size,
         num_hidden_layers=2,

@@ -6,7 +6,14 @@ import sys
 import gymnasium as gym
 import pytest
 
-from llmgym.envs import get_reward, list_rewards, load_datapool, register_datapool, register_reward, text_scores
+from llmgym.envs import (
+    get_reward,
+    list_rewards,
+    load_datapool,
+    register_datapool,
+    register_reward,
+    text_scores,
+)
 from llmgym.envs.datapools import Sample
 from llmgym.envs.generation import TextGenEnv
 from llmgym.envs.registration import ENV_SPECS, check_env_id

@@ -25,6 +25,7 @@ from llmgym.envs.rewards import (
     increasing_numbers,
     intent_matches,
     sentences_with_dates,
+    totto_parent,
 )
 from llmgym.errors import ConfigError, MissingDependencyError
 
@@ -512,3 +513,29 @@ def bleu_totto(
         f"table_to_text/bleu_{g}": MetricValue(text_scores.sacrebleu_corpus(p, r) if p else 0.0)
         for g, (p, r) in groups.items()
     }
+
+
+@register_metric("parent_totto")
+def parent_totto(
+    prompts: Texts, completions: Texts, references: Refs, metadata: Metas, *, context: MetricContext
+) -> dict[str, MetricValue]:
+    """ToTTo's PARENT precision, recall and F overall and on its overlap / non-overlap subsets.
+
+    RL4LMs' ``table_to_text/parent_*`` names; per-sample F-scores on ``parent_overall_f_score``.
+    """
+    out: dict[str, MetricValue] = {}
+    overlap = [bool(m["raw_table"]["overlap_subset"]) for m in metadata]
+    for name, keep in (
+        ("parent_overall", [True] * len(overlap)),
+        ("parent_overlap", overlap),
+        ("parent_non_overlap", [not o for o in overlap]),
+    ):
+        rows = [i for i, k in enumerate(keep) if k]
+        precision, recall, f_score, all_f = totto_parent(
+            [completions[i] for i in rows], [metadata[i] for i in rows]
+        )
+        out[f"table_to_text/{name}/precision"] = MetricValue(precision)
+        out[f"table_to_text/{name}/recall"] = MetricValue(recall)
+        per_sample = tuple(all_f) if name == "parent_overall" else None
+        out[f"table_to_text/{name}_f_score"] = MetricValue(f_score, per_sample)
+    return out

@@ -17,7 +17,7 @@ Shipped, llmgym's: ``exact_match``, ``contains_reference``, ``keywords``, ``leng
 ``sacre_bleu``, ``chrf``, ``ter``, ``rouge``, ``rouge_combined``, ``rouge_l_max``, ``meteor``,
 ``bert_score``, ``bleurt``, ``learned_reward``, ``intent_accuracy``, ``common_gen_repeat_penalty``,
 ``common_gen_repeat_penalty_batched``, ``common_gen_preference_model``, ``increasing_numbers``,
-``sentences_with_dates`` and ``spider`` (SPICE: raises
+``sentences_with_dates``, ``parent`` and ``spider`` (SPICE: raises
 :class:`~llmgym.errors.MissingDependencyError`).
 """
 
@@ -660,6 +660,38 @@ def common_gen_preference_model(
             score += meteor_coeff * text_scores.meteor_scores([completion], [refs])[0]
         scores.append(score)
     return scores
+
+
+def totto_parent(
+    completions: Sequence[str], metadata: Sequence[Mapping[str, Any]]
+) -> tuple[float, float, float, list[float]]:
+    """PARENT of ToTTo completions against their tables and references (``metadata["raw_table"]``).
+
+    References are the annotators' final sentences padded to three with ``"<null>"``, as ToTTo's
+    evaluation script does in its test mode (the one RL4LMs runs).
+    """
+    try:
+        tables = [meta["raw_table"] for meta in metadata]
+    except KeyError as exc:
+        raise InputError("PARENT needs each sample's metadata['raw_table']; use the totto datapool.") from exc
+    refs = []
+    for table in tables:
+        sentences = [a["final_sentence"] for a in table["sentence_annotations"]]
+        refs.append(sentences + ["<null>"] * (3 - len(sentences)) if len(sentences) < 3 else sentences)
+    pairs = [text_scores.totto_parent_tables(t) for t in tables]
+    return text_scores.parent_scores(completions, refs, [p for p, _ in pairs], [r for _, r in pairs])
+
+
+@register_reward("parent", batched=True)
+def parent(
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    references: Sequence[Sequence[str]],
+    *,
+    metadata: Sequence[Mapping[str, Any]],
+) -> list[float]:
+    """PARENT F-score of each completion against its ToTTo table and references (RL4LMs' ``parent``)."""
+    return totto_parent(completions, metadata)[3]
 
 
 SPICE_ERROR = (

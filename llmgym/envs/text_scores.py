@@ -15,7 +15,7 @@ import functools
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llmgym.errors import InputError, MissingDependencyError, require
@@ -38,6 +38,8 @@ __all__ = [
     "regression_scores",
     "seq2seq_label_probability",
     "require_optional",
+    "parent_scores",
+    "totto_parent_tables",
     "perplexity",
 ]
 
@@ -455,7 +457,9 @@ def perplexity(model: Any, tokenizer: Any, texts: Sequence[str], *, stride: int 
 
     ids = tokenizer("\n\n".join(texts), return_tensors="pt").input_ids
     config = model.config
-    max_length = int(getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None) or 1024)
+    max_length = int(
+        getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None) or 1024
+    )
     device = next(model.parameters()).device
     nll_sum = torch.zeros((), dtype=torch.float64)
     end = 0
@@ -468,3 +472,148 @@ def perplexity(model: Any, tokenizer: Any, texts: Sequence[str], *, stride: int 
         with torch.no_grad():
             nll_sum += model(window, labels=labels).loss.double().cpu() * target_len
     return float(torch.exp(nll_sum / max(end, 1)))
+
+
+def _parent_tokens(text: str) -> list[str]:
+    tokenizer: Any = require("sacrebleu.tokenizers.tokenizer_13a", "metrics", "PARENT")
+    tokens: list[str] = tokenizer.Tokenizer13a()(text.strip().lower()).split()
+    return tokens
+
+
+def totto_parent_tables(
+    raw_table: Mapping[str, Any],
+) -> tuple[list[tuple[list[str], list[str]]], list[tuple[list[str], list[str]]]]:
+    """ToTTo's PARENT tables of one example: the whole table (precision) and the highlighted cells (recall).
+
+    Entries are ``(attribute, value)`` token lists: ``header``/``cell`` values, then the page and section
+    titles (and the section text, for precision), as ToTTo's ``table_to_text_utils`` writes them.
+    """
+
+    def entry(attribute: str, value: str) -> tuple[list[str], list[str]]:
+        return _parent_tokens(attribute), _parent_tokens(value.replace("|", "-").lower())
+
+    def cells(items: Sequence[Mapping[str, Any]]) -> list[tuple[list[str], list[str]]]:
+        return [
+            entry("header" if c["is_header"] else "cell", c["value"].strip())
+            for c in items
+            if c["value"].strip()
+        ]
+
+    titles = [(k, raw_table.get(f"table_{k}")) for k in ("page_title", "section_title")]
+    extra = [entry(k, v) for k, v in titles if v]
+    table = raw_table["table"]
+    precision = cells([c for row in table for c in row]) + extra
+    if raw_table.get("table_section_text"):
+        precision.append(entry("section_text", raw_table["table_section_text"]))
+    recall = cells([table[r][c] for r, c in raw_table["highlighted_cells"]]) + extra
+    return precision, recall
+
+
+def _lcs_length(x: Sequence[str], y: Sequence[str]) -> int:
+    previous = [0] * (len(y) + 1)
+    for a in x:
+        current = [0]
+        for j, b in enumerate(y):
+            current.append(previous[j] + 1 if a == b else max(previous[j + 1], current[j]))
+        previous = current
+    return previous[-1]
+
+
+def _entailed(gram: tuple[str, ...], values: set[str]) -> float:
+    """ToTTo's ``overlap_probability``: the share of the n-gram's tokens among the table's values."""
+    return sum(tok in values for tok in gram) / len(gram)
+
+
+def _mentioned(value: list[str], sentence: list[str]) -> float:
+    """ToTTo's ``_mention_probability``: LCS of the entry's value and the sentence over the value's length."""
+    return _lcs_length(value, sentence) / len(value) if value else 0.0
+
+
+def parent_scores(
+    predictions: Sequence[str],
+    references: Refs,
+    precision_tables: Sequence[Sequence[tuple[list[str], list[str]]]],
+    recall_tables: Sequence[Sequence[tuple[list[str], list[str]]]],
+    *,
+    lambda_weight: float | None = None,
+    smoothing: float = 0.00001,
+    max_order: int = 4,
+) -> tuple[float, float, float, list[float]]:
+    """PARENT (Dhingra et al. 2019) as ToTTo's ``totto_parent_eval.py`` computes it (word-overlap entailment).
+
+    Texts are lowercased and tokenized with sacrebleu's 13a tokenizer. The best reference of each
+    sample (by F-score) is kept. ``lambda_weight=None`` weighs table recall per reference, as ToTTo does.
+
+    Returns:
+        ``(mean precision, mean recall, mean F-score, per-sample F-scores)``.
+    """
+    _check(predictions, references, "parent")
+    precisions: list[float] = []
+    recalls: list[float] = []
+    f_scores: list[float] = []
+    for text, refs, prec_table, rec_table in zip(predictions, references, precision_tables, recall_tables):
+        prediction = _parent_tokens(text)
+        values = {tok for _, value in prec_table for tok in value}
+        best: tuple[float, float, float] | None = None
+        for ref_text in refs:
+            reference = _parent_tokens(ref_text)
+            ngram_prec, ngram_rec = [], []
+            for order in range(1, max_order + 1):
+                pred_counts = Counter(
+                    tuple(prediction[i - order : i]) for i in range(order, len(prediction) + 1)
+                )
+                ref_counts = Counter(
+                    tuple(reference[i - order : i]) for i in range(order, len(reference) + 1)
+                )
+                num = den = 0.0
+                for gram, count in pred_counts.items():
+                    in_ref = min(1.0, ref_counts.get(gram, 0) / count)
+                    den += count
+                    num += count * (in_ref + (1.0 - in_ref) * _entailed(gram, values))
+                ngram_prec.append(num / den if den else 0.0)
+                num = den = 0.0
+                for gram, count in ref_counts.items():
+                    in_pred = min(1.0, pred_counts.get(gram, 0) / count)
+                    weight = _entailed(gram, values)
+                    den += count * weight
+                    num += count * weight * in_pred
+                ngram_rec.append(num / den if den else 1.0)
+            table_rec = (
+                sum(_mentioned(value, prediction) for _, value in rec_table) / len(rec_table)
+                if rec_table
+                else 0.0
+            )
+            for k in range(1, max_order):
+                ngram_prec[k] = ngram_prec[k] or smoothing
+                ngram_rec[k] = ngram_rec[k] or smoothing
+            w = 1.0 / max_order
+            c_prec = (
+                0.0
+                if any(p == 0.0 for p in ngram_prec)
+                else math.exp(math.fsum(w * math.log(p) for p in ngram_prec))
+            )
+            ref_rec = (
+                smoothing
+                if any(r == 0.0 for r in ngram_rec)
+                else math.exp(math.fsum(w * math.log(r) for r in ngram_rec))
+            )
+            table_rec = table_rec or smoothing
+            if lambda_weight is None:
+                mention = (
+                    sum(_mentioned(value, reference) for _, value in rec_table) / len(rec_table)
+                    if rec_table
+                    else 0.0
+                )
+                lw = 1.0 - mention
+            else:
+                lw = lambda_weight
+            c_rec = math.exp((1.0 - lw) * math.log(ref_rec) + lw * math.log(table_rec))
+            c_f = 2.0 * c_prec * c_rec / (c_prec + c_rec + 1e-8)
+            if best is None or c_f > best[2]:
+                best = (c_prec, c_rec, c_f)
+        p, r, f = best if best is not None else (0.0, 0.0, 0.0)
+        precisions.append(p)
+        recalls.append(r)
+        f_scores.append(f)
+    n = max(1, len(f_scores))
+    return sum(precisions) / n, sum(recalls) / n, sum(f_scores) / n, f_scores

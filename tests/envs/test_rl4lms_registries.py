@@ -25,16 +25,15 @@ RL4LMS_DATAPOOLS = [
     "dummy_pool", "imdb", "commongen", "totto", "cnn_daily_mail", "imdb_seq2seq", "narrative_qa", "wmt16",
     "wmt14_processed_en_de", "wmt16newsonly", "iwslt2017en_de", "crd3", "daily_dialog",
 ]
-NOT_YET = {"parent", "parent_totto"}  # PARENT (ToTTo's table-aware F-score): not ported yet
 
 
 def test_every_rl4lms_id_resolves():
-    assert set(RL4LMS_REWARDS) - NOT_YET <= set(list_rewards())
-    assert set(RL4LMS_METRICS) - NOT_YET <= set(list_text_metrics())
+    assert set(RL4LMS_REWARDS) <= set(list_rewards())
+    assert set(RL4LMS_METRICS) <= set(list_text_metrics())
     assert set(RL4LMS_DATAPOOLS) <= set(list_datapools())
-    for name in set(RL4LMS_REWARDS) - NOT_YET:
+    for name in set(RL4LMS_REWARDS):
         get_reward(name)
-    for name in set(RL4LMS_METRICS) - NOT_YET:
+    for name in set(RL4LMS_METRICS):
         get_metric(name)
     with pytest.raises(MissingDependencyError, match="SPICE needs Java"):
         compute_metrics([MetricSpec("spice")], ["p"], ["a"], [["a"]])
@@ -143,3 +142,26 @@ def test_meteor_needs_wordnet_or_names_the_fix():
         text_scores._wordnet()
     except MissingDependencyError as exc:
         assert "nltk.downloader wordnet" in str(exc)
+
+
+def _totto(sentence, overlap):
+    cell = {"column_span": 1, "row_span": 1}
+    table = [[{**cell, "value": "Year", "is_header": True}, {**cell, "value": "Title", "is_header": True}],
+             [{**cell, "value": "1999", "is_header": False}, {**cell, "value": "The Matrix", "is_header": False}]]
+    return {"raw_table": {"table": table, "highlighted_cells": [[1, 0], [1, 1]], "table_page_title": "Films",
+                          "table_section_title": "", "table_section_text": "", "overlap_subset": overlap,
+                          "sentence_annotations": [{"final_sentence": sentence}]}}
+
+
+def test_parent_rewards_faithful_text_over_hallucination():
+    meta = [_totto("The Matrix was released in 1999.", True), _totto("The Matrix was released in 1999.", False)]
+    texts = ["The Matrix was released in 1999.", "Titanic won eleven awards in 1997."]
+    rewards = get_reward("parent").batch(["", ""], texts, [[], []], meta)
+    assert rewards[0] > 0.9 and rewards[1] < 0.2
+    values = compute_metrics([MetricSpec("parent_totto")], ["", ""], texts, [[], []], meta)
+    assert values["table_to_text/parent_overall_f_score"].per_sample == pytest.approx(tuple(rewards))
+    assert values["table_to_text/parent_overlap_f_score"].corpus == pytest.approx(rewards[0])
+    assert values["table_to_text/parent_non_overlap_f_score"].corpus == pytest.approx(rewards[1])
+    # table-entailed words not in the reference still count for precision: PARENT, not BLEU
+    partial = get_reward("parent").batch([""], ["Films: The Matrix, 1999."], [[]], meta[:1])[0]
+    assert partial > get_reward("bleu")("", "Films: The Matrix, 1999.", ["The Matrix was released in 1999."])

@@ -198,8 +198,11 @@ def _cmd_convert(path: str, approximate: bool, model: str | None) -> int:
 
     from llmgym.compat.rl4lms import convert_rl4lms_config, is_rl4lms_config
 
-    with open(path, encoding="utf-8") as fh:
-        loaded = yaml.safe_load(fh)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            loaded = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path!r} could not be read as YAML: {exc}") from exc
     if not isinstance(loaded, dict) or not is_rl4lms_config(loaded):
         raise ConfigError(f"{path!r} is not an RL4LMs task config (expected its alg and reward_fn/datapool sections).")
     conversion = convert_rl4lms_config(loaded, approximate=approximate, model_name=model)

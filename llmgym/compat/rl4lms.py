@@ -126,17 +126,12 @@ def convert_rl4lms_config(
         The llmgym config and the approximations made.
 
     Raises:
-        ConfigError: Naming the first RL4LMs key that is unknown, unsupported (seq2seq policies,
-            supervised training) or approximate without ``approximate``.
+        ConfigError: Naming the first RL4LMs key that is unknown or unsupported (seq2seq policies,
+            supervised training), or every key mapped approximately when ``approximate`` is false.
     """
     approx: list[str] = []
 
     def approximately(key: str, how: str) -> None:
-        if not approximate:
-            raise ConfigError(
-                f"RL4LMs config: {key} is not reproduced exactly by llmgym ({how}). Fix: remove it, or convert with "
-                "approximate=True (llmgym convert CFG --approximate) to accept that."
-            )
         approx.append(f"{key}: {how}")
 
     root = _Reader(mapping, "config")
@@ -331,4 +326,10 @@ def convert_rl4lms_config(
         "algorithm": algorithm,
         "train": train,
     }
+    if approx and not approximate:
+        raise ConfigError(
+            "RL4LMs config: llmgym does not reproduce exactly "
+            + "; ".join(approx)
+            + ". Fix: remove these keys, or convert with approximate=True (llmgym convert CFG --approximate) to accept that."
+        )
     return Conversion(config, approx)

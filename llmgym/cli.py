@@ -149,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("config", help="path of the RL4LMs YAML file")
     convert.add_argument("--approximate", action="store_true", help="map the keys llmgym honours only approximately")
     convert.add_argument("--model", default=None, help="train this model instead of the config's (its tokenizer's EOS)")
+    convert.add_argument("-o", "--output", default=None, help="write the YAML to this file instead of stdout")
     sub.add_parser("envs", help="list the registered text environments")
 
     play = sub.add_parser("play", help="play a text environment yourself in the terminal")
@@ -191,7 +192,7 @@ def _split_config_arg(config: str | None, overrides: list[str]) -> tuple[str | N
     return config, overrides
 
 
-def _cmd_convert(path: str, approximate: bool, model: str | None) -> int:
+def _cmd_convert(path: str, approximate: bool, model: str | None, output: str | None) -> int:
     import sys
 
     import yaml
@@ -208,7 +209,13 @@ def _cmd_convert(path: str, approximate: bool, model: str | None) -> int:
     conversion = convert_rl4lms_config(loaded, approximate=approximate, model_name=model)
     for line in conversion.approximations:
         print(f"# approximately: {line}", file=sys.stderr)
-    print(yaml.safe_dump(conversion.config, sort_keys=False), end="")
+    text = yaml.safe_dump(conversion.config, sort_keys=False)
+    if output is None:
+        print(text, end="")
+    else:
+        from llmgym.checkpoint import write_text_atomic
+
+        write_text_atomic(output, text)
     return 0
 
 
@@ -419,7 +426,7 @@ def _run(argv: list[str]) -> int:
     if args.command == "export":
         return _cmd_export(args)
     if args.command == "convert":
-        return _cmd_convert(args.config, args.approximate, args.model)
+        return _cmd_convert(args.config, args.approximate, args.model, args.output)
     if args.command == "envs":
         return _cmd_envs()
     if args.command == "play":

@@ -139,3 +139,13 @@ def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsy
     assert (config.algorithm.name, config.algorithm.mask_top_p, config.algorithm.mask_update_interval) == ("nlpo", 0.9, 5)
     assert config.train.eval_splits == ["val", "test"] and config.env.kwargs["datapool_kwargs"] == {"seed": 42, "split": "train"}
     assert main(["convert", str(CONFIGS.parent / "test_rl4lms.py")]) == 2
+
+
+def test_llmgym_convert_writes_the_output_file(tiny_model_dir, tmp_path):
+    from llmgym.cli import main
+
+    out = tmp_path / "synthetic.yaml"
+    path = CONFIGS / "synthetic_generate_increasing_numbers_gpt2_ppo.yml"
+    assert main(["convert", str(path), "--approximate", "--model", str(tiny_model_dir), "--output", str(out)]) == 0
+    config = load_config(str(out))
+    assert config.env.kwargs["reward"] == "increasing_numbers" and config.train.eval_metrics[0]["id"] == "increasing_numbers"

@@ -157,7 +157,8 @@ class Reward:
 
     Call it on one sample (``reward(prompt, completion, references, metadata=..., done=...)``) or on
     many (:meth:`batch`); either way a batched function gets lists and a per-sample one gets one
-    sample at a time. A reward that is not dense scores 0.0 until ``done``.
+    sample at a time. A reward that is not dense scores 0.0 until ``done``. Scores come back as the
+    function returns them; ``llmgym/TextGen-v0`` checks each one (a finite number, ``reward_clip``).
 
     Args:
         fn: The reward function.
@@ -251,7 +252,7 @@ class Reward:
                     extra["done"] = done_flags[i]
                 values.append(self.fn(prompts[i], completions[i], list(references[i]), **extra))
         for i, value in zip(rows, values):
-            scores[i] = float(value)
+            scores[i] = value  # as returned: the env checks it (llmgym.envs.reward_checks)
         return scores
 
 

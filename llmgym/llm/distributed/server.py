@@ -38,7 +38,7 @@ from typing import Any
 
 from llmgym.llm.distributed import transport
 from llmgym.llm.distributed.gradients import GradientSync, WeightedMean, broadcast_parameters, fingerprint
-from llmgym.llm.distributed.lifetime import exit_with_parent
+from llmgym.lifetime import exit_with_parent
 from llmgym.llm.distributed.placement import Placement
 
 __all__ = ["SERVER_METHODS", "serve", "main"]

@@ -495,7 +495,7 @@ def run_sweep(
         results, interrupted = _run_jobs(job_list, log_dir, jobs)
     finally:
         if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     runs = [results[i] for i in sorted(results)]
     not_run = [job.seed for i, job in enumerate(job_list) if i not in results]
     header = {

@@ -285,6 +285,8 @@ class ControlListener:
         """Stop listening; peers still in their handshake are dropped."""
         with self._lock:
             self._closed = True
+            for pending in self._pending.values():
+                pending.drop()
         self._sock.close()
         while True:
             try:
@@ -306,7 +308,7 @@ class ControlListener:
                 del self._pending[oldest_id]
                 oldest.drop()
             key, self._next_id = self._next_id, self._next_id + 1
-            self._pending[key] = _Pending(sock.dup(), time.monotonic(), peer)
+            self._pending[key] = _Pending(sock.dup(), time.monotonic())
         threading.Thread(
             target=self._authenticate, args=(key, sock, peer), name="llmgym-handshake", daemon=True
         ).start()
@@ -327,17 +329,17 @@ class ControlListener:
             if pending is None or self._closed:  # dropped as it finished, or the listener closed
                 channel.close()
             else:
-                pending.watch.close()
                 self._ready.put(channel)
+        if pending is not None:
+            pending.watch.close()
 
 
 @dataclass
 class _Pending:
-    """A connection in its handshake: a duplicate of its socket (to drop it), when it started, who."""
+    """A connection in its handshake: a duplicate of its socket (to drop it) and when it started."""
 
     watch: socket.socket
     started: float
-    peer: str
 
     def drop(self) -> None:
         """End the handshake: its thread reads an EOF."""

@@ -12,9 +12,17 @@ from llmgym.envs import make_vec
 from tests.reliability._process_tools import python, read_pids, reaped, running, wait_gone
 
 _VECTOR_SCRIPT = """
-import os, sys, time
+import os, sys, threading, time
 from llmgym.envs import make_vec
-envs = make_vec("llmgym/EchoWord-v0", 2, "async", seed=0, num_workers=2, context=sys.argv[1])
+built = []
+build = lambda: built.append(make_vec("llmgym/EchoWord-v0", 2, "async", seed=0, num_workers=2, context=sys.argv[1]))
+if sys.argv[2] == "thread":  # the kernel's parent-death signal would follow the thread: the watch does it
+    thread = threading.Thread(target=build)
+    thread.start()
+    thread.join()
+else:
+    build()
+envs = built[0]
 envs.reset()
 print("PIDS", *[p.pid for p in envs._backend.processes], flush=True)
 time.sleep(120)
@@ -23,11 +31,17 @@ time.sleep(120)
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize(
-    ("context", "sig"),
-    [("fork", signal.SIGKILL), ("fork", signal.SIGTERM), ("forkserver", signal.SIGKILL), ("spawn", signal.SIGKILL)],
+    ("context", "sig", "where"),
+    [
+        ("fork", signal.SIGKILL, "main"),
+        ("fork", signal.SIGTERM, "main"),
+        ("fork", signal.SIGKILL, "thread"),
+        ("forkserver", signal.SIGKILL, "main"),
+        ("spawn", signal.SIGKILL, "main"),
+    ],
 )
-def test_async_env_workers_die_with_their_parent(context, sig):
-    proc = python(_VECTOR_SCRIPT, context)
+def test_async_env_workers_die_with_their_parent(context, sig, where):
+    proc = python(_VECTOR_SCRIPT, context, where)
     workers: list[int] = []
     with reaped(proc, workers):
         workers += read_pids(proc)

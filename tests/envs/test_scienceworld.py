@@ -150,6 +150,28 @@ def test_an_invalid_command_raises_naming_the_valid_ones_and_changes_nothing(boi
     assert step_info["valid_actions"] == info["valid_actions"]
 
 
+def test_an_invalid_command_error_is_bounded_and_says_the_lengths(boil):
+    boil.reset(seed=0)
+    long_action = "pour " + "x" * 100_000
+    with pytest.raises(InvalidActionError) as info:
+        boil.step(long_action)
+    message = str(info.value)
+    assert len(message) < 3000, f"a {len(message)}-character error"
+    assert "100005 characters" in message and "'look around'" in message
+    assert f"{len(boil.unwrapped.valid_actions())} valid actions" in message
+    with pytest.raises(InvalidActionError, match=r"closest.*'look around'"):
+        boil.step("look arond")
+
+
+@pytest.mark.parametrize("mode", ["valid", "free"])
+def test_a_lone_surrogate_in_the_action_is_an_invalid_action(boil, free, mode):
+    env = boil if mode == "valid" else free
+    env.reset(seed=0)
+    with pytest.raises(InvalidActionError, match=r"not valid Unicode.*position 5"):
+        env.step("look \ud800around")
+    assert env.step("look around")[0]  # the env still plays
+
+
 def test_action_space_samples_commands_valid_everywhere_and_gymnasium_check_env_passes(boil):
     from gymnasium.utils.env_checker import check_env
 

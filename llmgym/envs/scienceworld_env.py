@@ -37,7 +37,7 @@ import threading
 from typing import Any
 
 from llmgym.envs._scienceworld_tasks import SCIENCEWORLD_TASKS
-from llmgym.envs.core import TextEnv, TextSpace, normalize_action_text
+from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace, normalize_action_text
 from llmgym.errors import (
     BackendError,
     ConfigError,
@@ -161,6 +161,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
             ``"noElectricalAction"`` or ``"easy"`` (all of them); ``""`` for none.
         free_text_actions: Whether any string goes to the game's parser (no ``"valid_actions"`` in
             ``info``) rather than only the valid actions.
+        render_mode: ``"ansi"`` (:meth:`render` returns the last observation text) or ``None``.
 
     Raises:
         ConfigError: If the task, split or simplifications are unknown.
@@ -169,6 +170,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
     """
 
     description = "ScienceWorld: an elementary-science task in a simulated house, played with typed commands."
+    metadata = ANSI_METADATA
 
     def __init__(
         self,
@@ -177,7 +179,10 @@ class ScienceWorldTextEnv(TextEnv[str]):
         *,
         simplifications: str = "",
         free_text_actions: bool = False,
+        render_mode: str | None = None,
     ) -> None:
+        self._init_render_mode(render_mode)
+        self._last_text: str | None = None
         if task not in SCIENCEWORLD_TASKS:
             raise ConfigError(
                 f"task={task!r} is not a ScienceWorld task; expected one of {list(SCIENCEWORLD_TASKS)}. "
@@ -252,6 +257,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
         info = self._info(completed=False)
         if self._actions is not None:
             self._first_actions[variation] = self._actions
+        self._last_text = text
         return text, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -269,7 +275,11 @@ class ScienceWorldTextEnv(TextEnv[str]):
         reward, self._score = (score - self._score) / 100, score
         completed = bool(self._server.getCompleted())
         info = self._info(completed)
-        return _clean(answer), reward, completed or score < 0, False, info
+        self._last_text = _clean(answer)
+        return self._last_text, reward, completed or score < 0, False, info
+
+    def _render_text(self) -> str | None:
+        return self._last_text
 
     def _info(self, completed: bool) -> dict[str, Any]:
         info: dict[str, Any] = {

@@ -255,3 +255,17 @@ def test_check_text_env_in_free_text_mode_and_its_close_ends_the_jvm(free):  # l
     check_text_env(free.unwrapped, num_steps=10, check_gymnasium=False)  # closes the env at the end
     assert process.poll() is not None and _java_children() == before - 1
     free.close()  # idempotent
+
+
+def test_ansi_render_mode_renders_the_last_observation():
+    env = gym.make("llmgym/ScienceWorld-Boil-v0", render_mode="ansi")
+    try:
+        assert env.metadata["render_modes"] == ["ansi"]
+        obs, info = env.reset(seed=0)
+        assert env.render() == obs
+        obs, *_ = env.step("look around")
+        assert env.render() == obs
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match="render_mode='human'"):
+        gym.make("llmgym/ScienceWorld-Boil-v0", render_mode="human")

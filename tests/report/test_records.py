@@ -140,10 +140,13 @@ def test_rows_and_markdown_show_the_probabilities():
 
 
 def test_wandb_offline_gets_a_table_of_the_episodes(tmp_path):
-    pytest.importorskip("wandb")
+    wandb = pytest.importorskip("wandb")
     logger = RunLogger(tmp_path, LoggingConfig(progress=False, wandb=WandbConfig(mode="offline")))
-    logger.log_episodes(32, _one_record())
-    logger.close()
+    try:
+        logger.log_episodes(32, _one_record())
+    finally:
+        logger.close()
+        wandb.teardown()  # its wandb-core service process would outlive the test
     tables = list(tmp_path.glob("wandb/offline-run-*/files/media/table/eval/episodes_*.table.json"))
     assert len(tables) == 1, list(tmp_path.rglob("*"))
     table = json.loads(tables[0].read_text())

@@ -140,7 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
 
-    sub.add_parser("envs", help="list the registered text environments")
+    envs = sub.add_parser(
+        "envs", help="list the registered text environments",
+        description=(
+            "List llmgym's envs; with MODULE (an importable module of yours, or MODULE:ID), also the Gymnasium envs "
+            "that MODULE registers, as MODULE:ID: the id to give llmgym train env.id=, llmgym play and llmgym eval."
+        ),
+    )
+    envs.add_argument("modules", nargs="*", metavar="MODULE", help="a module that registers Gymnasium envs")
 
     play = sub.add_parser("play", help="play a text environment yourself in the terminal")
     play.add_argument("env_id", help="environment id, e.g. llmgym/BabyAI-Text-GoToRedBall-v0")
@@ -182,14 +189,40 @@ def _split_config_arg(config: str | None, overrides: list[str]) -> tuple[str | N
     return config, overrides
 
 
-def _cmd_envs() -> int:
-    """Print every registered env with its description and, where some settings need one, the extra."""
+def _user_envs(module: str) -> list[tuple[str, str]]:
+    """``(MODULE:ID, description)`` of each Gymnasium env that importing ``module`` registers or that it defines."""
+    import gymnasium as gym
+
+    from llmgym.envs.registration import import_env_module, register_envs
+
+    register_envs()
+    before = set(gym.registry)
+    import_env_module(f"{module}:")
+    rows = []
+    for env_id, spec in gym.registry.items():
+        entry = spec.entry_point
+        origin = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+        if env_id not in before or origin == module or origin.startswith(f"{module}."):
+            doc = (getattr(entry, "__doc__", None) or "").strip() if not isinstance(entry, str) else ""
+            rows.append((f"{module}:{env_id}", doc.splitlines()[0] if doc else f"entry point {entry!r}"))
+    if not rows:
+        raise InputError(f"module {module!r} registers no Gymnasium env; call gymnasium.register(id=..., entry_point=...) in it.")
+    return rows
+
+
+def _cmd_envs(modules: list[str]) -> int:
+    """Print every registered env with its description and, where some settings need one, the extra.
+
+    Then the envs each of ``modules`` registers, as ``MODULE:ID`` (Gymnasium's form of a user's env).
+    """
     from llmgym.envs.registration import ENV_SPECS, extras_note
 
-    width = max(len(entry.id) for entry in ENV_SPECS)
-    for entry in ENV_SPECS:
-        note = extras_note(entry)
-        print(f"{entry.id.ljust(width)}  {entry.description}" + (f" [{note}]" if note else ""))
+    rows = [(e.id, e.description + (f" [{extras_note(e)}]" if extras_note(e) else "")) for e in ENV_SPECS]
+    for module in modules:
+        rows += _user_envs(module.partition(":")[0])
+    width = max(len(env_id) for env_id, _ in rows)
+    for env_id, description in rows:
+        print(f"{env_id.ljust(width)}  {description}")
     return 0
 
 
@@ -389,7 +422,7 @@ def _run(argv: list[str]) -> int:
     if args.command == "export":
         return _cmd_export(args)
     if args.command == "envs":
-        return _cmd_envs()
+        return _cmd_envs(args.modules)
     if args.command == "play":
         return _cmd_play(args.env_id, args.seed)
     if args.command == "config":

@@ -41,6 +41,7 @@ __all__ = [
     "check_resume_config",
     "save_checkpoint",
     "latest_checkpoint",
+    "is_checkpoint_name",
     "load_trainer_state",
     "load_checkpoint_config",
     "capture_rng_state",
@@ -307,6 +308,11 @@ def restore_rng_state(json_part: dict[str, Any], tensors: dict[str, Any]) -> Non
         states = [tensors[k] for k in sorted(tensors) if k.startswith("cuda")]
         if states:
             torch.cuda.set_rng_state_all(states)
+
+
+def is_checkpoint_name(name: str) -> bool:
+    """Whether ``name`` is the name of a checkpoint folder (``step-<env_steps>``), not a path."""
+    return _STEP_DIR.fullmatch(name) is not None
 
 
 def _step_dirs(root: Path) -> list[Path]:

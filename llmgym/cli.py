@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint", default=None, metavar="NAME",
         help="checkpoint folder under RUN/checkpoints to export, e.g. step-0000004096 (default: the latest)",
     )
-    export.add_argument("--force", action="store_true", help="replace --out when it is not empty")
+    export.add_argument("--force", action="store_true", help="replace --out when it holds a previous export")
     export.add_argument(
         "--push-to-hub", default=None, metavar="REPO_ID",
         help="then upload the folder to this Hugging Face Hub model repo (created private if it does not exist; "

@@ -27,7 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmgym.checkpoint import CHECKPOINTS, CONFIG, latest_checkpoint, load_trainer_state, verify_manifest
+from llmgym.checkpoint import (
+    CHECKPOINTS,
+    CONFIG,
+    is_checkpoint_name,
+    latest_checkpoint,
+    load_trainer_state,
+    verify_manifest,
+)
 from llmgym.errors import CheckpointError, ConfigError, ExportError
 
 if TYPE_CHECKING:
@@ -35,7 +42,7 @@ if TYPE_CHECKING:
     from llmgym.llm.local import LocalLLM
     from llmgym.llm.modules import ModuleFunction
 
-__all__ = ["Export", "export_run", "load_heads", "HEADS_WEIGHTS", "HEADS_META", "CONFIG_COPY"]
+__all__ = ["Export", "export_run", "is_export", "load_heads", "HEADS_WEIGHTS", "HEADS_META", "CONFIG_COPY"]
 
 HEADS_WEIGHTS = "llmgym_heads.safetensors"
 HEADS_META = "llmgym_heads.json"
@@ -64,13 +71,18 @@ class Export:
 
 
 def _checkpoint(run_dir: Path, name: str | None) -> Path:
-    """The checkpoint to export, verified against its manifest: ``name`` or the latest."""
+    """The checkpoint to export, verified against its manifest: ``name`` (a name, not a path) or the latest."""
     if name is None:
         return latest_checkpoint(run_dir)
     root = run_dir / CHECKPOINTS
+    available = sorted(p.name for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
+    if not is_checkpoint_name(name):
+        raise CheckpointError(
+            f"--checkpoint {name!r} is not a checkpoint name of {run_dir} (a folder name under {root}: "
+            f"{available or 'none there'}); pass one of those names, not a path, or omit it to export the latest."
+        )
     folder = root / name
     if not folder.is_dir():
-        available = sorted(p.name for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
         raise CheckpointError(
             f"checkpoint {name!r} is not in '{root}' (it holds {available or 'no checkpoint'}); pass one of those "
             "names to --checkpoint, or omit it to export the latest."
@@ -79,13 +91,54 @@ def _checkpoint(run_dir: Path, name: str | None) -> Path:
     return folder
 
 
-def _check_target(target: Path, force: bool) -> None:
+def is_export(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder`` was written by :func:`export_run` (it holds the heads' description and the run's config).
+
+    Args:
+        folder: Any folder.
+    """
+    root = Path(folder)
+    return (root / HEADS_META).is_file() and (root / CONFIG_COPY).is_file()
+
+
+def _check_target(target: Path, run: Path, force: bool) -> None:
+    """Refuse an ``--out`` that would destroy what is not a previous export.
+
+    That is a file, the current folder, the run or a folder above it, a folder in its checkpoints,
+    and a non-empty folder unless ``force`` is set and it is a previous export.
+    """
     if target.is_file() or target.is_symlink():
         raise ExportError(f"--out {target} is a file; give a folder that does not exist or is empty.")
-    if target.is_dir() and any(target.iterdir()) and not force:
+    place = target.resolve()
+    here = Path.cwd().resolve()
+    if place == here or place in here.parents:
         raise ExportError(
-            f"--out {target} already exists and is not empty; give another folder, or pass --force to replace it."
+            f"--out {target} is the current folder{'' if place == here else ' or one above it'}, which an export "
+            f"cannot replace; give the name of a new folder, e.g. --out {run.resolve().name}-export."
         )
+    run_place = run.resolve()
+    checkpoints = run_place / CHECKPOINTS
+    if place == run_place or place in run_place.parents:
+        raise ExportError(
+            f"--out {target} holds the run {run}, which is what is exported; give a folder outside it (or the default "
+            f"{run / 'export'})."
+        )
+    if place == checkpoints or checkpoints in place.parents:
+        raise ExportError(
+            f"--out {target} lies inside {run / CHECKPOINTS}, which is what is exported; give a folder outside it (or "
+            f"the default {run / 'export'})."
+        )
+    if target.is_dir() and any(target.iterdir()):
+        if not force:
+            raise ExportError(
+                f"--out {target} already exists and is not empty; give another folder, or pass --force to replace it "
+                "if it is a previous export."
+            )
+        if not is_export(target):
+            raise ExportError(
+                f"--out {target} is not empty and is not a previous export (it lacks {HEADS_META} and {CONFIG_COPY}); "
+                "--force replaces only a folder written by llmgym export. Give another folder, or empty it yourself."
+            )
 
 
 def _check_export(config: Config, merge: bool) -> None:
@@ -280,7 +333,7 @@ def export_run(
             run without LoRA writes its full model either way.
         checkpoint: Name of the checkpoint folder under ``RUN/checkpoints`` (e.g.
             ``"step-0000004096"``); ``None`` exports the latest complete one.
-        force: Replace ``out`` when it is not empty.
+        force: Replace ``out`` when it is not empty and a previous export (:func:`is_export`).
         push_to_hub: Upload the folder to this Hugging Face Hub model repo (created private when
             it does not exist); ``None`` uploads nothing.
 
@@ -289,8 +342,9 @@ def export_run(
 
     Raises:
         CheckpointError: When the run has no complete checkpoint, or ``checkpoint`` is not one.
-        ExportError: When ``out`` is a file or a non-empty folder (without ``force``), or the
-            upload fails (the folder is complete then).
+        ExportError: When ``out`` is a file, the current folder, the run or a folder above it, inside
+            the run's checkpoints, or a non-empty folder (without ``force``, or not a previous export),
+            or the upload fails (the folder is complete then).
         ConfigError: ``merge`` on a 4-bit (QLoRA) run, or an adapter of a base that was not
             pretrained (``model.pretrained=false``) without ``merge``.
     """
@@ -300,7 +354,7 @@ def export_run(
     run = Path(run_dir)
     folder = _checkpoint(run, checkpoint)
     target = Path(out) if out is not None else run / ("export-merged" if merge else "export")
-    _check_target(target, force)
+    _check_target(target, run, force)
     config = load_config(folder / CONFIG)
     _check_export(config, merge)
     kind = "full" if config.model.lora is None else "merged" if merge else "adapter"

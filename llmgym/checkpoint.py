@@ -16,6 +16,7 @@ The two most recent checkpoints are kept (``keep=2``), so when ``latest`` fails 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmgym.errors import CheckpointError, ConfigError
+from llmgym.errors import CheckpointError, ConfigError, DiskFullError
 
 __all__ = [
     "write_atomic_dir",
@@ -348,6 +349,10 @@ def save_checkpoint(
 
     Returns:
         The checkpoint folder.
+
+    Raises:
+        DiskFullError: When the disk (or quota) is full; the previous checkpoint and ``latest`` are
+            untouched and the message names them.
     """
     import torch
 
@@ -361,14 +366,37 @@ def save_checkpoint(
         (tmp / CONFIG).write_text(config_yaml, encoding="utf-8")
         write_manifest(tmp)
 
-    write_atomic_dir(target, write)
-    write_text_atomic(root / LATEST, target.name + "\n")
+    previous = _candidates(root)[0][:1]
+    try:
+        write_atomic_dir(target, write)
+        write_text_atomic(root / LATEST, target.name + "\n")
+    except OSError as exc:
+        if exc.errno not in _DISK_FULL:
+            raise
+        raise _disk_full(Path(run_dir), target, previous[0] if previous else None, exc) from exc
     others = [p for p in _step_dirs(root) if p != target]
     older = [p for p in others if p.name < target.name]
     stale = [p for p in others if p.name > target.name] + older[: max(0, len(older) - (keep - 1))]
     for folder in stale:
         shutil.rmtree(folder, ignore_errors=True)
     return target
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full(run: Path, target: Path, previous: Path | None, exc: OSError) -> DiskFullError:
+    """The error of a checkpoint that a full disk (or quota) stopped; what was written of it is gone."""
+    where = f"the disk is full ({exc.strerror or exc}) under {run}: checkpoint {target.name} could not be written"
+    if previous is None:
+        return DiskFullError(
+            f"{where}, and no checkpoint was written before, so nothing can be resumed. Fix: free space on that disk "
+            "(or set train.output_dir to another one) and start the run again."
+        )
+    return DiskFullError(
+        f"{where}; the previous checkpoint {previous} is intact (checkpoints/latest names it). Fix: free space on "
+        f"that disk, then resume with train.resume={run}."
+    )
 
 
 def _candidates(root: Path) -> tuple[list[Path], list[str]]:

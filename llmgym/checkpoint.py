@@ -27,9 +27,10 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from llmgym.errors import CheckpointError, ConfigError, DiskFullError
+from llmgym.errors import CheckpointError, ConfigError, DiskFullError, LLMGymError
+from llmgym.run_lock import lock_holder
 
 __all__ = [
     "write_atomic_dir",
@@ -42,6 +43,7 @@ __all__ = [
     "check_resume_config",
     "save_checkpoint",
     "latest_checkpoint",
+    "read_latest_checkpoint",
     "is_checkpoint_name",
     "load_trainer_state",
     "load_checkpoint_config",
@@ -450,6 +452,55 @@ def latest_checkpoint(run_dir: str | Path) -> Path:
     raise CheckpointError(
         f"No complete checkpoint in '{root}': {'; '.join(problems)}. Restore the named files, or start a new "
         "run (without train.resume)."
+    )
+
+
+_T = TypeVar("_T")
+_READ_ATTEMPTS = 4
+
+
+def _latest_name(root: Path) -> str | None:
+    try:
+        return (root / LATEST).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def read_latest_checkpoint(run_dir: str | Path, read: Callable[[Path], _T]) -> tuple[Path, _T]:
+    """Read the latest complete checkpoint with ``read``, also while a run is still writing checkpoints.
+
+    A training run deletes older checkpoints as it writes newer ones, so the one chosen may vanish
+    while ``read`` loads it. When ``read`` fails and ``checkpoints/latest`` has moved on meanwhile
+    (or the folder is gone), the newest complete checkpoint is read instead, a few times at most.
+
+    Args:
+        run_dir: The run directory.
+        read: Loads what the caller needs from a checkpoint folder (it may raise any
+            :class:`~llmgym.errors.LLMGymError` or ``OSError`` when files vanish under it).
+
+    Returns:
+        ``(checkpoint folder, what read returned)``.
+
+    Raises:
+        CheckpointError: When the run has no complete checkpoint, or its checkpoints were replaced
+            at every attempt (the message names the process writing the run, from its lock).
+        Exception: What ``read`` raised for a checkpoint that is still in place.
+    """
+    root = Path(run_dir) / CHECKPOINTS
+    for _ in range(_READ_ATTEMPTS):
+        folder = latest_checkpoint(run_dir)
+        try:
+            return folder, read(folder)
+        except (LLMGymError, OSError) as exc:
+            if folder.is_dir() and _latest_name(root) == folder.name:
+                raise
+            logger.warning("Checkpoint %s was replaced while being read (%s); reading the newest one.", folder, exc)
+    holder = lock_holder(run_dir)
+    who = f"process {holder}" if holder is not None else "a run"
+    raise CheckpointError(
+        f"the run {run_dir} is being written by {who}, which replaced its checkpoints {_READ_ATTEMPTS} times while "
+        "this command read them. Fix: run the command again when that run ends (or stop it), or copy a checkpoint "
+        "out of it first."
     )
 
 

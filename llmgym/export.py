@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from llmgym.checkpoint import (
     is_checkpoint_name,
     latest_checkpoint,
     load_trainer_state,
+    read_latest_checkpoint,
     verify_manifest,
 )
 from llmgym.errors import CheckpointError, ConfigError, ExportError
@@ -219,11 +219,10 @@ def _save_heads(llm: LocalLLM, folder: Path) -> None:
     (folder / HEADS_META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
 
-def _evaluation_lines(run: Path, checkpoint: Path) -> list[str]:
+def _evaluation_lines(run: Path, env_steps: int) -> list[str]:
     """The model card's line on the greedy evaluation of the checkpoint's weights, from the run's metrics."""
     from llmgym.metrics import read_metrics
 
-    env_steps = load_trainer_state(checkpoint)[0]["algorithm"]["env_steps"]
     try:
         records = read_metrics(run / "metrics.jsonl")
     except (OSError, ValueError):  # no metrics copied with the run, or a line torn by a crash
@@ -239,7 +238,7 @@ def _evaluation_lines(run: Path, checkpoint: Path) -> list[str]:
     ]
 
 
-def _model_card(config: Config, export: Export, source: str, heads: list[str], seq2seq: bool) -> str:
+def _model_card(config: Config, export: Export, source: str, heads: list[str], seq2seq: bool, env_steps: int) -> str:
     """README.md: Hub metadata, what the folder holds, where it comes from and how to load it."""
     import llmgym
 
@@ -281,7 +280,7 @@ def _model_card(config: Config, export: Export, source: str, heads: list[str], s
         f"`{export.checkpoint.name}` of the run `{export.checkpoint.parent.parent.name}`. `{CONFIG_COPY}` is the "
         "run's resolved config.",
         "",
-        *_evaluation_lines(export.checkpoint.parent.parent, export.checkpoint),
+        *_evaluation_lines(export.checkpoint.parent.parent, env_steps),
         "## Load",
         "",
         "```python",
@@ -352,22 +351,32 @@ def export_run(
     from llmgym.config import load_config
 
     run = Path(run_dir)
-    folder = _checkpoint(run, checkpoint)
     target = Path(out) if out is not None else run / ("export-merged" if merge else "export")
     _check_target(target, run, force)
-    config = load_config(folder / CONFIG)
-    _check_export(config, merge)
+
+    def read(folder: Path) -> tuple[Config, str, int, LocalLLM]:
+        """Everything the export needs from the checkpoint, read before anything is written."""
+        config = load_config(folder / CONFIG)
+        _check_export(config, merge)
+        text = (folder / CONFIG).read_text(encoding="utf-8")
+        env_steps = int(load_trainer_state(folder)[0]["algorithm"]["env_steps"])
+        return config, text, env_steps, _load_llm(config, folder)
+
+    if checkpoint is None:  # a run still training may replace the latest one meanwhile: then its newest is read
+        folder, (config, config_text, env_steps, llm) = read_latest_checkpoint(run, read)
+    else:
+        folder = _checkpoint(run, checkpoint)
+        config, config_text, env_steps, llm = read(folder)
     kind = "full" if config.model.lora is None else "merged" if merge else "adapter"
-    llm = _load_llm(config, folder)
     try:
         base, source = _base_model(config.model, llm.model)
         export = Export(target, kind, folder, base)
-        card = _model_card(config, export, source, llm.module_function_keys, llm.is_seq2seq)
+        card = _model_card(config, export, source, llm.module_function_keys, llm.is_seq2seq, env_steps)
 
         def write(tmp: Path) -> None:
             _save_model(llm, tmp, kind, base)
             _save_heads(llm, tmp)
-            shutil.copyfile(folder / CONFIG, tmp / CONFIG_COPY)
+            (tmp / CONFIG_COPY).write_text(config_text, encoding="utf-8")
             (tmp / "README.md").write_text(card, encoding="utf-8")  # replaces the card PEFT's save_pretrained writes
 
         write_atomic_dir(target, write)

@@ -29,6 +29,7 @@ from llmgym.checkpoint import (
     latest_checkpoint,
     load_checkpoint_config,
     load_trainer_state,
+    read_latest_checkpoint,
     restore_rng_state,
     save_checkpoint,
 )
@@ -516,18 +517,27 @@ def evaluate_run(
             config file or shipped config name.
     """
     path = Path(run_dir)
-    folder = latest_checkpoint(path) if path.is_dir() else None
-    config = load_config(folder / "config.yaml" if folder is not None else run_dir, list(overrides))
-    check_env_id(config.env.id, config.env.kwargs)  # before the model loads
     _seed_everything(seed)
-    llm = build_llm(config)
+    built: list[Any] = []  # the LLM, built once (a retry loads the newer checkpoint into it)
+
+    def load(source: Optional[Path]) -> Config:
+        config = load_config(source / "config.yaml" if source is not None else run_dir, list(overrides))
+        if not built:
+            check_env_id(config.env.id, config.env.kwargs)  # before the model loads
+            built.append(build_llm(config))
+        if source is not None:
+            built[0].load(source / "llm")
+        return config
+
     try:
-        if folder is not None:
-            llm.load(folder / "llm")
+        # A run still training may replace its checkpoint while it loads: then its newest one is read.
+        folder, config = read_latest_checkpoint(path, load) if path.is_dir() else (None, load(None))
+        llm = built[0]
         agent = build_agent(config, llm, _eval_width(config, episodes), _env_instructions(config))
         result = evaluate(agent, config, episodes, seed=seed, greedy=greedy)
     finally:
-        llm.close()
+        for llm in built:
+            llm.close()
     policy = "greedy" if greedy else f"sampled at temperature {config.agent.temperature:g}"
     source = f"checkpoint {folder.name}" if folder is not None else f"zero-shot {config.model.name}"
     print(

@@ -84,3 +84,13 @@ def test_lock_holder_names_a_live_writer_only(tmp_path):
             RunLock.acquire(tmp_path)
     (tmp_path / ".llmgym.lock").write_text("999999999\n")  # a pid that cannot exist
     assert lock_holder(tmp_path) is None
+
+
+def test_default_sweep_names_started_in_the_same_second_get_distinct_folders(tmp_path, monkeypatch):
+    from llmgym.config import load_config
+    from llmgym.sweep import _sweep_dir
+
+    monkeypatch.setattr(time, "strftime", lambda fmt, *args: "20260101-000000")
+    config = load_config(None, [f"train.output_dir={tmp_path}", "env.id=llmgym/EchoWord-v0"])
+    first, second = _sweep_dir(config), _sweep_dir(config)
+    assert (first.name, second.name) == ("sweep-EchoWord-v0-20260101-000000", "sweep-EchoWord-v0-20260101-000000-2")

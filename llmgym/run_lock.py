@@ -16,6 +16,7 @@ import errno
 import fcntl
 import logging
 import os
+import weakref
 from pathlib import Path
 from types import TracebackType
 
@@ -28,6 +29,22 @@ logger = logging.getLogger(__name__)
 #: The lock file in a run folder.
 LOCK_FILE = ".llmgym.lock"
 _MAX_SUFFIX = 10_000
+
+
+#: Locks held by this process. A forked child (an env worker) drops its copies of their descriptors,
+#: so one that outlives the run (orphaned by a SIGKILL) does not keep the run folder locked.
+_HELD: weakref.WeakSet[RunLock] = weakref.WeakSet()
+
+
+def _drop_in_child() -> None:
+    for lock in list(_HELD):
+        fd, lock._fd = lock._fd, None
+        if fd is not None:
+            os.close(fd)  # the parent's descriptor, and so its lock, stays
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_in_child)
 
 
 def _read_pid(fd: int) -> int | None:
@@ -84,6 +101,8 @@ class RunLock:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
             who = f"process {holder}" if holder is not None else "another process"
+            if holder is not None and not _alive(holder):
+                who += " (no longer running: a process it started still holds the lock)"
             raise RunLockedError(
                 f"run folder {folder} is being written by {who} (it holds {path}). Fix: wait for that run to end "
                 f"or stop it (kill {holder or 'PID'}), or give this run another train.run_name."
@@ -93,13 +112,16 @@ class RunLock:
             logger.warning("Took over the lock of run folder %s left by process %d, which is no longer running.", folder, previous)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-        return cls(folder, fd)
+        lock = cls(folder, fd)
+        _HELD.add(lock)
+        return lock
 
     def release(self) -> None:
         """Free the lock (idempotent); the emptied lock file stays, so no waiting process loses its place."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
+        _HELD.discard(self)
         try:
             os.ftruncate(fd, 0)
         finally:

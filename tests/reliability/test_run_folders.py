@@ -94,3 +94,28 @@ def test_default_sweep_names_started_in_the_same_second_get_distinct_folders(tmp
     config = load_config(None, [f"train.output_dir={tmp_path}", "env.id=llmgym/EchoWord-v0"])
     first, second = _sweep_dir(config), _sweep_dir(config)
     assert (first.name, second.name) == ("sweep-EchoWord-v0-20260101-000000", "sweep-EchoWord-v0-20260101-000000-2")
+
+
+FORK_AND_HOLD = (
+    "import os, sys, time\nfrom llmgym.run_lock import RunLock\nlock = RunLock.acquire(sys.argv[1])\npid = os.fork()\n"
+    "if pid == 0:\n    time.sleep(60)\n    os._exit(0)\nprint(pid, flush=True)\ntime.sleep(120)\n"
+)
+
+
+def test_a_forked_worker_that_outlives_the_run_does_not_keep_its_folder_locked(tmp_path, caplog):
+    """Env workers are forked: one orphaned by a killed run must not hold the run's lock."""
+    import signal
+
+    from llmgym.run_lock import RunLock
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.Popen([sys.executable, "-c", FORK_AND_HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env)
+    worker = int(run.stdout.readline())
+    try:
+        run.kill()
+        run.wait()
+        with caplog.at_level(logging.WARNING, logger="llmgym.run_lock"), RunLock.acquire(tmp_path):
+            pass
+        assert f"left by process {run.pid}, which is no longer running" in caplog.text
+    finally:
+        os.kill(worker, signal.SIGKILL)

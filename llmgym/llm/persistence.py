@@ -100,8 +100,8 @@ def _read_meta(folder: Path) -> dict[str, Any]:
     meta_path = folder / "meta.json"
     if not folder.is_dir():
         raise CheckpointError(
-            f"path={str(folder)!r} does not exist (any more: a training run deletes its older checkpoints); pass a "
-            "folder written by LLM.save."
+            f"path={str(folder)!r} does not exist, so there is no meta.json to read (a training run deletes its older "
+            "checkpoints); pass a folder written by LLM.save."
         )
     if not meta_path.is_file():
         raise CheckpointError(f"path={str(folder)!r} holds no LLM checkpoint (meta.json missing); pass a folder written by LLM.save.")

@@ -219,7 +219,7 @@ def _cmd_envs(modules: list[str]) -> int:
     """
     from llmgym.envs.registration import ENV_SPECS, extras_note
 
-    rows = [(e.id, e.description + (f" [{extras_note(e)}]" if extras_note(e) else "")) for e in ENV_SPECS]
+    rows = [(e.id, e.description + (f" [{note}]" if (note := extras_note(e)) else "")) for e in ENV_SPECS]
     for module in modules:
         rows += _user_envs(module.partition(":")[0])
     width = max(len(env_id) for env_id, _ in rows)

@@ -68,16 +68,18 @@ def _cli(args, pythonpath, input_text=None):
                           cwd=pythonpath.parent, input=input_text, timeout=240)
 
 
-def test_train_eval_play_and_envs_take_a_module_qualified_id(user_module, tmp_path, tiny_model_dir):
+def test_train_eval_play_and_envs_take_a_module_qualified_id(user_module, tmp_path, tiny_model_dir, monkeypatch, capsys):
+    from llmgym.cli import main
+
     proc = _cli(["train", f"env.id={ENV_ID}", f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path / 'runs'}",
                  "train.run_name=mine", *SMOKE], user_module)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "runs" / "mine"
     assert (run_dir / "checkpoints" / "latest").is_file()
 
-    proc = _cli(["eval", str(run_dir), "--episodes", "2"], user_module)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"{ENV_ID}: success rate" in proc.stdout
+    monkeypatch.syspath_prepend(str(user_module))  # in-process, as the console script runs it (no second torch import)
+    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0, capsys.readouterr().err[-3000:]
+    assert f"{ENV_ID}: success rate" in capsys.readouterr().out
 
     proc = _cli(["play", ENV_ID], user_module, input_text="0\n")
     assert proc.returncode == 0, proc.stderr[-3000:]

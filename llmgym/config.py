@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.resources
+import logging
 import math
 import numbers
 import os
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from llmgym.errors import ConfigError, require_installed
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -44,6 +47,7 @@ __all__ = [
     "load_config",
     "shipped_configs",
     "resolve_config",
+    "CONFIG_ARGUMENT_RULE",
     "check_requirements",
     "save_config",
     "config_to_dict",
@@ -637,12 +641,32 @@ def shipped_configs() -> dict[str, Traversable]:
     return {f.name.removesuffix(".yaml"): f for f in files}
 
 
+#: How a config argument (``llmgym train CONFIG``, ``eval``, ``sweep``, ``config show``) names a file;
+#: ``docs/config.md`` states it.
+CONFIG_ARGUMENT_RULE = (
+    "A config argument with a slash (`./babyai_ppo`, `configs/my.yaml`) is always a file path. A bare name of a "
+    "shipped config (`quickstart`, no slash, no `.yaml`) is always the shipped config, even when a file of that "
+    "name is in the current folder (a warning then names it). A bare file name ending in `.yaml` "
+    "(`quickstart.yaml`) is the file in the current folder when there is one (a warning says when it shadows the "
+    "shipped config of that name), else the shipped config. Any other argument is a file path."
+)
+
+
+def _has_separator(text: str) -> bool:
+    return os.sep in text or "/" in text or (os.altsep is not None and os.altsep in text)
+
+
 def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
-    """The YAML file a config argument names: a file that exists, else a shipped config.
+    """The YAML file a config argument names, by :data:`CONFIG_ARGUMENT_RULE`.
+
+    With a slash it is a path; a bare shipped name (``quickstart``) is the shipped config even when
+    a local file has that name; a bare ``NAME.yaml`` is the local file if there is one, else the
+    shipped config. When a local file and a shipped config share the name, a warning names the
+    one not taken and how to reach it.
 
     Args:
         config: The path of a YAML file, or the name of a shipped config with or without
-            ``.yaml`` (``quickstart``, ``quickstart.yaml``). A path that exists wins over a name.
+            ``.yaml`` (``quickstart``, ``quickstart.yaml``).
 
     Returns:
         The file (open it with ``open()``).
@@ -651,17 +675,31 @@ def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
         ConfigError: If ``config`` is neither an existing file nor a shipped config's name; the
             message lists the shipped names.
     """
+    text = os.fspath(config)
     path = Path(config)
-    if path.is_file():
-        return path
     shipped = shipped_configs()
     name = path.name.removesuffix(".yaml")
-    if path.name == os.fspath(config) and name in shipped:  # a bare name, not a path
+    bare = not _has_separator(text) and name in shipped
+    if bare and not text.endswith(".yaml"):
+        if path.is_file():
+            logger.warning(
+                "Using the shipped config '%s', not the file %s in the current folder (write ./%s to read the file).",
+                name, f"./{text}", text,
+            )
+        return shipped[name]
+    if path.is_file():
+        if bare:
+            logger.warning(
+                "Reading the file ./%s, which shadows the shipped config '%s' (write %s, without .yaml, for the "
+                "shipped one).", text, name, name,
+            )
+        return path
+    if bare:
         return shipped[name]
     close = difflib.get_close_matches(name, list(shipped), n=1)
     hint = f" Did you mean '{close[0]}'?" if close else ""
     raise ConfigError(
-        f"Config file '{os.fspath(config)}' does not exist and is not the name of a shipped config.{hint} "
+        f"Config file '{text}' does not exist and is not the name of a shipped config.{hint} "
         f"Shipped configs: {', '.join(shipped)} (`llmgym config list` describes them). "
         "Fix: pass the path of a YAML file or one of these names."
     )

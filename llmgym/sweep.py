@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from llmgym.config import check_requirements, load_config
+from llmgym.config import Config, check_requirements, load_config
 from llmgym.errors import ConfigError
 from llmgym.lifetime import exit_with_parent
 from llmgym.metrics import read_metrics
+from llmgym.run_lock import default_run_stem, new_run_dir
 from llmgym.stats import bootstrap_ci, iqm
 
 __all__ = [
@@ -421,6 +422,17 @@ def _describe(run: SweepRun) -> str:
     )
 
 
+def _sweep_dir(config: Config) -> Path:
+    """``train.output_dir/train.run_name`` (absent or empty), else a new ``sweep-ENV-TIME[-N]`` folder."""
+    if not config.train.run_name:
+        stem = default_run_stem(config.env.id, time.strftime("%Y%m%d-%H%M%S"))
+        return new_run_dir(config.train.output_dir, f"sweep-{stem}")  # -2, -3... when started in the same second
+    sweep_dir = Path(config.train.output_dir) / config.train.run_name
+    if sweep_dir.exists() and any(sweep_dir.iterdir()):
+        raise ConfigError(f"sweep directory {sweep_dir} is not empty; set another train.run_name or remove it.")
+    return sweep_dir
+
+
 def run_sweep(
     config_path: Optional[str],
     overrides: Sequence[str],
@@ -472,12 +484,9 @@ def run_sweep(
         raise ConfigError("train.resume cannot be swept: each seed trains its own run from scratch.")
     if config.train.eval_episodes == 0:
         raise ConfigError("train.eval_episodes=0: a sweep compares evaluations; set train.eval_episodes > 0.")
-    name = config.train.run_name or f"sweep-{config.env.id.split('/')[-1]}-{time.strftime('%Y%m%d-%H%M%S')}"
-    sweep_dir = Path(config.train.output_dir) / name
-    if sweep_dir.exists() and any(sweep_dir.iterdir()):
-        raise ConfigError(f"sweep directory {sweep_dir} is not empty; set another train.run_name or remove it.")
+    sweep_dir = _sweep_dir(config)
     log_dir = sweep_dir / "logs"
-    log_dir.mkdir(parents=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
 
     default_threads = max(1, _available_cores() // jobs) if jobs > 1 else None
     plan: list[tuple[int, Optional[int]]] = (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import subprocess
 import sys
 import time
@@ -37,6 +38,8 @@ __all__ = [
     "format_table",
     "format_aggregates",
     "plot_sweep_curves",
+    "gpu_slots",
+    "visible_gpus",
 ]
 
 SUMMARY_NAME = "sweep.json"
@@ -327,11 +330,55 @@ def _failure_text(log: Path, returncode: int) -> str:
     return f"{last} (exit status {returncode}; log: {log})"
 
 
-def _run_job(job: _Job, log_dir: Path) -> SweepRun:
-    """Run one job as a subprocess, its output to ``log_dir/<run name>.log``, and read its results."""
+def visible_gpus() -> list[str]:
+    """The GPUs runs may use, as ``CUDA_VISIBLE_DEVICES`` entries: that variable's list when set, else ``0..n-1``.
+
+    Counted without initialising CUDA in this process (``torch.cuda.device_count`` asks NVML).
+    """
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [entry.strip() for entry in listed.split(",") if entry.strip() and not entry.strip().startswith("-")]
+    import torch
+
+    return [str(index) for index in range(torch.cuda.device_count())]
+
+
+def gpu_slots(jobs: int, gpus: Sequence[str], device: str) -> list[Optional[str]]:
+    """``CUDA_VISIBLE_DEVICES`` of each of the ``jobs`` run slots: the GPUs round-robin.
+
+    A run started in slot ``s`` sees only ``gpus[s % len(gpus)]`` (as its ``cuda:0``), so parallel
+    runs spread over the GPUs instead of all landing on the first. Nothing is set (``None``) with
+    one job, fewer than 2 GPUs, or a ``model.device`` naming a device (``cpu``, ``cuda:N``), which
+    the user chose.
+
+    Args:
+        jobs: Runs at a time.
+        gpus: The visible GPUs (:func:`visible_gpus`).
+        device: The config's ``model.device``.
+    """
+    if jobs < 2 or len(gpus) < 2 or device not in ("auto", "cuda"):
+        return [None] * jobs
+    return [gpus[slot % len(gpus)] for slot in range(jobs)]
+
+
+def _run_job(job: _Job, log_dir: Path, slots: queue.Queue[Optional[str]]) -> SweepRun:
+    """Run one job as a subprocess, its output to ``log_dir/<run name>.log``, and read its results.
+
+    The job takes a free slot from ``slots`` (its ``CUDA_VISIBLE_DEVICES``, or ``None``) while it runs.
+    """
     env = dict(os.environ)
     if job.threads is not None:
         env["OMP_NUM_THREADS"] = str(job.threads)
+    gpu = slots.get()
+    try:
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        return _run_in(job, log_dir, env)
+    finally:
+        slots.put(gpu)
+
+
+def _run_in(job: _Job, log_dir: Path, env: dict[str, str]) -> SweepRun:
     log = log_dir / f"{job.run_dir.name}.log"
     with log.open("w", encoding="utf-8") as fh:
         returncode = subprocess.call(job.command, stdout=fh, stderr=subprocess.STDOUT, env=env)
@@ -364,7 +411,8 @@ def run_sweep(
     Each run is an ``llmgym train`` subprocess; ``jobs`` of them run at a time. With ``threads``,
     every seed runs once per thread count with ``OMP_NUM_THREADS`` set to it; without, parallel
     runs get ``OMP_NUM_THREADS = cores // jobs`` and a single job keeps the environment's setting.
-    A line is printed as each run ends.
+    Parallel runs on a machine with several GPUs each see one of them, round-robin over the run
+    slots (:func:`gpu_slots`). A line is printed as each run ends.
 
     Args:
         config_path: YAML config file or the name of a shipped config, or ``None`` for the defaults.
@@ -415,8 +463,11 @@ def run_sweep(
 
     print(f"sweep directory: {sweep_dir} ({len(job_list)} runs, {jobs} at a time)", flush=True)
     results: dict[int, SweepRun] = {}
+    slots: queue.Queue[Optional[str]] = queue.Queue()
+    for slot in gpu_slots(jobs, visible_gpus() if jobs > 1 else [], config.model.device):
+        slots.put(slot)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_run_job, job, log_dir): i for i, job in enumerate(job_list)}
+        futures = {pool.submit(_run_job, job, log_dir, slots): i for i, job in enumerate(job_list)}
         for future in as_completed(futures):
             run = future.result()
             results[futures[future]] = run

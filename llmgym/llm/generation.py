@@ -25,12 +25,20 @@ from llmgym.errors import InputError
 from llmgym.llm.adapters import base_model
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows
 from llmgym.llm.masking import MaskLogitsProcessor
-from llmgym.llm.scoring import split_causal_lm
+from llmgym.llm.scoring import input_device, split_causal_lm
 from llmgym.llm.tokenization import TextEncoder
 from llmgym.llm.tree_attention import packed_row_attention, supports_tree_attention
 from llmgym.llm.validation import check_generation_kwargs
 
-__all__ = ["Generation", "cache_kwarg", "generated_length", "generate", "packed_prompt_cache", "PreallocatedLayer"]
+__all__ = [
+    "Generation",
+    "cache_kwarg",
+    "gather_cache_rows",
+    "generated_length",
+    "generate",
+    "packed_prompt_cache",
+    "PreallocatedLayer",
+]
 
 #: Target length of a prefill row under a dense prefix-sharing mask, whose attention costs the
 #: square of it: short prompts share a row up to it (see ``plan_rows``).
@@ -190,8 +198,7 @@ def packed_prompt_cache(
     tree = supports_tree_attention(model)
     groups = plan_rows(items, [len(h) for h in heads], TREE_PREFILL_ROW_TOKENS if tree else PREFILL_ROW_TOKENS)
     rows = [pack_items([items[i] for i in group]) for group in groups]
-    device = next(model.parameters()).device
-    batch = collate_rows(rows, pad_token_id, device)
+    batch = collate_rows(rows, pad_token_id, input_device(model))
     backbone, head = split_causal_lm(model)
     with packed_row_attention(model, batch, next(head.parameters()).dtype, tree) as mask:
         out = backbone(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=True)
@@ -206,10 +213,28 @@ def packed_prompt_cache(
             start = width - len(heads[index])
             for j in range(len(heads[index])):
                 source[index][start + j] = r * length + batch.pad[r] + rows[r].locate(slot, 0, j)
-    gather = torch.tensor(source, dtype=torch.long, device=device)
-    for index, layer in enumerate(layers):
-        layers[index] = PreallocatedLayer(_gather_positions(layer.keys, gather), _gather_positions(layer.values, gather), spare)
+    gather_cache_rows(layers, torch.tensor(source, dtype=torch.long), spare)
     return cache
+
+
+def gather_cache_rows(layers: list[Any], gather: torch.Tensor, spare: int) -> None:
+    """Replace each packed-row cache layer by a :class:`PreallocatedLayer` of the positions ``gather [B, W]``.
+
+    The index is copied once to each device the layers live on (a sharded model's layers span
+    several GPUs), never from the host per layer.
+
+    Args:
+        layers: The cache's ``DynamicLayer`` objects (``[R, heads, L, d]`` states), replaced in place.
+        gather: ``[B, W]`` flat row position of every cache slot (on any device).
+        spare: Positions reserved per row for decoding.
+    """
+    on_device: dict[torch.device, torch.Tensor] = {}
+    for index, layer in enumerate(layers):
+        device = layer.keys.device
+        if device not in on_device:
+            on_device[device] = gather.to(device, non_blocking=True)
+        where = on_device[device]
+        layers[index] = PreallocatedLayer(_gather_positions(layer.keys, where), _gather_positions(layer.values, where), spare)
 
 
 def _gather_positions(states: torch.Tensor, gather: torch.Tensor) -> torch.Tensor:
@@ -314,7 +339,7 @@ def generate(
     check_generation_kwargs(generation_kwargs)
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
     new_tokens = _new_tokens(model, generation_kwargs)
-    device = next(model.parameters()).device
+    device = input_device(model)
     prompts = encoder.encode_contexts(encoder.fit_contexts(contexts))
     _check_prompts(prompts, new_tokens, encoder.window, seq2seq)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -358,6 +383,7 @@ def generate(
     per_context = tokens.shape[0] // len(prompts)
     results: list[list[Generation]] = []
     token_lists = tokens.cpu().tolist()
+    processed, raw = processed.cpu(), raw.cpu()  # one copy each, not one per row
     for b, prompt in enumerate(prompts):
         group: list[Generation] = []
         for s in range(per_context):
@@ -368,8 +394,8 @@ def generate(
                 Generation(
                     text=tokenizer.decode(ids[:keep], skip_special_tokens=True),
                     token_ids=ids[:keep],
-                    logprobs=processed[row, :keep].cpu(),
-                    raw_logprobs=raw[row, :keep].cpu(),
+                    logprobs=processed[row, :keep].clone(),
+                    raw_logprobs=raw[row, :keep].clone(),
                     prompt_ids=list(prompt),
                 )
             )

@@ -22,7 +22,16 @@ from llmgym.llm.masking import IncrementalMask, MaskPolicy, check_mask_top_p
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, load_mask_policy, save_llm_state
 from llmgym.llm.sampling import Sampling
-from llmgym.llm.scoring import Minibatch, forward_items, reduce_token_scores, row_length, score_items
+from llmgym.llm.scoring import (
+    Minibatch,
+    forward_items,
+    input_device,
+    module_device,
+    reduce_token_scores,
+    row_length,
+    score_items,
+    split_causal_lm,
+)
 from llmgym.llm.tokenization import TextEncoder, model_window
 from llmgym.llm.trunk_cache import TrunkCache
 from llmgym.llm.updater import Updater
@@ -79,7 +88,9 @@ class LocalLLM:
         self.model = model
         self.tokenizer = tokenizer
         self.is_seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
-        self.device = next(model.parameters()).device
+        self.device = input_device(model)
+        #: Where the last hidden states land (the last GPU of a sharded model): the heads live there.
+        self.head_device = _output_device(model, self.device)
         self.window = model_window(model.config)
         limit = config.max_context_tokens or self.window
         self.encoder = TextEncoder(tokenizer, self.is_seq2seq, limit, config.context_overflow, self.window)
@@ -94,7 +105,7 @@ class LocalLLM:
                     f"{SCORE_KEY!r} (built in) and values must be llmgym.ModuleFunction instances."
                 )
             module.bind(model.config, hidden_size, config.seed, key)
-            self.module_functions[key] = module.to(self.device)
+            self.module_functions[key] = module.to(self.head_device)
         self.updater = updater() if isinstance(updater, type) else updater
         self.trunk_cache = TrunkCache(config.trunk_cache_mb * 2**20)
         #: NLPO's mask policy: a snapshot of the trainable weights (empty until refresh_mask_policy).
@@ -156,15 +167,20 @@ class LocalLLM:
                 counts = [len(item.candidate_ids) for item in chosen]
                 states = [sum(len(ids) - s for ids, s in zip(i.candidate_ids, i.candidate_starts)) for i in chosen] if token_mode else [1] * len(chosen)
                 minibatch = Minibatch(plan, [item.context_ids for item in chosen], counts, states, input_ids, position_ids)
+                # Without gradients each output crosses to the host once per pass, not once per item.
+                out = (lambda t: t) if require_grad else (lambda t: t.detach().cpu())
                 per_key: dict[str, list[Any]] = {}
                 if extra_key is not None:
-                    per_key[extra_key] = list(outputs.token_logprobs.split(states))
+                    per_key[extra_key] = list(out(outputs.token_logprobs).split(states))
                 if SCORE_KEY in keys:
                     scores = reduce_token_scores(outputs.token_logprobs, outputs.token_counts, normalize)
-                    per_key[SCORE_KEY] = list(scores.split(counts))
+                    per_key[SCORE_KEY] = list(out(scores).split(counts))
                 for key in keys:
                     if key != SCORE_KEY:
-                        value = self.module_functions[key](outputs, minibatch, minibatch.tokenized_contexts, **kwargs)
+                        module = self.module_functions[key]
+                        seen = outputs.to(module_device(module) or outputs.context_hidden.device)
+                        value = module(seen, minibatch, minibatch.tokenized_contexts, **kwargs)
+                        value = out(value) if isinstance(value, torch.Tensor) else value
                         per_key[key] = self._split_module_output(key, value, states, token_mode)
                 for position, index in enumerate(plan):
                     for key, values in per_key.items():
@@ -474,7 +490,7 @@ class LocalLLM:
         """Load what :meth:`save` wrote (same model, adapter setup and module names)."""
         self._check_open()
         state = load_llm_state(path, self.model, dict(self.module_functions.items()))
-        self.mask_policy.load_state_dict(load_mask_policy(path), self.device)
+        self.mask_policy.load_state_dict(load_mask_policy(path), self.model)
         self.trunk_cache.clear()
         if state is not None and self.updater is not None:
             self.updater.load_state_dict(state)
@@ -489,6 +505,15 @@ class LocalLLM:
         self.module_functions = torch.nn.ModuleDict()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _output_device(model: Any, default: torch.device) -> torch.device:
+    """Device of the LM head (causal) or of the decoder's last block (seq2seq): where hidden states end."""
+    if bool(getattr(model.config, "is_encoder_decoder", False)):
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    else:
+        _, head = split_causal_lm(model)
+    return (module_device(head) if isinstance(head, torch.nn.Module) else None) or default
 
 
 def _concat_masks(masks: Sequence[torch.Tensor]) -> torch.Tensor | None:

@@ -20,6 +20,7 @@ import torch
 from transformers import LogitsProcessor
 
 from llmgym.errors import InputError
+from llmgym.llm.scoring import input_device
 
 __all__ = ["IncrementalMask", "MaskLogitsProcessor", "MaskPolicy", "check_mask_top_p", "top_p_mask"]
 
@@ -94,9 +95,14 @@ class MaskPolicy:
         """The snapshot (saved in checkpoints), or ``None`` before the first refresh."""
         return self.params
 
-    def load_state_dict(self, params: dict[str, torch.Tensor] | None, device: torch.device) -> None:
-        """Restore a snapshot written by :meth:`state_dict` onto ``device``."""
-        self.params = None if params is None else {name: t.to(device) for name, t in params.items()}
+    def load_state_dict(self, params: dict[str, torch.Tensor] | None, model: Any) -> None:
+        """Restore a snapshot written by :meth:`state_dict`, each tensor on its parameter's device in ``model``."""
+        if params is None:
+            self.params = None
+            return
+        devices = {name: p.device for name, p in model.named_parameters()}
+        fallback = next(iter(devices.values()))
+        self.params = {name: t.to(devices.get(name, fallback)) for name, t in params.items()}
 
     def _snapshot(self) -> dict[str, torch.Tensor]:
         if self.params is None:
@@ -128,7 +134,7 @@ class MaskPolicy:
         keep = max(counts, default=0)
         if keep == 0:
             return [torch.zeros(0, 0) for _ in sequences]
-        device = next(model.parameters()).device
+        device = input_device(model)
         inputs = {**_left_padded(sequences, pad_token_id, device), "use_cache": False,
                   "logits_to_keep": keep}
         with torch.no_grad():
@@ -212,7 +218,7 @@ class IncrementalMask:
         from llmgym.llm.generation import cache_kwarg  # generation imports this module
 
         params = self.policy._snapshot()
-        device = next(self.model.parameters()).device
+        device = input_device(self.model)
         if self._extends(rows) and self._attention is not None:
             attention = torch.cat([self._attention, self._attention.new_ones(len(rows), 1)], dim=1)
             inputs: dict[str, Any] = {

@@ -43,6 +43,7 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "load_model",
+    "quantized_device_map",
     "default_model_gguf",
 ]
 
@@ -230,12 +231,14 @@ def _detect_model_type(config: ModelConfig, hf_config: Any) -> str:
     return "seq2seq" if getattr(hf_config, "is_encoder_decoder", False) else "causal"
 
 
-def load_model(config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_model(config: ModelConfig, *, shard: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load the model and tokenizer named by a :class:`~llmgym.config.ModelConfig`.
 
     Args:
         config: Model section: ``name``, ``model_type``, ``dtype``, ``device``, ``pretrained``,
             ``trust_remote_code``, ``revision``, ``gguf_file``, ``load_in_4bit``.
+        shard: 4-bit only: spread the quantised model over every visible GPU as it loads (a
+            model-parallel server), instead of putting it on ``config.device``.
 
     Returns:
         ``(model, tokenizer)``: the model in eval mode on the configured device, the tokenizer
@@ -264,7 +267,7 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenize
     auto_cls = AutoModelForSeq2SeqLM if model_type == "seq2seq" else AutoModelForCausalLM
     tokenizer = AutoTokenizer.from_pretrained(source.location, **common)
     if config.load_in_4bit:
-        model = _load_4bit(auto_cls, source.location, dtype, common)
+        model = _load_4bit(auto_cls, source.location, dtype, common, quantized_device_map(device, shard))
     elif config.pretrained:
         model = auto_cls.from_pretrained(source.location, dtype=dtype, **common).to(device)  # type: ignore[arg-type]
     else:
@@ -277,11 +280,28 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenize
     return model.eval(), tokenizer
 
 
-def _load_4bit(auto_cls: Any, location: str, dtype: torch.dtype, common: dict[str, Any]) -> Any:
+def quantized_device_map(device: torch.device, shard: bool) -> dict[str, int] | str:
+    """The ``device_map`` a 4-bit model loads with: ``"auto"`` when sharded, else ``{"": N}`` for ``cuda:N``.
+
+    A quantised model cannot be moved after loading, so it must load where it will run: on the
+    configured GPU (not always GPU 0), or, for a model-parallel server, straight over its GPUs
+    (never first onto GPU 0 and then dispatched again).
+
+    Raises:
+        ConfigError: ``device`` is not a CUDA device.
+    """
+    if shard:
+        return "auto"
+    if device.type != "cuda":
+        raise ConfigError(f"model.load_in_4bit=true needs a CUDA device, not model.device={str(device)!r}; use cuda or cuda:N.")
+    return {"": device.index if device.index is not None else 0}
+
+
+def _load_4bit(auto_cls: Any, location: str, dtype: torch.dtype, common: dict[str, Any], device_map: Any) -> Any:
     from llmgym.errors import require
 
     require("bitsandbytes", "quantization", "model.load_in_4bit")
     from transformers import BitsAndBytesConfig
 
     quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type="nf4")
-    return auto_cls.from_pretrained(location, quantization_config=quant, device_map={"": 0}, **common)
+    return auto_cls.from_pretrained(location, quantization_config=quant, device_map=device_map, dtype=dtype, **common)

@@ -224,6 +224,11 @@ class ModelConfig(_Section):
     revision: Optional[str] = _f(None, "Hub revision (branch, tag or commit) to load.")
     dtype: str = _f("float32", "Weights dtype: float32, bfloat16 or float16.")
     device: str = _f("auto", "Device: auto (cuda if available, else cpu), cpu, cuda, cuda:N.")
+    attn_implementation: str = _f(
+        "sdpa",
+        "Attention kernel: sdpa (PyTorch's fused kernels), eager, or flash_attention_2 (needs flash-attn; packed "
+        "rows then always attend through llmgym's tree attention, which a FlashAttention kernel cannot replace).",
+    )
     pretrained: bool = _f(True, "false builds the same architecture with freshly initialised weights.")
     trust_remote_code: bool = _f(False, "Allow model code from the hub (only for models you trust).")
     load_in_4bit: bool = _f(False, "QLoRA: load the base weights in 4 bit (bitsandbytes, CUDA only).")
@@ -261,7 +266,8 @@ class ModelConfig(_Section):
             raise ConfigError("model.name is empty; give a local folder, a hub id or a .gguf file.")
         if self.model_type is not None:
             _check_choice("model", "model_type", self.model_type, ("causal", "seq2seq"))
-        _check_choice("model", "dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        _check_choice("model", "dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
+        _check_choice("model", "attn_implementation", self.attn_implementation, ("sdpa", "eager", "flash_attention_2"))
         _check_choice("model", "context_overflow", self.context_overflow, ("truncate_left", "error"))
         _check_positive("model", "forward_batch_size", self.forward_batch_size)
         _check_positive("model", "max_context_tokens", self.max_context_tokens)

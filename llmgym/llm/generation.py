@@ -27,7 +27,7 @@ from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows
 from llmgym.llm.masking import MaskLogitsProcessor
 from llmgym.llm.scoring import input_device, split_causal_lm
 from llmgym.llm.tokenization import TextEncoder
-from llmgym.llm.tree_attention import packed_row_attention, supports_tree_attention
+from llmgym.llm.tree_attention import packed_row_attention, reads_dense_mask, supports_tree_attention
 from llmgym.llm.validation import check_generation_kwargs
 
 __all__ = [
@@ -187,8 +187,9 @@ def packed_prompt_cache(
 
     Returns:
         A ``DynamicCache`` with ``len(prompts)`` rows of ``max(len(p)) - 1`` positions, or ``None``
-        when there is nothing to prefill or the model's cache is not a plain dynamic cache (sliding
-        windows, linear attention...), where ``generate`` prefills as usual.
+        when there is nothing to prefill, the model's cache is not a plain dynamic cache (sliding
+        windows, linear attention...), or its attention (FlashAttention) reads no custom mask and
+        tree attention cannot replace it: there ``generate`` prefills as usual.
     """
     heads = [list(p[:-1]) for p in prompts]
     width = max(len(h) for h in heads)
@@ -196,6 +197,8 @@ def packed_prompt_cache(
         return None
     items = [ItemSpec(h, [], []) for h in heads]
     tree = supports_tree_attention(model)
+    if not tree and not reads_dense_mask(model):
+        return None  # FlashAttention without tree attention: generate's own padded prefill
     groups = plan_rows(items, [len(h) for h in heads], TREE_PREFILL_ROW_TOKENS if tree else PREFILL_ROW_TOKENS)
     rows = [pack_items([items[i] for i in group]) for group in groups]
     batch = collate_rows(rows, pad_token_id, input_device(model))

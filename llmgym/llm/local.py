@@ -33,6 +33,7 @@ from llmgym.llm.scoring import (
     split_causal_lm,
 )
 from llmgym.llm.tokenization import TextEncoder, model_window
+from llmgym.llm.tree_attention import check_packed_attention
 from llmgym.llm.trunk_cache import TrunkCache
 from llmgym.llm.updater import Updater
 from llmgym.llm.validation import (
@@ -88,6 +89,7 @@ class LocalLLM:
         self.model = model
         self.tokenizer = tokenizer
         self.is_seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+        check_packed_attention(model)
         self.device = input_device(model)
         #: Where the last hidden states land (the last GPU of a sharded model): the heads live there.
         self.head_device = _output_device(model, self.device)

@@ -255,6 +255,7 @@ def load_model(config: ModelConfig, *, shard: bool = False) -> tuple[PreTrainedM
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype)
     common: dict[str, Any] = {"trust_remote_code": config.trust_remote_code}
+    attention = {"attn_implementation": config.attn_implementation}
     if source.kind == "hub" and config.revision is not None:
         common["revision"] = config.revision
     if source.kind == "gguf":
@@ -267,11 +268,13 @@ def load_model(config: ModelConfig, *, shard: bool = False) -> tuple[PreTrainedM
     auto_cls = AutoModelForSeq2SeqLM if model_type == "seq2seq" else AutoModelForCausalLM
     tokenizer = AutoTokenizer.from_pretrained(source.location, **common)
     if config.load_in_4bit:
-        model = _load_4bit(auto_cls, source.location, dtype, common, quantized_device_map(device, shard))
+        model = _load_4bit(auto_cls, source.location, dtype, {**common, **attention}, quantized_device_map(device, shard))
     elif config.pretrained:
-        model = auto_cls.from_pretrained(source.location, dtype=dtype, **common).to(device)  # type: ignore[arg-type]
+        model = auto_cls.from_pretrained(source.location, dtype=dtype, **common, **attention).to(device)  # type: ignore[arg-type]
     else:
-        model = auto_cls.from_config(hf_config, dtype=dtype, trust_remote_code=config.trust_remote_code).to(device)
+        model = auto_cls.from_config(
+            hf_config, dtype=dtype, trust_remote_code=config.trust_remote_code, **attention
+        ).to(device)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -31,7 +31,7 @@ from llmgym.llm.layout import (
 )
 from llmgym.llm.sampling import Sampling, sampled_logprobs
 from llmgym.llm.tokenization import TextEncoder, model_window
-from llmgym.llm.tree_attention import packed_row_attention, supports_tree_attention
+from llmgym.llm.tree_attention import packed_row_attention, use_tree_attention
 from llmgym.llm.trunk_cache import TrunkCache
 from llmgym.llm.validation import check_candidates, check_contexts, check_minibatch_size, check_normalize
 
@@ -196,7 +196,7 @@ def _forward_causal(
     backbone, head = split_causal_lm(model)
     groups, rows = layout_rows(items, row_tokens)
     batch = collate_rows(rows, pad_token_id, input_device(model))
-    tree = batch.input_ids.shape[1] > DENSE_MASK_MAX_TOKENS and supports_tree_attention(model)
+    tree = use_tree_attention(model, batch.input_ids.shape[1], DENSE_MASK_MAX_TOKENS)
     trunk = (
         trunk_cache.around(backbone, items, groups, rows, batch.pad)
         if trunk_cache is not None

@@ -222,7 +222,11 @@ class ModelConfig(_Section):
     model_type: Optional[str] = _f(None, "causal or seq2seq; null detects it from the model config.")
     gguf_file: Optional[str] = _f(None, "GGUF file name inside the folder given by name.")
     revision: Optional[str] = _f(None, "Hub revision (branch, tag or commit) to load.")
-    dtype: str = _f("float32", "Weights dtype: float32, bfloat16 or float16.")
+    dtype: str = _f(
+        "auto",
+        "Weights dtype: auto (bfloat16 on a CUDA GPU that supports it, else float32), float32, bfloat16 or float16. "
+        "Trained weights stay float32 (fp32 master weights); float16 scales the loss and skips inf/NaN steps.",
+    )
     device: str = _f("auto", "Device: auto (cuda if available, else cpu), cpu, cuda, cuda:N.")
     attn_implementation: str = _f(
         "sdpa",
@@ -233,6 +237,11 @@ class ModelConfig(_Section):
     trust_remote_code: bool = _f(False, "Allow model code from the hub (only for models you trust).")
     load_in_4bit: bool = _f(False, "QLoRA: load the base weights in 4 bit (bitsandbytes, CUDA only).")
     lora: Optional[LoRAConfig] = _f(None, "LoRA adapters; null trains (or freezes) the full model.")
+    gradient_checkpointing: bool = _f(
+        False,
+        "Recompute each block's activations in backward instead of storing them: much less memory for the update's "
+        "forward passes, about a third more compute.",
+    )
     forward_batch_size: int = _f(
         64,
         "Max sequences per forward pass in score/forward/update (named model.minibatch_size before; that key "

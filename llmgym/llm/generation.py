@@ -25,6 +25,7 @@ from llmgym.errors import InputError
 from llmgym.llm.adapters import base_model
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows
 from llmgym.llm.masking import MaskLogitsProcessor
+from llmgym.llm.precision import activation_dtype
 from llmgym.llm.scoring import input_device, split_causal_lm
 from llmgym.llm.tokenization import TextEncoder
 from llmgym.llm.tree_attention import packed_row_attention, reads_dense_mask, supports_tree_attention
@@ -203,7 +204,7 @@ def packed_prompt_cache(
     rows = [pack_items([items[i] for i in group]) for group in groups]
     batch = collate_rows(rows, pad_token_id, input_device(model))
     backbone, head = split_causal_lm(model)
-    with packed_row_attention(model, batch, next(head.parameters()).dtype, tree) as mask:
+    with packed_row_attention(model, batch, activation_dtype(batch.input_ids.device, next(head.parameters()).dtype), tree) as mask:
         out = backbone(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=True)
     cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     layers = getattr(cache, "layers", None)

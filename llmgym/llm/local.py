@@ -19,8 +19,10 @@ from llmgym.llm.distributed.gradients import WeightedMean
 from llmgym.llm.generation import Generation, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
 from llmgym.llm.masking import IncrementalMask, MaskPolicy, check_mask_top_p
+from llmgym.llm.memory import enable_gradient_checkpointing
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, load_mask_policy, save_llm_state
+from llmgym.llm.precision import compute_autocast, keep_trainable_fp32
 from llmgym.llm.sampling import Sampling
 from llmgym.llm.scoring import (
     Minibatch,
@@ -83,8 +85,16 @@ class LocalLLM:
             from llmgym.llm.models import load_model
 
             model, tokenizer = load_model(config)
+        #: The dtype the frozen weights compute in; forward passes autocast to it when it is a half dtype.
+        self.compute_dtype = _weights_dtype(model)
         if config.lora is not None and not is_peft_model(model):
             model = apply_lora(model, config.lora, quantized=config.load_in_4bit)
+        # fp32 master weights for what trains (precision.py). LoRA adapters and heads are fp32 already and
+        # cast their inputs themselves; weights cast here (full fine-tuning in half precision) sit in layers
+        # that also get half inputs, so those forward passes run under autocast.
+        self._autocast = keep_trainable_fp32(model) > 0
+        if config.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
         self.config = config
         self.model = model
         self.tokenizer = tokenizer
@@ -117,6 +127,10 @@ class LocalLLM:
             self.updater.bind(self)
 
     # ------------------------------------------------------------------ helpers
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        """Autocast to :attr:`compute_dtype` where fp32 trainable weights meet half ones (full fine-tuning in half precision)."""
+        return compute_autocast(self.device, self.compute_dtype if self._autocast else torch.float32)
+
     def _check_open(self) -> None:
         if self._closed:
             raise BackendError("This LLM was closed; build a new llmgym.LLM to keep using the model.")
@@ -158,7 +172,7 @@ class LocalLLM:
             for plan in plan_minibatches([sizes[i] for i in part], [lengths[i] for i in part], minibatch_size)
         ]
         grad_mode = torch.enable_grad() if require_grad else torch.no_grad()
-        with grad_mode:
+        with grad_mode, self.autocast():
             for plan in plans:
                 chosen = [items[i] for i in plan]
                 outputs, input_ids, position_ids = forward_items(
@@ -263,10 +277,11 @@ class LocalLLM:
         groups = check_candidates(candidates, len(contexts))
         normalize = check_normalize(normalize)
         items = self.encoder.encode_items(self.encoder.fit_contexts(contexts), groups, add_eos)
-        return score_items(
-            self.model, items, self.pad_token_id, is_seq2seq=self.is_seq2seq, normalize=normalize,
-            minibatch_size=self._minibatch_size(minibatch_size), row_tokens=self.config.row_tokens,
-        )
+        with self.autocast():
+            return score_items(
+                self.model, items, self.pad_token_id, is_seq2seq=self.is_seq2seq, normalize=normalize,
+                minibatch_size=self._minibatch_size(minibatch_size), row_tokens=self.config.row_tokens,
+            )
 
     def forward(
         self,
@@ -361,14 +376,15 @@ class LocalLLM:
         if sampling is not None and sampling.is_masked:
             self._check_maskable()
             size = self._minibatch_size(minibatch_size)
-            keep = [
-                mask
-                for start in range(0, len(prompts), size)
-                for mask in self.mask_policy.keep_masks(
-                    self.model, prompts[start : start + size], completions[start : start + size], sampling.mask_top_p,
-                    self.pad_token_id, self._special_ids(),
-                )
-            ]
+            with self.autocast():
+                keep = [
+                    mask
+                    for start in range(0, len(prompts), size)
+                    for mask in self.mask_policy.keep_masks(
+                        self.model, prompts[start : start + size], completions[start : start + size], sampling.mask_top_p,
+                        self.pad_token_id, self._special_ids(),
+                    )
+                ]
         return self._run(
             items, keys, token_mode=True, require_grad=require_grad, normalize="sum",
             minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs, extra_key="logprobs", sampling=sampling,
@@ -392,7 +408,8 @@ class LocalLLM:
         if mask_top_p < 1.0:
             self._check_maskable()
             generation_kwargs["logits_mask"] = self._mask_keep(mask_top_p)
-        return generate(self.model, self.tokenizer, self.encoder, contexts, **generation_kwargs)
+        with self.autocast():
+            return generate(self.model, self.tokenizer, self.encoder, contexts, **generation_kwargs)
 
     def refresh_mask_policy(self) -> None:
         """Snapshot the current trainable weights as NLPO's mask policy (:class:`~llmgym.llm.masking.MaskPolicy`)."""
@@ -507,6 +524,12 @@ class LocalLLM:
         self.module_functions = torch.nn.ModuleDict()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _weights_dtype(model: Any) -> torch.dtype:
+    """Dtype of the model's input embeddings (the dtype it was loaded in)."""
+    weight = getattr(model.get_input_embeddings(), "weight", None)
+    return weight.dtype if isinstance(weight, torch.Tensor) and weight.is_floating_point() else torch.float32
 
 
 def _output_device(model: Any, default: torch.device) -> torch.device:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from llmgym.config import ModelConfig
 from llmgym.errors import ConfigError, ModelNotFoundError
 from llmgym.llm.adapters import check_quantization
+from llmgym.llm.precision import enable_tf32
 
 if TYPE_CHECKING:
     import torch
@@ -175,13 +176,21 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
-def resolve_dtype(name: str) -> torch.dtype:
-    """Map ``"float32" | "bfloat16" | "float16"`` to the torch dtype."""
+def resolve_dtype(name: str, device: torch.device | None = None) -> torch.dtype:
+    """Map ``"auto" | "float32" | "bfloat16" | "float16"`` to the torch dtype.
+
+    ``"auto"`` is bfloat16 on a CUDA ``device`` that supports it, else float32
+    (:func:`~llmgym.llm.precision.auto_dtype`).
+    """
     import torch
 
+    from llmgym.llm.precision import auto_dtype
+
     table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name == "auto":
+        return auto_dtype(device if device is not None else torch.device("cpu"))
     if name not in table:
-        raise ConfigError(f"model.dtype={name!r} is not supported; use one of {sorted(table)}.")
+        raise ConfigError(f"model.dtype={name!r} is not supported; use auto or one of {sorted(table)}.")
     return table[name]
 
 
@@ -253,7 +262,8 @@ def load_model(config: ModelConfig, *, shard: bool = False) -> tuple[PreTrainedM
     check_quantization(config.load_in_4bit)
     source = resolve_model(config)
     device = resolve_device(config.device)
-    dtype = resolve_dtype(config.dtype)
+    dtype = resolve_dtype(config.dtype, device)
+    enable_tf32(device)
     common: dict[str, Any] = {"trust_remote_code": config.trust_remote_code}
     attention = {"attn_implementation": config.attn_implementation}
     if source.kind == "hub" and config.revision is not None:

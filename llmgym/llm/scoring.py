@@ -29,6 +29,7 @@ from llmgym.llm.layout import (
     plan_minibatches,
     plan_rows,
 )
+from llmgym.llm.precision import activation_dtype
 from llmgym.llm.sampling import Sampling, sampled_logprobs
 from llmgym.llm.tokenization import TextEncoder, model_window
 from llmgym.llm.tree_attention import packed_row_attention, use_tree_attention
@@ -202,7 +203,7 @@ def _forward_causal(
         if trunk_cache is not None
         else contextlib.nullcontext()
     )
-    with trunk, packed_row_attention(model, batch, next(head.parameters()).dtype, tree) as mask:
+    with trunk, packed_row_attention(model, batch, activation_dtype(batch.input_ids.device, next(head.parameters()).dtype), tree) as mask:
         hidden = backbone(
             input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=False
         ).last_hidden_state

@@ -234,11 +234,11 @@ def _forward_causal(
             states.append(base + row.locate(slot, 0, len(item.context_ids) - 1))
     # Deduplicated on the host (the positions are Python ints): torch.unique would sync with the GPU.
     distinct = sorted(set(predict))
-    slot = {position: i for i, position in enumerate(distinct)}
+    rank = {position: i for i, position in enumerate(distinct)}
     unique = torch.tensor(distinct, dtype=torch.long).to(device, non_blocking=True)
     head_device = module_device(head) or device
     logits = head(flat[unique].to(head_device, non_blocking=True))
-    inverse = torch.tensor([slot[p] for p in predict], dtype=torch.long).to(logits.device, non_blocking=True)
+    inverse = torch.tensor([rank[p] for p in predict], dtype=torch.long).to(logits.device, non_blocking=True)
     target = torch.tensor(targets, dtype=torch.long).to(logits.device, non_blocking=True)
     if sampling is None and keep is None:
         logprobs = torch.log_softmax(logits.float(), dim=-1)[inverse, target]

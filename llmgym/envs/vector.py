@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import multiprocessing as mp
 import os
+import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
@@ -39,7 +40,7 @@ from llmgym.envs.core import TextEnv, observation_text
 from llmgym.envs.registration import check_env_id, register_envs
 from llmgym.errors import BackendError, ConfigError, InputError, InvalidActionError
 
-__all__ = ["TextVectorEnv", "make_vec", "PromptBuilder"]
+__all__ = ["TextVectorEnv", "make_vec", "PromptBuilder", "worker_start_method"]
 
 #: ``builder(observation, info) -> prompt``.
 PromptBuilder = Callable[[Any, dict[str, Any]], str]
@@ -157,11 +158,26 @@ class _SyncBackend:
             slot.env.close()
 
 
+def worker_start_method(context: str | None) -> str | None:
+    """The start method of async env workers: ``context`` when given, else ``"spawn"`` after CUDA is initialised.
+
+    A process forked from one that has initialised CUDA cannot use CUDA and may deadlock on its
+    locks; the trainer loads the LLM (on the GPU) before it starts the env workers. Otherwise
+    ``None``: the platform's default. Torch is not imported here for the check (envs do not need it).
+    """
+    if context is not None:
+        return context
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "spawn"
+    return None
+
+
 class _AsyncBackend:
     def __init__(
         self, env_fns: Sequence[Callable[[], gym.Env]], num_workers: int, context: str | None
     ) -> None:
-        ctx: Any = mp.get_context(context)
+        ctx: Any = mp.get_context(worker_start_method(context))
         bounds = np.linspace(0, len(env_fns), num_workers + 1).round().astype(int).tolist()
         self.chunks = [(start, stop) for start, stop in zip(bounds[:-1], bounds[1:]) if stop > start]
         self.conns: list[Connection] = []
@@ -447,7 +463,8 @@ def make_vec(
         max_episode_steps: Time limit of each env's episodes.
         prompt_builder: ``builder(observation, info) -> str`` for :attr:`TextVectorEnv.prompts`.
         num_workers: Worker processes in async mode.
-        context: Multiprocessing start method in async mode.
+        context: Multiprocessing start method in async mode (``None``: the platform's, or
+            ``"spawn"`` once this process has initialised CUDA, see :func:`worker_start_method`).
 
     Returns:
         The vector env (call :meth:`TextVectorEnv.reset` first).

@@ -247,6 +247,11 @@ class ModelConfig(_Section):
         "Max sequences per forward pass in score/forward/update (named model.minibatch_size before; that key "
         "still loads, with a FutureWarning).",
     )
+    forward_batch_tokens: int = _f(
+        0,
+        "Max tokens per forward pass in score/forward/update, on top of forward_batch_size (0: no bound): bounds "
+        "activation memory when sequence lengths vary; an item longer than it still gets a pass of its own.",
+    )
     max_context_tokens: Optional[int] = _f(
         None, "Max tokens of a context; null uses the model's window."
     )
@@ -279,6 +284,7 @@ class ModelConfig(_Section):
         _check_choice("model", "attn_implementation", self.attn_implementation, ("sdpa", "eager", "flash_attention_2"))
         _check_choice("model", "context_overflow", self.context_overflow, ("truncate_left", "error"))
         _check_positive("model", "forward_batch_size", self.forward_batch_size)
+        _check_positive("model", "forward_batch_tokens", self.forward_batch_tokens, allow_zero=True)
         _check_positive("model", "max_context_tokens", self.max_context_tokens)
         _check_positive("model", "trunk_cache_mb", self.trunk_cache_mb, allow_zero=True)
         _check_positive("model", "row_tokens", self.row_tokens, allow_zero=True)

@@ -169,7 +169,9 @@ class LocalLLM:
         plans = [
             [part[i] for i in plan]
             for part in self._trunk_partition(items)
-            for plan in plan_minibatches([sizes[i] for i in part], [lengths[i] for i in part], minibatch_size)
+            for plan in plan_minibatches(
+                [sizes[i] for i in part], [lengths[i] for i in part], minibatch_size, self.config.forward_batch_tokens
+            )
         ]
         grad_mode = torch.enable_grad() if require_grad else torch.no_grad()
         with grad_mode, self.autocast():
@@ -281,6 +283,7 @@ class LocalLLM:
             return score_items(
                 self.model, items, self.pad_token_id, is_seq2seq=self.is_seq2seq, normalize=normalize,
                 minibatch_size=self._minibatch_size(minibatch_size), row_tokens=self.config.row_tokens,
+                max_tokens=self.config.forward_batch_tokens,
             )
 
     def forward(

@@ -355,6 +355,7 @@ def score_items(
     normalize: str = "sum",
     minibatch_size: int = 64,
     row_tokens: int = 0,
+    max_tokens: int = 0,
 ) -> list[torch.Tensor]:
     """Score tokenized items in minibatches, without gradients.
 
@@ -366,13 +367,14 @@ def score_items(
         normalize: ``"sum"`` or ``"mean"`` over candidate tokens.
         minibatch_size: Maximum number of context-candidate sequences per forward pass.
         row_tokens: Row layout of causal models (see :func:`layout_rows`).
+        max_tokens: Maximum tokens per forward pass (:func:`~llmgym.llm.layout.plan_minibatches`); 0: no bound.
 
     Returns:
         Per item, a float32 CPU tensor ``[k]`` of candidate log-probs.
     """
     results: list[torch.Tensor] = [torch.zeros(0) for _ in items]
     lengths = [row_length(item, row_tokens) for item in items]
-    plans = plan_minibatches([len(item.candidate_ids) for item in items], lengths, minibatch_size)
+    plans = plan_minibatches([len(item.candidate_ids) for item in items], lengths, minibatch_size, max_tokens)
     with torch.inference_mode():
         for plan in plans:
             chosen = [items[i] for i in plan if items[i].candidate_ids]

@@ -304,7 +304,7 @@ def generate(
     contexts: Sequence[str],
     *,
     packed_prefill: bool = True,
-    logits_mask: Callable[[list[list[int]]], torch.Tensor] | None = None,
+    logits_mask: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     **generation_kwargs: Any,
 ) -> list[list[Generation]]:
     """Sample continuations of all contexts in one batched ``model.generate`` call.
@@ -316,10 +316,10 @@ def generate(
         contexts: ``B`` prompt strings (already validated).
         packed_prefill: Prefill causal models' prompts in packed prefix-sharing rows
             (:func:`packed_prompt_cache`); ``False`` leaves the padded prefill to ``generate``.
-        logits_mask: NLPO's mask (:class:`~llmgym.llm.masking.MaskLogitsProcessor`): given each
-            row's token ids so far (prompt without padding, then the generated ones), the
-            ``[R, V]`` bool tokens that may come next; applied before temperature, top-k and
-            top-p, and included in ``Generation.logprobs``. ``None``: no mask.
+        logits_mask: NLPO's mask (:class:`~llmgym.llm.masking.MaskLogitsProcessor`): given the
+            left-padded ``input_ids [R, T]`` so far (prompt, then the generated ids) and each row's
+            left padding ``[R]``, the ``[R, V]`` bool tokens that may come next; applied before
+            temperature, top-k and top-p, and included in ``Generation.logprobs``. ``None``: no mask.
         **generation_kwargs: Any ``transformers`` generation argument (``max_new_tokens``,
             ``do_sample``, ``temperature``, ``top_p``, ``num_return_sequences``, ``stop_strings``...).
 

@@ -219,8 +219,8 @@ class LocalLLM:
         if self.is_seq2seq:
             raise InputError("mask_top_p < 1 (NLPO) needs a causal LM; seq2seq models are not supported.")
 
-    def _mask_keep(self, top_p: float) -> Callable[[list[list[int]]], torch.Tensor]:
-        """For ``generate``: the ``[R, V]`` tokens the mask policy keeps after each row's ids so far."""
+    def _mask_keep(self, top_p: float) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """For ``generate``: the ``[R, V]`` tokens the mask policy keeps after each left-padded row so far."""
         return IncrementalMask(self.mask_policy, self.model, top_p, self._special_ids(), self.pad_token_id)
 
     def _trunk_partition(self, items: Sequence[ItemSpec]) -> list[list[int]]:

@@ -19,7 +19,7 @@ from llmgym.llm.distributed.gradients import WeightedMean
 from llmgym.llm.generation import Generation, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
 from llmgym.llm.masking import IncrementalMask, MaskPolicy, check_mask_top_p
-from llmgym.llm.memory import enable_gradient_checkpointing
+from llmgym.llm.memory import enable_gradient_checkpointing, trunk_cache_bytes
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, load_mask_policy, save_llm_state
 from llmgym.llm.precision import compute_autocast, keep_trainable_fp32
@@ -119,7 +119,7 @@ class LocalLLM:
             module.bind(model.config, hidden_size, config.seed, key)
             self.module_functions[key] = module.to(self.head_device)
         self.updater = updater() if isinstance(updater, type) else updater
-        self.trunk_cache = TrunkCache(config.trunk_cache_mb * 2**20)
+        self.trunk_cache = TrunkCache(trunk_cache_bytes(config.trunk_cache_mb, self.device))
         #: NLPO's mask policy: a snapshot of the trainable weights (empty until refresh_mask_policy).
         self.mask_policy = MaskPolicy()
         self._closed = False

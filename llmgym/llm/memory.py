@@ -1,4 +1,4 @@
-"""Memory knobs of the LLM layer: activation (gradient) checkpointing."""
+"""Memory knobs of the LLM layer: activation (gradient) checkpointing, the trunk cache's budget on a GPU."""
 
 from __future__ import annotations
 
@@ -9,7 +9,28 @@ import torch
 from llmgym.errors import ConfigError
 from llmgym.llm.adapters import base_model
 
-__all__ = ["enable_gradient_checkpointing"]
+__all__ = ["TRUNK_CACHE_FREE_FRACTION", "enable_gradient_checkpointing", "trunk_cache_bytes"]
+
+#: Most of a GPU's free memory (when the LLM is built) the frozen-trunk cache may take.
+TRUNK_CACHE_FREE_FRACTION = 0.25
+
+
+def trunk_cache_bytes(requested_mb: int, device: torch.device) -> int:
+    """The frozen-trunk cache's budget: ``model.trunk_cache_mb``, capped on a GPU by its free memory.
+
+    The cache holds activations on the model's device; on a GPU it may take at most
+    :data:`TRUNK_CACHE_FREE_FRACTION` of the memory free when the LLM is built, so that it never
+    crowds out the update's activations.
+
+    Args:
+        requested_mb: ``model.trunk_cache_mb``.
+        device: The model's device.
+    """
+    requested = requested_mb * 2**20
+    if device.type != "cuda" or requested <= 0:
+        return requested
+    free, _ = torch.cuda.mem_get_info(device)
+    return min(requested, int(free * TRUNK_CACHE_FREE_FRACTION))
 
 
 def enable_gradient_checkpointing(model: Any) -> int:

@@ -47,3 +47,13 @@ def test_scoring_without_gradients_does_not_recompute():
     calls = _count_mlp_calls(model.model.layers[:1])
     llm.score(["go"], [[" left"]])
     assert len(calls) == 1
+
+
+def test_the_trunk_cache_takes_at_most_a_quarter_of_the_free_gpu_memory(monkeypatch):
+    from llmgym.llm.memory import trunk_cache_bytes
+
+    assert trunk_cache_bytes(1024, torch.device("cpu")) == 1024 * 2**20
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 * 2**30, 80 * 2**30))  # 2 GiB free
+    assert trunk_cache_bytes(1024, torch.device("cuda:0")) == 2**29  # a quarter of it, not the 1 GiB asked
+    assert trunk_cache_bytes(100, torch.device("cuda:0")) == 100 * 2**20
+    assert trunk_cache_bytes(0, torch.device("cuda:0")) == 0

@@ -330,8 +330,16 @@ class EnvConfig(_Section):
     vectorization_mode: str = _f("sync", "sync (one process) or async (the envs spread over min(num_envs, CPUs) worker processes).")
     max_episode_steps: Optional[int] = _f(None, "Truncate episodes after this many steps; null keeps the env's.")
     kwargs: dict[str, Any] = _f({}, "Extra keyword arguments for gymnasium.make.")
+    reward_clip: Optional[float] = _f(
+        None,
+        "null: a reward that is nan, inf or over 1e9 in magnitude stops the run with an error naming the env and "
+        "the step; a bound: such rewards are clipped into [-bound, bound] (nan to 0) with a warning.",
+    )
 
     def _check(self) -> None:
+        from llmgym.envs.reward_checks import check_reward_clip
+
+        check_reward_clip(self.reward_clip, "env.reward_clip")
         _check_positive("env", "num_envs", self.num_envs)
         _check_choice("env", "vectorization_mode", self.vectorization_mode, ("sync", "async"))
         _check_positive("env", "max_episode_steps", self.max_episode_steps)

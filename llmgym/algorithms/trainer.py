@@ -153,6 +153,7 @@ def make_envs(config: Config, num_envs: Optional[int] = None) -> Any:
         vectorization_mode=config.env.vectorization_mode,
         env_kwargs=dict(config.env.kwargs),
         max_episode_steps=config.env.max_episode_steps,
+        reward_clip=config.env.reward_clip,
     )
 
 
@@ -288,16 +289,31 @@ class Trainer:
         self.llm = build_llm(config, model=model, tokenizer=tokenizer)
         self.system_prompt = _env_instructions(config)
         self.envs = make_envs(config)
-        self.agent = build_agent(config, self.llm, self.envs.num_envs, self.system_prompt)
+        agent_config = self._fitted_budget()
+        self.agent = build_agent(agent_config, self.llm, self.envs.num_envs, self.system_prompt)
         algorithm_cls = algorithm_class(config.algorithm.name)
         self.algorithm: OnPolicyAlgorithm = algorithm_cls(self.agent, self.envs, config.algorithm, seed=train.seed)
         self.algorithm.total_env_steps = train.total_env_steps
-        self.eval_agent = build_agent(config, self.llm, _eval_width(config, train.eval_episodes), self.system_prompt)
+        self.eval_agent = build_agent(agent_config, self.llm, _eval_width(config, train.eval_episodes), self.system_prompt)
         self.evaluations: list[dict[str, float]] = []
         self._last_checkpoint_steps = 0
         self._last_eval_steps = 0
         if checkpoint is not None:
             self._resume(checkpoint)
+
+    def _fitted_budget(self) -> Config:
+        """The config the agents are built from: ``agent.max_prompt_tokens`` fitted to the model window."""
+        from llmgym.budgets import fit_prompt_budget
+
+        backend = self.llm.backend
+        try:
+            return fit_prompt_budget(
+                self.config, getattr(backend, "window", None), self.llm.tokenizer, self.envs,
+                bool(getattr(backend, "is_seq2seq", False)),
+            )
+        except ConfigError:
+            self.envs.close()
+            raise
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:

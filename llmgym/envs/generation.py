@@ -22,6 +22,7 @@ from gymnasium.spaces import Dict
 
 from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace
 from llmgym.envs.datapools import Sample, load_datapool
+from llmgym.envs.reward_checks import check_reward, check_reward_clip
 from llmgym.envs.rewards import get_reward
 from llmgym.errors import ConfigError, InvalidActionError
 
@@ -45,9 +46,15 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         datapool_kwargs: Passed to :func:`~llmgym.envs.datapools.load_datapool`.
         render_mode: ``"ansi"`` (:meth:`render` returns the prompt and the completion so far) or
             ``None``.
+        reward_clip: ``None``: a reward function returning something other than a finite number of
+            magnitude at most 1e9 raises :class:`~llmgym.errors.InputError` naming the function, the
+            value, the prompt and the step; a bound: the value is clipped into
+            ``[-reward_clip, reward_clip]`` (``nan`` to 0) with a warning
+            (:mod:`llmgym.envs.reward_checks`).
 
     Raises:
-        ConfigError: On an unknown mode, reward, datapool or render mode, or a non-positive limit.
+        ConfigError: On an unknown mode, reward, datapool or render mode, a non-positive limit or a
+            bad ``reward_clip``.
     """
 
     description = "Complete a prompt from a datapool; a reward function scores the completion."
@@ -65,8 +72,10 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         max_completion_chars: int = 16384,
         datapool_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,
+        reward_clip: float | None = None,
     ) -> None:
         self._init_render_mode(render_mode)
+        self.reward_clip = check_reward_clip(reward_clip)
         if mode not in _MODES:
             raise ConfigError(f"mode={mode!r} is invalid; expected one of {list(_MODES)}.")
         for name, value in (("max_tokens", max_tokens), ("max_completion_chars", max_completion_chars)):
@@ -74,6 +83,7 @@ class TextGenEnv(TextEnv[dict[str, str]]):
                 raise ConfigError(f"{name}={value!r} is invalid; expected an int >= 1.")
         self.samples: list[Sample] = load_datapool(datapool, **dict(datapool_kwargs or {}))
         self.reward_fn = get_reward(reward, **dict(reward_kwargs or {}))
+        self.reward_name = reward if isinstance(reward, str) else getattr(reward, "__name__", repr(reward))
         self.mode = mode
         self.max_tokens = max_tokens
         self.eos_token = eos_token
@@ -87,6 +97,7 @@ class TextGenEnv(TextEnv[dict[str, str]]):
                 "completion": TextSpace(max_completion_chars, strict=False),
             }
         )
+        self._index = 0
         self._sample = self.samples[0]
         self._completion = ""
         self._steps = 0
@@ -139,6 +150,7 @@ class TextGenEnv(TextEnv[dict[str, str]]):
             raise ConfigError(
                 f"options['index']={index!r} is out of range; expected an int in [0, {len(self.samples) - 1}]."
             )
+        self._index = index
         self._sample = self.samples[index]
         self._completion = ""
         self._steps = 0
@@ -156,6 +168,13 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         info: dict[str, Any] = {"references": list(self._sample.references)}
         reward = 0.0
         if done:
-            reward = float(self.reward_fn(self._sample.prompt, self._completion, self._sample.references))
+            value = self.reward_fn(self._sample.prompt, self._completion, self._sample.references)
+            reward = check_reward(
+                value,
+                source=f"reward function {self.reward_name!r} of TextGenEnv",
+                step=f"step {self._steps} of the episode on prompt {self._index}",
+                reward_clip=self.reward_clip,
+                clip_setting="TextGenEnv(reward_clip=...), env.kwargs.reward_clip in a run config",
+            )
             info["completion"] = self._completion
         return self._obs(), reward, done, False, info

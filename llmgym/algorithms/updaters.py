@@ -321,4 +321,6 @@ class UpdateContext:
         return result
 
     def _device(self) -> torch.device:
-        return next(iter(self._updater.params)).device
+        """Where the policy's outputs land, so the targets go there: the LM head's device (the last GPU of a sharded model)."""
+        head_device = getattr(self._updater.llm, "head_device", None)
+        return head_device if isinstance(head_device, torch.device) else next(iter(self._updater.params)).device

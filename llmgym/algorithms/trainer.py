@@ -363,7 +363,9 @@ class Trainer:
         """Evaluation on ``train.eval_episodes`` seeded episodes, logged as ``kind="eval"``.
 
         The greedy policy is evaluated; with ``train.eval_sample`` the sampled policy is too, on
-        the same episodes and with its sampling generator reseeded, under ``sampled_`` keys.
+        the same episodes and with its sampling generator reseeded, under ``sampled_`` keys. With
+        ``train.eval_splits``, every sample of the first split (all splits after training) is
+        completed and scored by ``train.eval_metrics`` (:mod:`llmgym.algorithms.text_evaluation`).
         """
         seed = 10_000 + self.config.train.seed
         episodes = self.config.train.eval_episodes
@@ -373,6 +375,14 @@ class Trainer:
                 self.eval_agent.generator.manual_seed(seed)
                 sampled = evaluate(self.eval_agent, self.config, episodes, seed=seed, greedy=False)
                 result.update({f"sampled_{k}": v for k, v in sampled.items() if k != "episodes"})
+            splits = self.config.train.eval_splits
+            if splits:
+                from llmgym.algorithms.text_evaluation import evaluate_splits, local_model
+
+                result.update(evaluate_splits(
+                    self.eval_agent, self.config, splits if label == "after" else splits[:1], run_dir=self.run_dir,
+                    label=label, env_steps=self.algorithm.env_steps, model=local_model(self.llm),
+                ))
         result["env_steps"] = float(self.algorithm.env_steps)
         result["label"] = label  # type: ignore[assignment]
         self.evaluations.append(result)
@@ -481,6 +491,10 @@ def run_training(config: Config, **kwargs: Any) -> dict[str, Any]:
     print(f"run directory: {summary['run_dir']}")
     for line in evaluation_summary(summary["evaluations"], trainer.config.agent.temperature):
         print(line)
+    if trainer.config.train.eval_splits and summary["evaluations"]:
+        from llmgym.algorithms.text_evaluation import metrics_table
+
+        print(metrics_table(summary["evaluations"][-1], trainer.config.train.eval_splits))
     if summary["learning_curve"]:
         print(f"learning curve: {summary['learning_curve']}")
     print(f"wall time: {summary['wall_time_s']:.1f} s")

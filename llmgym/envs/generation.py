@@ -4,11 +4,12 @@ Each episode draws a prompt from a datapool (see :mod:`llmgym.envs.datapools`). 
 ``mode="completion"`` the action is the whole completion and the episode ends after that one step;
 in ``mode="token"`` each step's action is one token's text, appended to the completion, and the
 episode ends at ``eos_token`` or after ``max_tokens`` steps. Either way the reward, from a reward
-function of :mod:`llmgym.envs.rewards`, comes on the last step, and every string is a valid action
-(there is no ``info["valid_actions"]``).
+of :mod:`llmgym.envs.rewards` (which sees the sample's metadata), comes on the last step, or on every
+step for a dense reward; every string is a valid action, the empty one included (there is no
+``info["valid_actions"]``).
 
 Observation: a dict with ``"text"`` (prompt followed by the completion so far), ``"prompt"`` and
-``"completion"``. ``info`` holds ``"references"`` and, at the end, ``"completion"``.
+``"completion"``. ``info`` holds ``"references"``, ``"metadata"`` and, at the end, ``"completion"``.
 ``reset(options={"index": i})`` picks sample ``i`` instead of a random one (for evaluation).
 """
 
@@ -23,7 +24,7 @@ from gymnasium.spaces import Dict
 from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace
 from llmgym.envs.datapools import Sample, load_datapool
 from llmgym.envs.reward_checks import check_reward, check_reward_clip
-from llmgym.envs.rewards import get_reward
+from llmgym.envs.rewards import Reward, get_reward
 from llmgym.errors import ConfigError, InvalidActionError
 
 __all__ = ["TextGenEnv"]
@@ -37,7 +38,8 @@ class TextGenEnv(TextEnv[dict[str, str]]):
     Args:
         datapool: Anything :func:`~llmgym.envs.datapools.load_datapool` accepts (a registered name,
             a JSONL path, a list of prompts, a ``datasets.Dataset``).
-        reward: A registered reward name or a reward function.
+        reward: A registered reward name, ``"module:function"``, a reward function or a
+            :class:`~llmgym.envs.rewards.Reward`.
         reward_kwargs: Keyword arguments of the reward function (e.g. ``{"keywords": [...]}``).
         mode: ``"completion"`` (one step) or ``"token"`` (one token per step).
         max_tokens: Steps after which a token-mode episode ends.
@@ -63,7 +65,7 @@ class TextGenEnv(TextEnv[dict[str, str]]):
     def __init__(
         self,
         datapool: Any = "review_openings",
-        reward: str | Callable[..., float] = "sentiment",
+        reward: str | Callable[..., float] | Reward = "sentiment",
         reward_kwargs: Mapping[str, Any] | None = None,
         *,
         mode: str = "completion",
@@ -154,7 +156,10 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         self._sample = self.samples[index]
         self._completion = ""
         self._steps = 0
-        return self._obs(), {"references": list(self._sample.references)}
+        return self._obs(), self._info()
+
+    def _info(self) -> dict[str, Any]:
+        return {"references": list(self._sample.references), "metadata": dict(self._sample.metadata)}
 
     def step(self, action: str) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
         """Add the completion (or one token). See :meth:`gymnasium.Env.step`."""
@@ -165,16 +170,17 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         else:
             self._completion += text
             done = self.mode == "completion" or self._steps >= self.max_tokens
-        info: dict[str, Any] = {"references": list(self._sample.references)}
-        reward = 0.0
+        info = self._info()
+        value = self.reward_fn(
+            self._sample.prompt, self._completion, self._sample.references, metadata=self._sample.metadata, done=done
+        )
+        reward = check_reward(
+            value,
+            source=f"reward function {self.reward_name!r} of TextGenEnv",
+            step=f"step {self._steps} of the episode on prompt {self._index}",
+            reward_clip=self.reward_clip,
+            clip_setting="TextGenEnv(reward_clip=...), env.kwargs.reward_clip in a run config",
+        )
         if done:
-            value = self.reward_fn(self._sample.prompt, self._completion, self._sample.references)
-            reward = check_reward(
-                value,
-                source=f"reward function {self.reward_name!r} of TextGenEnv",
-                step=f"step {self._steps} of the episode on prompt {self._index}",
-                reward_clip=self.reward_clip,
-                clip_setting="TextGenEnv(reward_clip=...), env.kwargs.reward_clip in a run config",
-            )
             info["completion"] = self._completion
         return self._obs(), reward, done, False, info

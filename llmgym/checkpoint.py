@@ -49,6 +49,7 @@ __all__ = [
     "load_checkpoint_config",
     "capture_rng_state",
     "restore_rng_state",
+    "cuda_rng_states",
 ]
 
 logger = logging.getLogger(__name__)
@@ -308,9 +309,22 @@ def restore_rng_state(json_part: dict[str, Any], tensors: dict[str, Any]) -> Non
     np.random.set_state(np_state)
     torch.set_rng_state(tensors["torch"])
     if torch.cuda.is_available():
-        states = [tensors[k] for k in sorted(tensors) if k.startswith("cuda")]
-        if states:
-            torch.cuda.set_rng_state_all(states)
+        for index, state in cuda_rng_states(tensors, torch.cuda.device_count()):
+            torch.cuda.set_rng_state(state, index)
+
+
+def cuda_rng_states(tensors: dict[str, Any], device_count: int) -> list[tuple[int, Any]]:
+    """``(device index, RNG state)`` of every saved ``cuda<N>`` state of a visible device, by index.
+
+    Indices are numbers, not strings (``cuda10`` after ``cuda2``); states of devices this machine
+    does not have are left out, as are devices without a saved state (they keep their own).
+
+    Args:
+        tensors: The tensor part of :func:`capture_rng_state`.
+        device_count: CUDA devices visible here.
+    """
+    found = [(int(key[4:]), state) for key, state in tensors.items() if key.startswith("cuda") and key[4:].isdigit()]
+    return sorted(((index, state) for index, state in found if index < device_count), key=lambda pair: pair[0])
 
 
 def is_checkpoint_name(name: str) -> bool:
@@ -523,7 +537,7 @@ def load_trainer_state(checkpoint: str | Path) -> tuple[dict[str, Any], dict[str
     folder = Path(checkpoint)
     try:
         state = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
-        tensors = torch.load(folder / TRAINER_TENSORS, weights_only=True)
+        tensors = torch.load(folder / TRAINER_TENSORS, map_location="cpu", weights_only=True)
     except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
         raise CheckpointError(f"Checkpoint '{folder}' could not be read: {exc}; resume from another checkpoint.") from exc
     if not isinstance(state, dict) or not isinstance(tensors, dict):

@@ -226,16 +226,35 @@ class ModelConfig(_Section):
     model_type: Optional[str] = _f(None, "causal or seq2seq; null detects it from the model config.")
     gguf_file: Optional[str] = _f(None, "GGUF file name inside the folder given by name.")
     revision: Optional[str] = _f(None, "Hub revision (branch, tag or commit) to load.")
-    dtype: str = _f("float32", "Weights dtype: float32, bfloat16 or float16.")
+    dtype: str = _f(
+        "auto",
+        "Weights dtype: auto (bfloat16 on a CUDA GPU that supports it, else float32), float32, bfloat16 or float16. "
+        "Trained weights stay float32 (fp32 master weights); float16 scales the loss and skips inf/NaN steps.",
+    )
     device: str = _f("auto", "Device: auto (cuda if available, else cpu), cpu, cuda, cuda:N.")
+    attn_implementation: str = _f(
+        "sdpa",
+        "Attention kernel: sdpa (PyTorch's fused kernels), eager, or flash_attention_2 (needs flash-attn; packed "
+        "rows then always attend through llmgym's tree attention, which a FlashAttention kernel cannot replace).",
+    )
     pretrained: bool = _f(True, "false builds the same architecture with freshly initialised weights.")
     trust_remote_code: bool = _f(False, "Allow model code from the hub (only for models you trust).")
     load_in_4bit: bool = _f(False, "QLoRA: load the base weights in 4 bit (bitsandbytes, CUDA only).")
     lora: Optional[LoRAConfig] = _f(None, "LoRA adapters; null trains (or freezes) the full model.")
+    gradient_checkpointing: bool = _f(
+        False,
+        "Recompute each block's activations in backward instead of storing them: much less memory for the update's "
+        "forward passes, about a third more compute.",
+    )
     forward_batch_size: int = _f(
         64,
         "Max sequences per forward pass in score/forward/update (named model.minibatch_size before; that key "
         "still loads, with a FutureWarning).",
+    )
+    forward_batch_tokens: int = _f(
+        0,
+        "Max tokens per forward pass in score/forward/update, on top of forward_batch_size (0: no bound): bounds "
+        "activation memory when sequence lengths vary; an item longer than it still gets a pass of its own.",
     )
     max_context_tokens: Optional[int] = _f(
         None, "Max tokens of a context; null uses the model's window."
@@ -249,7 +268,7 @@ class ModelConfig(_Section):
         1024,
         "Memory for the frozen-trunk cache (0: off): with LoRA on the top blocks only, forward passes reuse "
         "the activations of the frozen blocks below for every prompt seen before, in the update's epochs "
-        "and in later rollouts.",
+        "and in later rollouts. On a GPU it takes at most a quarter of the memory free when the LLM is built.",
     )
     row_tokens: int = _f(
         512,
@@ -265,9 +284,11 @@ class ModelConfig(_Section):
             raise ConfigError("model.name is empty; give a local folder, a hub id or a .gguf file.")
         if self.model_type is not None:
             _check_choice("model", "model_type", self.model_type, ("causal", "seq2seq"))
-        _check_choice("model", "dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        _check_choice("model", "dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
+        _check_choice("model", "attn_implementation", self.attn_implementation, ("sdpa", "eager", "flash_attention_2"))
         _check_choice("model", "context_overflow", self.context_overflow, ("truncate_left", "error"))
         _check_positive("model", "forward_batch_size", self.forward_batch_size)
+        _check_positive("model", "forward_batch_tokens", self.forward_batch_tokens, allow_zero=True)
         _check_positive("model", "max_context_tokens", self.max_context_tokens)
         _check_positive("model", "trunk_cache_mb", self.trunk_cache_mb, allow_zero=True)
         _check_positive("model", "row_tokens", self.row_tokens, allow_zero=True)

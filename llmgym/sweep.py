@@ -41,6 +41,8 @@ __all__ = [
     "format_table",
     "format_aggregates",
     "plot_sweep_curves",
+    "gpu_slots",
+    "visible_gpus",
 ]
 
 SUMMARY_NAME = "sweep.json"
@@ -335,6 +337,37 @@ def _failure_text(log: Path, returncode: int) -> str:
     return f"{last} (exit status {returncode}; log: {log})"
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs runs may use, as ``CUDA_VISIBLE_DEVICES`` entries: that variable's list when set, else ``0..n-1``.
+
+    Counted without initialising CUDA in this process (``torch.cuda.device_count`` asks NVML).
+    """
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [entry.strip() for entry in listed.split(",") if entry.strip() and not entry.strip().startswith("-")]
+    import torch
+
+    return [str(index) for index in range(torch.cuda.device_count())]
+
+
+def gpu_slots(jobs: int, gpus: Sequence[str], device: str) -> list[Optional[str]]:
+    """``CUDA_VISIBLE_DEVICES`` of each of the ``jobs`` run slots: the GPUs round-robin.
+
+    A run started in slot ``s`` sees only ``gpus[s % len(gpus)]`` (as its ``cuda:0``), so parallel
+    runs spread over the GPUs instead of all landing on the first. Nothing is set (``None``) with
+    one job, fewer than 2 GPUs, or a ``model.device`` naming a device (``cpu``, ``cuda:N``), which
+    the user chose.
+
+    Args:
+        jobs: Runs at a time.
+        gpus: The visible GPUs (:func:`visible_gpus`).
+        device: The config's ``model.device``.
+    """
+    if jobs < 2 or len(gpus) < 2 or device not in ("auto", "cuda"):
+        return [None] * jobs
+    return [gpus[slot % len(gpus)] for slot in range(jobs)]
+
+
 class _Running:
     """One job's ``llmgym train`` subprocess, its output going to ``log_dir/<run name>.log``.
 
@@ -342,11 +375,13 @@ class _Running:
     from ``SIGKILL``), and its env workers then die with it.
     """
 
-    def __init__(self, job: _Job, log_dir: Path) -> None:
+    def __init__(self, job: _Job, log_dir: Path, gpu: Optional[str] = None) -> None:
         env = dict(os.environ)
         if job.threads is not None:
             env["OMP_NUM_THREADS"] = str(job.threads)
-        self.job = job
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        self.job, self.gpu = job, gpu
         self.log = log_dir / f"{job.run_dir.name}.log"
         with self.log.open("w", encoding="utf-8") as fh:
             self.process = subprocess.Popen(
@@ -382,8 +417,12 @@ def _raise_stopped(signum: int, frame: Any) -> None:
     raise _Stopped
 
 
-def _run_jobs(job_list: Sequence[_Job], log_dir: Path, jobs: int) -> tuple[dict[int, SweepRun], BaseException | None]:
-    """Run the jobs, ``jobs`` at a time, printing a line as each ends.
+def _run_jobs(
+    job_list: Sequence[_Job], log_dir: Path, slots: Sequence[Optional[str]]
+) -> tuple[dict[int, SweepRun], BaseException | None]:
+    """Run the jobs, one per slot at a time (``len(slots)`` at a time), printing a line as each ends.
+
+    A job started in a slot sees that slot's GPU (``CUDA_VISIBLE_DEVICES``, see :func:`gpu_slots`).
 
     Ctrl-C (``KeyboardInterrupt``) or ``SIGTERM`` (:class:`_Stopped`, raised by the handler
     :func:`run_sweep` installs) starts no further job and stops the running ones, which become
@@ -394,14 +433,17 @@ def _run_jobs(job_list: Sequence[_Job], log_dir: Path, jobs: int) -> tuple[dict[
     """
     results: dict[int, SweepRun] = {}
     running: dict[int, _Running] = {}
+    free = list(slots)
     pending = list(enumerate(job_list))
     try:
         while pending or running:
-            while pending and len(running) < jobs:
+            while pending and free:
                 index, job = pending.pop(0)
-                running[index] = _Running(job, log_dir)
+                running[index] = _Running(job, log_dir, free.pop(0))
             for index in [i for i, r in running.items() if r.process.poll() is not None]:
-                results[index] = running.pop(index).result()
+                done = running.pop(index)
+                free.append(done.gpu)
+                results[index] = done.result()
                 print(_describe(results[index]), flush=True)
             time.sleep(POLL_S)
     except (KeyboardInterrupt, _Stopped) as exc:
@@ -451,6 +493,8 @@ def run_sweep(
     running ones and writes ``sweep.json`` with the runs so far (``"interrupted": true``, the seeds
     never started in ``"not_run"``), then raises ``KeyboardInterrupt`` (or ends the process by
     ``SIGTERM``). A run never outlives the sweep, even one killed with ``SIGKILL``.
+    Parallel runs on a machine with several GPUs each see one of them, round-robin over the run
+    slots (:func:`gpu_slots`).
 
     Args:
         config_path: YAML config file or the name of a shipped config, or ``None`` for the defaults.
@@ -501,7 +545,8 @@ def run_sweep(
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_stopped) if in_main_thread else None
     try:
-        results, interrupted = _run_jobs(job_list, log_dir, jobs)
+        slots = gpu_slots(jobs, visible_gpus() if jobs > 1 else [], config.model.device)
+        results, interrupted = _run_jobs(job_list, log_dir, slots)
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

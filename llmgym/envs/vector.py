@@ -32,6 +32,7 @@ import functools
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 import traceback
 import warnings
@@ -50,7 +51,7 @@ from llmgym.envs.reward_checks import check_reward, check_reward_clip, reward_nu
 from llmgym.errors import BackendError, ConfigError, InputError, InvalidActionError
 from llmgym.lifetime import exit_with_parent, watch_parent
 
-__all__ = ["TextVectorEnv", "make_vec", "PromptBuilder"]
+__all__ = ["TextVectorEnv", "make_vec", "PromptBuilder", "worker_start_method"]
 
 #: ``builder(observation, info) -> prompt``.
 PromptBuilder = Callable[[Any, dict[str, Any]], str]
@@ -240,6 +241,21 @@ class _SyncBackend:
             slot.env.close()
 
 
+def worker_start_method(context: str | None) -> str | None:
+    """The start method of async env workers: ``context`` when given, else ``"spawn"`` after CUDA is initialised.
+
+    A process forked from one that has initialised CUDA cannot use CUDA and may deadlock on its
+    locks; the trainer loads the LLM (on the GPU) before it starts the env workers. Otherwise
+    ``None``: the platform's default. Torch is not imported here for the check (envs do not need it).
+    """
+    if context is not None:
+        return context
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "spawn"
+    return None
+
+
 class _AsyncBackend:
     def __init__(
         self,
@@ -248,7 +264,7 @@ class _AsyncBackend:
         context: str | None,
         reward_clip: float | None,
     ) -> None:
-        ctx: Any = mp.get_context(context)
+        ctx: Any = mp.get_context(worker_start_method(context))
         bounds = np.linspace(0, len(env_fns), num_workers + 1).round().astype(int).tolist()
         self.chunks = [(start, stop) for start, stop in zip(bounds[:-1], bounds[1:]) if stop > start]
         self.conns: list[Connection] = []
@@ -557,7 +573,8 @@ def make_vec(
         max_episode_steps: Time limit of each env's episodes.
         prompt_builder: ``builder(observation, info) -> str`` for :attr:`TextVectorEnv.prompts`.
         num_workers: Worker processes in async mode.
-        context: Multiprocessing start method in async mode.
+        context: Multiprocessing start method in async mode (``None``: the platform's, or
+            ``"spawn"`` once this process has initialised CUDA, see :func:`worker_start_method`).
         reward_clip: ``None`` (bad rewards are errors) or the bound rewards are clipped to (see
             :class:`TextVectorEnv`).
 

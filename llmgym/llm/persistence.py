@@ -6,7 +6,7 @@ Layout of a saved folder::
                             "base_model": {"name", "architecture", "weights"} (the base's fingerprint)}
     weights.safetensors    LoRA adapter weights, or the model's trainable parameters
     modules.safetensors    module function weights, keys "<name>.<param>"
-    updater.pt             updater state (optimizer...), read with torch.load(weights_only=True)
+    updater.pt             updater state (optimizer...), read with torch.load(weights_only=True) onto the CPU
     mask_policy.safetensors  NLPO's mask-policy snapshot of the trainable weights, when one was taken
     manifest.json          sha256 of every other file, written last and verified on load
 
@@ -182,7 +182,7 @@ def load_llm_state(
             records (``None``, or a folder without one: not compared).
 
     Returns:
-        The saved updater state, or ``None`` if none was saved.
+        The saved updater state (tensors on the CPU, wherever they were saved), or ``None`` if none was saved.
 
     Raises:
         CheckpointError: When the folder is missing, incomplete, corrupted or does not match the model
@@ -200,7 +200,9 @@ def load_llm_state(
         if kind != "none":
             _load_weights(folder, model, kind)
         _load_modules(folder, modules)
-        return torch.load(updater_path, weights_only=True) if updater_path.is_file() else None
+        # map_location: a state saved on a GPU loads where there is none (eval, export on CPU); the
+        # optimizer's load_state_dict moves each tensor to its parameter's device.
+        return torch.load(updater_path, map_location="cpu", weights_only=True) if updater_path.is_file() else None
     except CheckpointError:
         raise
     except (*_READ_ERRORS, SafetensorError) as exc:

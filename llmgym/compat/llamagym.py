@@ -51,7 +51,8 @@ from typing import Any, Optional
 
 import torch
 
-from llmgym.agents.learning import Decision, Episode, PolicySpec
+from llmgym.agents.learning import Episode
+from llmgym.agents.policies import Decision, TokenChoice, TokenPolicy
 from llmgym.config import AlgorithmConfig, ModelConfig
 from llmgym.errors import ConfigError, InputError, require
 from llmgym.llm.modules import VALUE_KEY
@@ -598,10 +599,10 @@ class Agent(abc.ABC):
             decision = Decision(
                 prompt=self.tokenizer.decode(prompt), prompt_ids=prompt, action=None,
                 response=self.tokenizer.decode(action), log_prob=float(old["logprobs"].sum()),
-                value=float(old[VALUE_KEY].reshape(-1)[0]), action_ids=action, token_log_probs=old["logprobs"],
+                value=float(old[VALUE_KEY].reshape(-1)[0]), choice=TokenChoice(action, old["logprobs"]),
             )
             episodes.append(Episode([decision], [float(reward)]))
-        stats = self._ppo.train_on_episodes(self.policy, PolicySpec(sampling=self.sampling), episodes)
+        stats = self._ppo.train_on_episodes(self.policy, TokenPolicy(self.sampling or Sampling()), episodes)
         scores = torch.tensor([float(r) for r in rewards])
         named = {_TRL_STAT_NAMES.get(key, f"ppo/{key}"): value for key, value in stats.items()}
         named["ppo/std_scores"] = float(scores.std()) if len(scores) > 1 else 0.0

@@ -5,7 +5,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgym.agents.policies import categorical_entropy, categorical_log_prob, kl_estimate, pad_candidate_scores
+from llmgym.agents.policies import (
+    categorical_entropy,
+    categorical_log_prob,
+    kl_estimate,
+    pad_candidate_scores,
+)
 from llmgym.algorithms.losses import masked_mean, value_loss
 from llmgym.errors import InputError
 

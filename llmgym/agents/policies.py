@@ -261,25 +261,13 @@ class CandidateChoice:
 
 @dataclass(frozen=True)
 class TokenChoice:
-    """One generated token sequence.
+    """One generated token sequence (its log-prob, the tokens' sum, is the decision's).
 
     Attributes:
         token_ids: The sampled token ids (never re-tokenized text).
-        token_log_probs: ``[T]`` their log-probs under the distribution they were drawn from.
-
-    Raises:
-        InputError: ``token_log_probs`` is not ``[len(token_ids)]``.
     """
 
     token_ids: list[int]
-    token_log_probs: Tensor
-
-    def __post_init__(self) -> None:
-        if tuple(self.token_log_probs.shape) != (len(self.token_ids),):
-            raise InputError(
-                f"token_log_probs has shape {list(self.token_log_probs.shape)} but token_ids has {len(self.token_ids)} "
-                "tokens; pass one log-prob per generated token."
-            )
 
 
 @dataclass
@@ -666,7 +654,7 @@ class TokenPolicy:
                 Decision(
                     prompt=prompt.text, prompt_ids=list(gen.prompt_ids), action=text, response=str(text),
                     log_prob=float(gen.logprobs.sum()), value=value,
-                    choice=TokenChoice(list(gen.token_ids), gen.logprobs.detach().float()),
+                    choice=TokenChoice(list(gen.token_ids)),
                 )
             )
         return decisions

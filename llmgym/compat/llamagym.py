@@ -599,7 +599,7 @@ class Agent(abc.ABC):
             decision = Decision(
                 prompt=self.tokenizer.decode(prompt), prompt_ids=prompt, action=None,
                 response=self.tokenizer.decode(action), log_prob=float(old["logprobs"].sum()),
-                value=float(old[VALUE_KEY].reshape(-1)[0]), choice=TokenChoice(action, old["logprobs"]),
+                value=float(old[VALUE_KEY].reshape(-1)[0]), choice=TokenChoice(action),
             )
             episodes.append(Episode([decision], [float(reward)]))
         stats = self._ppo.train_on_episodes(self.policy, TokenPolicy(self.sampling or Sampling()), episodes)

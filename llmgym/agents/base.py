@@ -29,7 +29,7 @@ import torch
 
 from llmgym.agents.history import History, Prompt
 from llmgym.agents.learning import Episode, EpisodeLearner
-from llmgym.agents.policies import Decision, Policy
+from llmgym.agents.policies import Decision, Policy, prompt_values
 from llmgym.config import AgentConfig, AlgorithmConfig
 from llmgym.errors import ConfigError, InputError
 from llmgym.llm.modules import VALUE_KEY
@@ -147,12 +147,6 @@ class BaseAgent(abc.ABC):
             self.llm.tokenizer, self.config, system_prompt=self.get_system_prompt(), overflow="truncate_left"
         )
 
-    def _values(self, prompts: Sequence[str]) -> list[float]:
-        if VALUE_KEY not in self.llm.module_function_keys:
-            return [0.0] * len(prompts)
-        outputs = self.llm.forward([VALUE_KEY], contexts=list(prompts))
-        return [float(torch.as_tensor(o[VALUE_KEY]).reshape(-1)[0]) for o in outputs]
-
     def act_batch(
         self,
         observations: Sequence[Any],
@@ -219,7 +213,7 @@ class BaseAgent(abc.ABC):
             probe = copy.copy(self.histories[index])  # shares the turns, owns its pending observation
             probe.add_observation(self.format_observation(obs))
             texts[index] = probe.render().text
-        values = self._values(list(texts.values()))
+        values = prompt_values(self.llm, list(texts.values()))
         return dict(zip(texts.keys(), values))
 
     def observe(

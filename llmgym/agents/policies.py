@@ -52,6 +52,7 @@ __all__ = [
     "kl_estimate",
     "pad_candidate_scores",
     "policy_logits_key",
+    "prompt_values",
     "scored_candidates",
 ]
 
@@ -449,6 +450,14 @@ class Policy(Protocol):
         ...
 
 
+def prompt_values(llm: PolicyLLM, prompts: Sequence[str]) -> list[float]:
+    """``V(prompt)`` of each prompt from the LLM's ``"value"`` head (0 without one)."""
+    if VALUE_KEY not in llm.module_function_keys:
+        return [0.0] * len(prompts)
+    outputs = llm.forward([VALUE_KEY], contexts=list(prompts))
+    return [float(torch.as_tensor(o[VALUE_KEY]).reshape(-1)[0]) for o in outputs]
+
+
 def _values(llm: TrainableLLM, outputs: Sequence[dict[str, Any]], like: Tensor) -> Tensor:
     if VALUE_KEY not in llm.module_function_keys:
         return torch.zeros_like(like)
@@ -641,11 +650,7 @@ class TokenPolicy:
         """Generate a response per prompt; its log-prob is the sum of its tokens' under :attr:`sampling`."""
         texts = [p.text for p in prompts]
         generations = llm.generate(texts, **self.generation_kwargs(greedy))
-        if VALUE_KEY in llm.module_function_keys:
-            outputs = llm.forward([VALUE_KEY], contexts=texts)
-            values = [float(torch.as_tensor(o[VALUE_KEY]).reshape(-1)[0]) for o in outputs]
-        else:
-            values = [0.0] * len(texts)
+        values = prompt_values(llm, texts)
         decisions = []
         for prompt, gens, value in zip(prompts, generations, values):
             gen = gens[0]

@@ -82,6 +82,9 @@ class PolicyUpdater(Updater):
     ) -> dict[str, Any]:
         """One epoch over ``kwargs["batch"]``, an :class:`~llmgym.algorithms.batch.UpdateBatch`.
 
+        ``candidates`` (this server's share of ``batch.actions.candidate_sets``) are not read: the
+        batch's actions carry them, and ``batch.policy`` re-scores them.
+
         Returns:
             Sample-weighted means of the objective's statistics over this server's samples (and
             ``grad_norm``), and ``num_samples``.
@@ -90,6 +93,7 @@ class PolicyUpdater(Updater):
             InputError: ``batch`` is missing or not an :class:`UpdateBatch`, or other keyword
                 arguments are given.
         """
+        del candidates
         batch = kwargs.pop("batch", None)
         if not isinstance(batch, UpdateBatch) or kwargs:
             raise InputError(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.resources
+import logging
 import math
 import numbers
 import os
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from llmgym.errors import ConfigError, require_installed
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -44,6 +47,7 @@ __all__ = [
     "load_config",
     "shipped_configs",
     "resolve_config",
+    "CONFIG_ARGUMENT_RULE",
     "check_requirements",
     "save_config",
     "config_to_dict",
@@ -309,8 +313,16 @@ class EnvConfig(_Section):
     vectorization_mode: str = _f("sync", "sync (one process) or async (the envs spread over min(num_envs, CPUs) worker processes).")
     max_episode_steps: Optional[int] = _f(None, "Truncate episodes after this many steps; null keeps the env's.")
     kwargs: dict[str, Any] = _f({}, "Extra keyword arguments for gymnasium.make.")
+    reward_clip: Optional[float] = _f(
+        None,
+        "null: a reward that is nan, inf or over 1e9 in magnitude stops the run with an error naming the env and "
+        "the step; a bound: such rewards are clipped into [-bound, bound] (nan to 0) with a warning.",
+    )
 
     def _check(self) -> None:
+        from llmgym.envs.reward_checks import check_reward_clip
+
+        check_reward_clip(self.reward_clip, "env.reward_clip")
         _check_positive("env", "num_envs", self.num_envs)
         _check_choice("env", "vectorization_mode", self.vectorization_mode, ("sync", "async"))
         _check_positive("env", "max_episode_steps", self.max_episode_steps)
@@ -503,6 +515,18 @@ class TrainConfig(_Section):
         "Also evaluate the policy sampled at agent.temperature (the one PPO optimises) on the same episodes, "
         "logged as sampled_success_rate, sampled_episode_return and sampled_episode_length.",
     )
+    eval_splits: list[str] = _f(
+        [],
+        "Text generation (RL4LMs style): datapool splits whose every sample is completed greedily and scored by "
+        "train.eval_metrics; each evaluation covers the first split (e.g. val), the final one all (e.g. test too). "
+        "Completions, prompts and references are saved to predictions/*.jsonl.",
+    )
+    eval_metrics: list[dict[str, Any]] = _f(
+        [],
+        "Metrics over each eval split, as RL4LMs' train_evaluation.metrics: [{id: bleu}, {id: learned_reward, args: "
+        "{...}}] (llmgym.text_metrics ids or package.module:function).",
+    )
+    eval_max_samples: Optional[int] = _f(None, "Evaluate at most this many samples of each eval split; null: all.")
     checkpoint_every: Optional[int] = _f(None, "Checkpoint every this many env steps; null only at the end.")
     resume: Optional[str] = _f(None, "Run directory to resume from (its latest checkpoint).")
 
@@ -512,6 +536,12 @@ class TrainConfig(_Section):
         _check_positive("train", "eval_episodes", self.eval_episodes, allow_zero=True)
         _check_positive("train", "eval_num_envs", self.eval_num_envs)
         _check_positive("train", "checkpoint_every", self.checkpoint_every)
+        _check_positive("train", "eval_max_samples", self.eval_max_samples)
+        for i, spec in enumerate(self.eval_metrics):
+            if not isinstance(spec.get("id"), str) or set(spec) - {"id", "args"}:
+                raise ConfigError(
+                    f"train.eval_metrics[{i}]={spec!r} is invalid; expected {{id: METRIC, args: {{...}}}} (args optional)."
+                )
 
 
 @dataclass
@@ -605,12 +635,32 @@ def shipped_configs() -> dict[str, Traversable]:
     return {f.name.removesuffix(".yaml"): f for f in files}
 
 
+#: How a config argument (``llmgym train CONFIG``, ``eval``, ``sweep``, ``config show``) names a file;
+#: ``docs/config.md`` states it.
+CONFIG_ARGUMENT_RULE = (
+    "A config argument with a slash (`./babyai_ppo`, `configs/my.yaml`) is always a file path. A bare name of a "
+    "shipped config (`quickstart`, no slash, no `.yaml`) is always the shipped config, even when a file of that "
+    "name is in the current folder (a warning then names it). A bare file name ending in `.yaml` "
+    "(`quickstart.yaml`) is the file in the current folder when there is one (a warning says when it shadows the "
+    "shipped config of that name), else the shipped config. Any other argument is a file path."
+)
+
+
+def _has_separator(text: str) -> bool:
+    return os.sep in text or "/" in text or (os.altsep is not None and os.altsep in text)
+
+
 def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
-    """The YAML file a config argument names: a file that exists, else a shipped config.
+    """The YAML file a config argument names, by :data:`CONFIG_ARGUMENT_RULE`.
+
+    With a slash it is a path; a bare shipped name (``quickstart``) is the shipped config even when
+    a local file has that name; a bare ``NAME.yaml`` is the local file if there is one, else the
+    shipped config. When a local file and a shipped config share the name, a warning names the
+    one not taken and how to reach it.
 
     Args:
         config: The path of a YAML file, or the name of a shipped config with or without
-            ``.yaml`` (``quickstart``, ``quickstart.yaml``). A path that exists wins over a name.
+            ``.yaml`` (``quickstart``, ``quickstart.yaml``).
 
     Returns:
         The file (open it with ``open()``).
@@ -619,17 +669,31 @@ def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
         ConfigError: If ``config`` is neither an existing file nor a shipped config's name; the
             message lists the shipped names.
     """
+    text = os.fspath(config)
     path = Path(config)
-    if path.is_file():
-        return path
     shipped = shipped_configs()
     name = path.name.removesuffix(".yaml")
-    if path.name == os.fspath(config) and name in shipped:  # a bare name, not a path
+    bare = not _has_separator(text) and name in shipped
+    if bare and not text.endswith(".yaml"):
+        if path.is_file():
+            logger.warning(
+                "Using the shipped config '%s', not the file %s in the current folder (write ./%s to read the file).",
+                name, f"./{text}", text,
+            )
+        return shipped[name]
+    if path.is_file():
+        if bare:
+            logger.warning(
+                "Reading the file ./%s, which shadows the shipped config '%s' (write %s, without .yaml, for the "
+                "shipped one).", text, name, name,
+            )
+        return path
+    if bare:
         return shipped[name]
     close = difflib.get_close_matches(name, list(shipped), n=1)
     hint = f" Did you mean '{close[0]}'?" if close else ""
     raise ConfigError(
-        f"Config file '{os.fspath(config)}' does not exist and is not the name of a shipped config.{hint} "
+        f"Config file '{text}' does not exist and is not the name of a shipped config.{hint} "
         f"Shipped configs: {', '.join(shipped)} (`llmgym config list` describes them). "
         "Fix: pass the path of a YAML file or one of these names."
     )
@@ -688,6 +752,19 @@ def _renamed(layer: Any, source: str) -> Any:
     return layer
 
 
+def _from_rl4lms(loaded: Any, overrides: list[str] | tuple[str, ...]) -> Any:
+    """An RL4LMs task config converted (strictly) into an llmgym one; any other config as it is."""
+    from omegaconf import OmegaConf
+
+    from llmgym.compat.rl4lms import convert_rl4lms_config, is_rl4lms_config
+
+    plain = typing.cast(dict[str, Any], OmegaConf.to_container(loaded))
+    if not isinstance(plain, dict) or not is_rl4lms_config(plain):
+        return loaded
+    model = next((o.partition("=")[2] for o in reversed(overrides) if o.startswith("model.name=")), None)
+    return OmegaConf.create(convert_rl4lms_config(plain, model_name=model).config)
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     overrides: list[str] | tuple[str, ...] = (),
@@ -696,8 +773,9 @@ def load_config(
     """Load a :class:`Config` from YAML and dotted overrides.
 
     Args:
-        path: YAML file whose keys are a subset of :class:`Config`, or the name of a shipped
-            config (see :func:`resolve_config`); ``None`` starts from defaults.
+        path: YAML file whose keys are a subset of :class:`Config` (or an RL4LMs task config, converted
+            by :mod:`llmgym.compat.rl4lms`), or the name of a shipped config (see :func:`resolve_config`);
+            ``None`` starts from defaults.
         overrides: ``section.key=value`` strings applied after the file, in order.
         base: Config to start from instead of the defaults.
 
@@ -723,6 +801,7 @@ def load_config(
             loaded = OmegaConf.create({})
         if not isinstance(loaded, DictConfig):
             raise ConfigError(f"Config file '{p}' must hold a mapping of sections, not a list.")
+        loaded = _from_rl4lms(loaded, overrides)
         layers.append((loaded, f"config file '{p}'"))
     for item in overrides:
         if "=" not in item:

@@ -17,6 +17,8 @@ __all__ = [
     "BackendTimeoutError",
     "AuthenticationError",
     "CheckpointError",
+    "DiskFullError",
+    "RunLockedError",
     "ExportError",
     "MissingDependencyError",
     "SourceCheckoutError",
@@ -60,6 +62,14 @@ class AuthenticationError(BackendError):
 
 class CheckpointError(LLMGymError, RuntimeError):
     """A checkpoint is missing, incomplete or incompatible with the current config."""
+
+
+class DiskFullError(CheckpointError, OSError):
+    """A checkpoint could not be written because the disk (or the user's quota) is full; the previous one is intact."""
+
+
+class RunLockedError(LLMGymError, RuntimeError):
+    """A run folder is locked by another live process (``llmgym train`` writing it); the message names its pid."""
 
 
 class ExportError(LLMGymError, OSError):

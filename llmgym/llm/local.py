@@ -16,6 +16,7 @@ from llmgym.config import ModelConfig
 from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
 from llmgym.llm.distributed.gradients import WeightedMean
+from llmgym.llm.fingerprint import base_fingerprint
 from llmgym.llm.generation import Generation, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
 from llmgym.llm.masking import IncrementalMask, MaskPolicy, check_mask_top_p
@@ -73,6 +74,9 @@ class LocalLLM:
             from llmgym.llm.models import load_model
 
             model, tokenizer = load_model(config)
+        #: The base model's fingerprint as loaded (``None`` for a fresh random init), recorded by :meth:`save`
+        #: and compared by :meth:`load`.
+        self.base_fingerprint = base_fingerprint(model, config.name) if config.pretrained else None
         if config.lora is not None and not is_peft_model(model):
             model = apply_lora(model, config.lora, quantized=config.load_in_4bit)
         self.config = config
@@ -457,12 +461,16 @@ class LocalLLM:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Atomically save trainable weights, module functions, updater state and mask policy to a folder.
 
+        The base model's fingerprint (:attr:`base_fingerprint`) is recorded with them.
+
         The frozen-trunk cache is emptied too, as :meth:`load` empties it: a run resumed from
         the checkpoint then computes exactly what the run that wrote it computes next.
         """
         self._check_open()
         state = self.updater.state_dict() if self.updater is not None else None
-        save_llm_state(path, self.model, dict(self.module_functions.items()), state, self.mask_policy.state_dict())
+        save_llm_state(
+            path, self.model, dict(self.module_functions.items()), state, self.mask_policy.state_dict(), self.base_fingerprint
+        )
         self.clear_trunk_cache()
 
     def clear_trunk_cache(self) -> None:
@@ -471,9 +479,14 @@ class LocalLLM:
         self.trunk_cache.clear()
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Load what :meth:`save` wrote (same model, adapter setup and module names)."""
+        """Load what :meth:`save` wrote (same model, adapter setup and module names).
+
+        Raises:
+            CheckpointError: When the folder is incomplete or corrupted, or was trained from another base
+                model than the one loaded (its recorded fingerprint differs from :attr:`base_fingerprint`).
+        """
         self._check_open()
-        state = load_llm_state(path, self.model, dict(self.module_functions.items()))
+        state = load_llm_state(path, self.model, dict(self.module_functions.items()), self.base_fingerprint)
         self.mask_policy.load_state_dict(load_mask_policy(path), self.device)
         self.trunk_cache.clear()
         if state is not None and self.updater is not None:

@@ -28,7 +28,7 @@ import torch
 from babyai_scripted import scripted_action
 
 from llmgym.agents.base import BaseAgent
-from llmgym.agents.scoring import scored_candidates
+from llmgym.agents.policies import scored_candidates
 from llmgym.algorithms.trainer import _env_instructions, _seed_everything, build_agent, build_heads, evaluate
 from llmgym.config import Config, load_config
 from llmgym.llm.client import LLM

@@ -55,7 +55,7 @@ def bench_text(mode: str, steps: int, num_envs: int) -> float:
         start = time.perf_counter()
         for row in actions:
             envs.step(row)
-            prompts = envs.prompts  # built at every step
+            prompts = envs.prompts  # what a prompt-per-step loop would read
         elapsed = time.perf_counter() - start
     assert len(prompts) == num_envs
     return steps * num_envs / elapsed

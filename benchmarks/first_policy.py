@@ -17,7 +17,7 @@ from collections import defaultdict
 import gymnasium as gym
 import torch
 
-from llmgym.agents.scoring import candidate_policy, policy_logits_key, scored_candidates
+from llmgym.agents.policies import CandidatePolicy, policy_logits_key, scored_candidates
 from llmgym.algorithms.trainer import _env_instructions, _seed_everything, build_agent, build_llm, evaluate
 from llmgym.config import load_config
 
@@ -47,7 +47,7 @@ def main() -> None:
             options = agent.get_candidates(obs, info) or []
             out = llm.forward([key], contexts=[prompt], candidates=[scored_candidates(prompt, options)],
                               normalize=config.agent.score_normalize)[0]
-            probs = candidate_policy(torch.as_tensor(out[key]), config.agent.temperature).exp()
+            probs = CandidatePolicy(config.agent.temperature).log_probs(torch.as_tensor(out[key])).exp()
             for option, p in zip(options, probs.tolist()):
                 totals[option] += p / args.states
         env.close()

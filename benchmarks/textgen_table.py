@@ -59,7 +59,7 @@ def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int
     agent = build_agent(config, llm, width)
     agent.generator.manual_seed(seed)
     if issubclass(algorithm_class(config.algorithm.name), NLPO) and llm.backend.mask_policy.params is not None:
-        agent.restrict_to_mask_policy(config.algorithm.mask_top_p)  # the trained NLPO policy samples masked
+        agent.policy = agent.policy.masked(config.algorithm.mask_top_p)  # the trained NLPO policy samples masked
     env = gym.make(config.env.id, **dict(config.env.kwargs))
     rewards: list[float] = []
     log_ratios: list[float] = []
@@ -77,12 +77,12 @@ def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int
                 env.reset(seed=seed + j)
                 rewards.append(float(env.step(decision.action)[1]))
                 completions.append(decision.response)
-            sampling = agent.policy_spec().sampling
+            actions = agent.policy.actions(decisions)
             with torch.no_grad(), llm.backend.reference():
-                ref = llm.token_logprobs([d.prompt_ids for d in decisions], [d.action_ids for d in decisions],
-                                         require_grad=False, sampling=sampling)
+                ref = llm.token_logprobs(actions.prompt_ids, actions.token_ids, require_grad=False,
+                                         sampling=agent.policy.sampling)
             for decision, ref_out in zip(decisions, ref):
-                log_ratios.append(float((decision.token_log_probs - ref_out["logprobs"].float()).sum()))
+                log_ratios.append(decision.log_prob - float(ref_out["logprobs"].float().sum()))
     finally:
         env.close()
     return rewards, sum(log_ratios) / len(log_ratios), completions

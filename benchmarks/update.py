@@ -44,7 +44,7 @@ def build(cache_mb: int, lora_layers: int, dtype: str) -> Any:
 
 def iteration(llm: Any, contexts: list[str], candidates: list[list[str]], epochs: int, minibatch: int) -> tuple[float, float]:
     """Collection forward, then PPO epochs; returns ``(collect_s, update_s)``."""
-    from llmgym.agents.learning import PolicySpec
+    from llmgym.agents.policies import CandidateActions, CandidatePolicy
     from llmgym.algorithms import PPO, UpdateBatch
     from llmgym.config import AlgorithmConfig
 
@@ -58,9 +58,10 @@ def iteration(llm: Any, contexts: list[str], candidates: list[list[str]], epochs
     values = torch.stack([o["value"].reshape(()) for o in outputs])
     advantages = torch.linspace(-1.0, 1.0, n)
     batch = UpdateBatch(
-        objective=PPO(config=AlgorithmConfig()).objective(), policy=PolicySpec(),
+        objective=PPO(config=AlgorithmConfig()).objective(), policy=CandidatePolicy(),
         minibatches=[list(range(i, min(i + minibatch, n))) for i in range(0, n, minibatch)],
-        old_log_probs=old, old_values=values, advantages=advantages, returns=values + advantages, actions=actions,
+        old_log_probs=old, old_values=values, advantages=advantages, returns=values + advantages,
+        actions=CandidateActions([list(c) for c in candidates], actions),
     )
     start = time.perf_counter()
     for _ in range(epochs):

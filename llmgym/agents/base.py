@@ -5,7 +5,9 @@ An agent turns observations into prompts (:meth:`Agent.get_system_prompt`,
 LLM for a decision (subclasses: :class:`~llmgym.agents.scoring.ScoringAgent` scores the candidate
 actions, :class:`~llmgym.agents.generative.GenerativeAgent` generates text parsed by
 :meth:`Agent.extract_action`), and keeps for every env and step what training needs
-(:class:`Decision`: prompt, its exact token ids, the action, its log-prob and the value).
+(:class:`Decision`: prompt, its exact token ids, the action, its log-prob and the value). The
+distribution decisions are drawn from is the agent's :attr:`~BaseAgent.policy`
+(:mod:`llmgym.agents.policies`), which the algorithm re-scores the decisions under.
 
 Two ways to drive it:
 
@@ -26,12 +28,12 @@ import numpy as np
 import torch
 
 from llmgym.agents.history import History, Prompt
-from llmgym.agents.learning import Decision, Episode, EpisodeLearner, PolicySpec
+from llmgym.agents.learning import Episode, EpisodeLearner
+from llmgym.agents.policies import Decision, Policy, prompt_values
 from llmgym.config import AgentConfig, AlgorithmConfig
 from llmgym.errors import ConfigError, InputError
-from llmgym.llm.masking import check_mask_top_p
 from llmgym.llm.modules import VALUE_KEY
-from llmgym.llm.sampling import Sampling
+from llmgym.llm.protocols import PolicyLLM
 
 __all__ = ["Decision", "BaseAgent", "DEFAULT_SYSTEM_PROMPT", "VALUE_KEY"]
 
@@ -41,7 +43,8 @@ DEFAULT_SYSTEM_PROMPT = "You are an agent in a text environment. Reply with one 
 class BaseAgent(abc.ABC):
     """Base agent: hooks, per-env histories, decision bookkeeping.
 
-    Subclasses implement :meth:`_decide`; users override the hooks.
+    Subclasses implement :meth:`make_policy` (and may post-process its decisions in :meth:`_decide`);
+    users override the hooks.
 
     Args:
         llm: An :class:`llmgym.LLM` (its ``tokenizer`` renders prompts; a ``"value"`` module
@@ -53,11 +56,15 @@ class BaseAgent(abc.ABC):
             episodes (``terminate_episode`` then refuses to train).
         episodes_per_update: Episodes collected by the loop API before an update.
         seed: Seed of the agent's own sampling generator.
+
+    Attributes:
+        policy: The distribution the agent's actions are drawn from and trained under (NLPO
+            replaces it by ``agent.policy.masked(top_p)``).
     """
 
     def __init__(
         self,
-        llm: Any,
+        llm: PolicyLLM,
         config: Optional[AgentConfig] = None,
         *,
         num_envs: int = 1,
@@ -91,6 +98,7 @@ class BaseAgent(abc.ABC):
         self._finished: list[Episode] = []
         self.num_envs = 0
         self.set_num_envs(num_envs)
+        self.policy: Policy = self.make_policy()
 
     # ------------------------------------------------------------------ hooks (LlamaGym's)
     def get_system_prompt(self) -> str:
@@ -118,44 +126,15 @@ class BaseAgent(abc.ABC):
         return list(valid) if valid is not None else None
 
     # ------------------------------------------------------------------ policy
-    #: NLPO: the mask-policy mass every generated token is restricted to (1: no mask; see
-    #: :meth:`restrict_to_mask_policy`).
-    mask_top_p: float = 1.0
-
-    def sampling(self) -> Optional[Sampling]:
-        """The distribution generated actions are sampled from (``None``: the agent generates none)."""
-        return None
-
-    def restrict_to_mask_policy(self, top_p: float) -> None:
-        """Sample every generated token from the top-p set of the LLM's mask policy (NLPO).
-
-        :meth:`sampling` then carries ``mask_top_p``, so generation samples from the masked policy
-        and the algorithm recomputes that same distribution (:class:`~llmgym.llm.masking.MaskPolicy`).
-
-        Args:
-            top_p: The mask policy's mass kept, in ``(0, 1]`` (``algorithm.mask_top_p``).
-
-        Raises:
-            ConfigError: The agent generates no tokens (it chooses among candidate actions).
-            InputError: ``top_p`` outside ``(0, 1]``.
-        """
-        if self.sampling() is None:
-            raise ConfigError(
-                f"{type(self).__name__} chooses among candidate actions and generates no tokens, so NLPO's token mask "
-                "cannot apply; use agent.type=generative or agent.type=token with algorithm.name=nlpo, or train this "
-                "agent with algorithm.name=ppo."
-            )
-        self.mask_top_p = check_mask_top_p(top_p)
-
-    def policy_spec(self) -> PolicySpec:
-        """The distribution this agent's decisions are drawn from (what its algorithm trains)."""
-        return PolicySpec(self.config.temperature, self.config.score_normalize, self.sampling())
-
     @abc.abstractmethod
+    def make_policy(self) -> Policy:
+        """The policy this agent acts with, from its config (:mod:`llmgym.agents.policies`)."""
+
     def _decide(
         self, prompts: Sequence[Prompt], candidates: Sequence[Optional[list[str]]], greedy: bool
     ) -> list[Decision]:
-        """One decision per prompt."""
+        """One decision per prompt, drawn from :attr:`policy` with the agent's seeded generator."""
+        return self.policy.act(self.llm, prompts, candidates, greedy=greedy, generator=self.generator)
 
     def set_num_envs(self, num_envs: int) -> None:
         """Reset the agent for ``num_envs`` envs (new, empty histories)."""
@@ -167,12 +146,6 @@ class BaseAgent(abc.ABC):
         return History.from_config(
             self.llm.tokenizer, self.config, system_prompt=self.get_system_prompt(), overflow="truncate_left"
         )
-
-    def _values(self, prompts: Sequence[str]) -> list[float]:
-        if VALUE_KEY not in self.llm.module_function_keys:
-            return [0.0] * len(prompts)
-        outputs = self.llm.forward([VALUE_KEY], contexts=list(prompts))
-        return [float(torch.as_tensor(o[VALUE_KEY]).reshape(-1)[0]) for o in outputs]
 
     def act_batch(
         self,
@@ -240,7 +213,7 @@ class BaseAgent(abc.ABC):
             probe = copy.copy(self.histories[index])  # shares the turns, owns its pending observation
             probe.add_observation(self.format_observation(obs))
             texts[index] = probe.render().text
-        values = self._values(list(texts.values()))
+        values = prompt_values(self.llm, list(texts.values()))
         return dict(zip(texts.keys(), values))
 
     def observe(

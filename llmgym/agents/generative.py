@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Optional
 
-from llmgym.agents.base import BaseAgent, Decision
+from llmgym.agents.base import BaseAgent
 from llmgym.agents.history import History, PlainTemplate, Prompt
+from llmgym.agents.policies import Decision, TokenPolicy
 from llmgym.envs.core import normalize_action_text
 from llmgym.errors import InvalidActionError
-from llmgym.llm.generation import Generation
 from llmgym.llm.sampling import Sampling
 
 __all__ = ["GenerativeAgent", "TokenAgent", "Agent"]
@@ -24,8 +25,8 @@ class GenerativeAgent(BaseAgent):
     applies: ``"penalty"`` takes :meth:`fallback_action` and adds ``agent.invalid_action_penalty``
     to that step's reward (counted in ``parse_failed``), ``"error"`` raises
     :class:`~llmgym.errors.InvalidActionError`. The response's sampled token ids and their
-    log-probs under the distribution they were drawn from (:meth:`sampling`) are kept for
-    training; they are never re-tokenized.
+    log-probs under the distribution they were drawn from (:attr:`policy`, a
+    :class:`~llmgym.agents.policies.TokenPolicy`) are kept for training; they are never re-tokenized.
     """
 
     #: The valid actions of the env whose response is being parsed (``None`` outside parsing).
@@ -57,25 +58,9 @@ class GenerativeAgent(BaseAgent):
             )
         return candidates[0]
 
-    def sampling(self) -> Sampling:
-        """The sampling distribution: the model's at ``agent.temperature``, no top-k or top-p cut.
-
-        Restricted to the mask policy's top-p set when NLPO set :attr:`mask_top_p`.
-        """
-        return Sampling(temperature=self.config.temperature, mask_top_p=self.mask_top_p)
-
-    def generation_kwargs(self, greedy: bool) -> dict[str, Any]:
-        """Keyword arguments of ``llm.generate`` for one step."""
-        kwargs: dict[str, Any] = {"max_new_tokens": self.config.max_new_tokens}
-        if greedy:
-            kwargs["do_sample"] = False
-        else:
-            kwargs.update(self.sampling().generation_kwargs())
-        return kwargs
-
-    def response_text(self, generation: Generation) -> str:
-        """The text of a generation that :meth:`extract_action` parses (special tokens dropped)."""
-        return generation.text
+    def make_policy(self) -> TokenPolicy:
+        """The model's distribution at ``agent.temperature``, no top-k or top-p cut, ``agent.max_new_tokens`` tokens."""
+        return TokenPolicy(Sampling(temperature=self.config.temperature), self.config.max_new_tokens)
 
     def parse(self, response: str, options: Optional[list[str]]) -> tuple[Any, bool]:
         """Turn a response into ``(action, parse_failed)`` with the ``agent.invalid_action`` policy.
@@ -101,28 +86,13 @@ class GenerativeAgent(BaseAgent):
     def _decide(
         self, prompts: Sequence[Prompt], candidates: Sequence[Optional[list[str]]], greedy: bool
     ) -> list[Decision]:
-        texts = [p.text for p in prompts]
-        generations = self.llm.generate(texts, **self.generation_kwargs(greedy))
-        values = self._values(texts)
-        decisions = []
-        for prompt, options, gens, value in zip(prompts, candidates, generations, values):
-            gen = gens[0]
-            text = self.response_text(gen)
-            action, failed = self.parse(text, options)
-            decisions.append(
-                Decision(
-                    prompt=prompt.text,
-                    prompt_ids=list(gen.prompt_ids),
-                    action=action,
-                    response=text,
-                    log_prob=float(gen.logprobs.sum()),
-                    value=value,
-                    action_ids=list(gen.token_ids),
-                    token_log_probs=gen.logprobs.detach().float(),
-                    parse_failed=failed,
-                )
-            )
-        return decisions
+        """The policy's generations, each parsed into an env action (:meth:`parse`)."""
+        decisions = super()._decide(prompts, candidates, greedy)
+        parsed = []
+        for decision, options in zip(decisions, candidates):
+            action, failed = self.parse(decision.response, options)
+            parsed.append(replace(decision, action=action, parse_failed=failed))
+        return parsed
 
 
 class TokenAgent(GenerativeAgent):
@@ -147,14 +117,9 @@ class TokenAgent(GenerativeAgent):
             overflow="truncate_left",
         )
 
-    def generation_kwargs(self, greedy: bool) -> dict[str, Any]:
-        """Sample (or take the argmax of) exactly one token."""
-        return {**super().generation_kwargs(greedy), "max_new_tokens": 1}
-
-    def response_text(self, generation: Generation) -> str:
-        """The token's text, special tokens included (EOS is sent to the env as its string)."""
-        text: str = self.llm.tokenizer.decode(generation.token_ids, skip_special_tokens=False)
-        return text
+    def make_policy(self) -> TokenPolicy:
+        """One token per action, its text with special tokens (EOS is sent to the env as its string)."""
+        return TokenPolicy(Sampling(temperature=self.config.temperature), max_new_tokens=1, special_tokens=True)
 
     def extract_action(self, response: str) -> Any:
         """Every token is an action, sent as it is (spaces included)."""

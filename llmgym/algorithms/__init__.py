@@ -5,19 +5,18 @@ Each algorithm's math and loop live in its own module (:mod:`~llmgym.algorithms.
 objectives next to the model; :mod:`~llmgym.algorithms.registry` maps ``algorithm.name`` to a class.
 """
 
+from llmgym.agents.policies import (
+    categorical_entropy,
+    categorical_log_prob,
+    kl_estimate,
+    pad_candidate_scores,
+)
 from llmgym.algorithms.a2c import A2C, A2CObjective, a2c_policy_loss
 from llmgym.algorithms.advantages import compute_gae, whiten
 from llmgym.algorithms.batch import PolicyOutputs, SampleTargets, UpdateBatch
 from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
 from llmgym.algorithms.grpo import GRPO, grpo_advantages
-from llmgym.algorithms.losses import (
-    categorical_entropy,
-    categorical_log_prob,
-    kl_estimate,
-    masked_mean,
-    pad_candidate_scores,
-    value_loss,
-)
+from llmgym.algorithms.losses import masked_mean, value_loss
 from llmgym.algorithms.nlpo import NLPO
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.ppo import PPO, PPOObjective, ppo_policy_loss

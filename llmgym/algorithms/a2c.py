@@ -14,7 +14,7 @@ from typing import ClassVar, Optional
 
 from torch import Tensor
 
-from llmgym.agents.learning import PolicySpec
+from llmgym.agents.policies import Policy
 from llmgym.algorithms.batch import PolicyOutputs, SampleTargets
 from llmgym.algorithms.buffer import RolloutBuffer
 from llmgym.algorithms.losses import check_same_shape, masked_mean, value_loss
@@ -82,7 +82,7 @@ class A2C(OnPolicyAlgorithm):
         cfg = self.config
         return A2CObjective(cfg.value_coef, cfg.entropy_coef, cfg.kl_coef)
 
-    def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: PolicySpec) -> dict[str, float]:
+    def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:
         """One epoch over the rollout.
 
         Returns:

@@ -3,34 +3,24 @@
 Each algorithm's own policy loss lives in its module (:mod:`llmgym.algorithms.ppo`,
 :mod:`llmgym.algorithms.a2c`).
 
-Shapes: ``[B]`` for action-level quantities (one chosen candidate per transition), ``[B, L]`` with a
-bool ``mask [B, L]`` for token-level ones (one generated token per position), ``[B, K]`` for
-candidate logits padded with ``-inf`` to the largest candidate set ``K``. Every reduction is a
-(masked) mean over the entries that count. Statistics are returned detached.
+The distributions they are taken over (candidate softmaxes, token log-probs, KL estimates) live
+with the policy, :mod:`llmgym.agents.policies`. Shapes: ``[B]`` for action-level quantities (one
+action per transition), ``[B, L]`` with a bool ``mask [B, L]`` for token-level ones (one generated
+token per position). Every reduction is a (masked) mean over the entries that count. Statistics
+are returned detached.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor
-from torch.nn.utils.rnn import pad_sequence
 
+from llmgym.agents.policies import kl_estimate
 from llmgym.errors import InputError
 
-__all__ = [
-    "check_same_shape",
-    "categorical_entropy",
-    "categorical_log_prob",
-    "kl_estimate",
-    "masked_mean",
-    "pad_candidate_scores",
-    "value_loss",
-]
-
-KLEstimator = Literal["k1", "k2", "k3"]
+__all__ = ["check_same_shape", "kl_estimate", "masked_mean", "value_loss"]
 
 
 def check_same_shape(reference_name: str, reference: Tensor, **others: Optional[Tensor]) -> None:
@@ -65,36 +55,6 @@ def masked_mean(x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
     check_same_shape("x", x, mask=mask)
     weights = mask.to(device=x.device, dtype=x.dtype)
     return (x * weights).sum() / weights.sum().clamp(min=1.0)
-
-
-def kl_estimate(log_probs: Tensor, ref_log_probs: Tensor, estimator: KLEstimator = "k3") -> Tensor:
-    """Per-sample estimate of ``KL(pi || pi_ref)`` from actions sampled from ``pi``.
-
-    With ``log_ratio = log pi(a) - log pi_ref(a)`` (Schulman's estimators):
-    ``k1 = log_ratio`` (unbiased, can be negative), ``k2 = log_ratio ** 2 / 2`` (biased, low variance),
-    ``k3 = exp(-log_ratio) - 1 + log_ratio`` (unbiased, always >= 0). All are 0 where the two
-    log-probs are equal.
-
-    Args:
-        log_probs: Log-probs of the sampled actions under the policy, ``[B]`` or ``[B, L]``.
-        ref_log_probs: Log-probs of the same actions under the reference policy, same shape.
-        estimator: ``"k1"``, ``"k2"`` or ``"k3"``.
-
-    Returns:
-        Element-wise estimates, shape of ``log_probs``.
-
-    Raises:
-        InputError: On a shape mismatch or an unknown estimator.
-    """
-    check_same_shape("log_probs", log_probs, ref_log_probs=ref_log_probs)
-    log_ratio = log_probs - ref_log_probs
-    if estimator == "k1":
-        return log_ratio
-    if estimator == "k2":
-        return 0.5 * log_ratio**2
-    if estimator == "k3":
-        return torch.expm1(-log_ratio) + log_ratio
-    raise InputError(f"estimator={estimator!r} is not a KL estimator; use 'k1', 'k2' or 'k3'.")
 
 
 def value_loss(
@@ -145,102 +105,3 @@ def value_loss(
         returns_var = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
         explained = 1.0 - residual_var / returns_var if float(returns_var) > 0 else torch.full_like(returns_var, float("nan"))
     return loss, {"value_clip_fraction": clip_fraction.detach(), "explained_variance": explained.detach()}
-
-
-def _masked_logits(logits: Tensor, mask: Optional[Tensor]) -> Tensor:
-    if mask is not None:
-        check_same_shape("logits", logits, mask=mask)
-        logits = logits.masked_fill(~mask.to(device=logits.device, dtype=torch.bool), float("-inf"))
-    if logits.dim() == 0 or logits.shape[-1] == 0:
-        raise InputError(f"logits has shape {list(logits.shape)}; expected [..., K] with K >= 1 candidates.")
-    if bool((logits == float("-inf")).all(dim=-1).any()):
-        raise InputError(
-            "a row of logits has no finite entry (every candidate is padding or masked out); "
-            "give every row at least one valid candidate."
-        )
-    return logits
-
-
-def categorical_entropy(logits: Tensor, mask: Optional[Tensor] = None) -> Tensor:
-    """Entropy of the categorical distribution ``softmax(logits)`` along the last dimension.
-
-    Works on raw logits or on log-probs (they are renormalised), on candidate sets ``[B, K]`` padded
-    with ``-inf`` and on vocabularies ``[B, L, V]``. Padded entries contribute 0.
-
-    Args:
-        logits: Unnormalised log-probabilities ``[..., K]``; ``-inf`` marks an invalid candidate.
-        mask: Bool ``[..., K]``, True on valid candidates; False entries are treated as ``-inf``.
-
-    Returns:
-        Entropies ``[...]`` (``log K`` for a uniform distribution over ``K`` valid candidates).
-
-    Raises:
-        InputError: On a mask shape mismatch or a row without any valid candidate.
-    """
-    log_p = torch.log_softmax(_masked_logits(logits, mask), dim=-1)
-    safe_log_p = torch.where(torch.isfinite(log_p), log_p, torch.zeros_like(log_p))
-    return -(log_p.exp() * safe_log_p).sum(dim=-1)
-
-
-def categorical_log_prob(logits: Tensor, actions: Tensor, mask: Optional[Tensor] = None) -> Tensor:
-    """Log-probability of the chosen candidate under ``softmax(logits)``.
-
-    Args:
-        logits: Candidate logits (e.g. candidate log-likelihoods / temperature) ``[B, K]``, ``-inf``
-            on padding.
-        actions: Chosen candidate index per row, int ``[B]``.
-        mask: Bool ``[B, K]``, True on valid candidates, or ``None``.
-
-    Returns:
-        ``log pi(actions)``, ``[B]``.
-
-    Raises:
-        InputError: On a shape mismatch, a row without valid candidates, or an index pointing outside
-            the row's valid candidates.
-    """
-    logits = _masked_logits(logits, mask)
-    if actions.dim() != 1 or actions.shape[0] != logits.shape[0] or logits.dim() != 2:
-        raise InputError(
-            f"actions has shape {list(actions.shape)} and logits {list(logits.shape)}; expected actions [B] "
-            "and logits [B, K]."
-        )
-    index = actions.to(device=logits.device, dtype=torch.long)
-    if bool(((index < 0) | (index >= logits.shape[1])).any()):
-        raise InputError(f"actions must lie in [0, {logits.shape[1]}); got {index.tolist()}.")
-    log_p = torch.log_softmax(logits, dim=-1).gather(1, index.unsqueeze(1)).squeeze(1)
-    if not bool(torch.isfinite(log_p).all()):
-        raise InputError("an action index points at a padded or masked-out candidate; pick a valid candidate.")
-    return log_p
-
-
-def pad_candidate_scores(
-    scores: Sequence[Tensor], temperature: float = 1.0, padding_value: float = float("-inf")
-) -> tuple[Tensor, Tensor]:
-    """Stack per-context candidate scores of different lengths (``LLM.score`` output) into logits.
-
-    Args:
-        scores: One 1-D tensor ``[k_i]`` per context (log p(candidate | context)).
-        temperature: The policy is ``softmax(score / temperature)``; must be > 0.
-        padding_value: Value of the padded entries (``-inf``: zero probability).
-
-    Returns:
-        ``(logits, mask)``: ``logits [B, K]`` with ``K = max k_i`` (scores divided by the temperature,
-        padding at the end of each row) and bool ``mask [B, K]``, True on real candidates.
-
-    Raises:
-        InputError: On an empty list, a non 1-D or empty score tensor, or ``temperature <= 0``.
-    """
-    if not temperature > 0:
-        raise InputError(f"temperature={temperature!r} must be > 0; use 1.0 for the plain softmax.")
-    if len(scores) == 0:
-        raise InputError("scores is empty; pass one tensor of candidate scores per context.")
-    for i, row in enumerate(scores):
-        if not isinstance(row, Tensor) or row.dim() != 1 or row.numel() == 0:
-            shape = list(row.shape) if isinstance(row, Tensor) else type(row).__name__
-            raise InputError(f"scores[{i}] is {shape}; each entry must be a non-empty 1-D tensor [k_i].")
-    first = scores[0]
-    rows = [row.to(device=first.device, dtype=first.dtype) / temperature for row in scores]
-    logits = pad_sequence(rows, batch_first=True, padding_value=padding_value)
-    lengths = torch.tensor([row.shape[0] for row in rows], device=first.device)
-    mask = torch.arange(logits.shape[1], device=first.device).unsqueeze(0) < lengths.unsqueeze(1)
-    return logits, mask

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Optional
 
 from llmgym.agents.base import BaseAgent
-from llmgym.agents.learning import Episode, PolicySpec
+from llmgym.agents.learning import Episode
+from llmgym.agents.policies import Policy
 from llmgym.algorithms.buffer import RolloutBuffer
 from llmgym.algorithms.ppo import PPO
 from llmgym.algorithms.protocols import MaskedPolicyBackend, PolicyBackend
@@ -68,22 +69,21 @@ class NLPO(PPO):
         Raises:
             ConfigError: The agent generates no tokens (a scoring agent).
         """
-        agent.restrict_to_mask_policy(self.config.mask_top_p)
+        agent.policy = agent.policy.masked(self.config.mask_top_p)
         agent.llm.refresh_mask_policy()
 
-    def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: PolicySpec) -> dict[str, float]:
+    def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:
         """PPO's epochs on the masked policy the rollout was sampled from (see :meth:`PPO.train`).
 
         Raises:
             ConfigError: ``policy`` is not masked at ``algorithm.mask_top_p`` (the agent was not
-                prepared, or overrides ``sampling()`` without the mask).
+                prepared, or its policy was replaced by an unmasked one).
         """
-        sampling = policy.sampling
-        if sampling is None or sampling.mask_top_p != self.config.mask_top_p:
+        if policy.masked(self.config.mask_top_p) != policy:
             raise ConfigError(
                 f"NLPO trains the policy masked at algorithm.mask_top_p={self.config.mask_top_p}, but the actions were "
-                f"sampled from {sampling}; build NLPO with the agent (NLPO(agent, envs, config)) or call "
-                "nlpo.prepare(agent) before it acts, and keep mask_top_p in an overridden sampling()."
+                f"sampled from {policy}; build NLPO with the agent (NLPO(agent, envs, config)) or call "
+                "nlpo.prepare(agent) before it acts, and keep the mask in a replaced agent.policy (policy.masked(p))."
             )
         return super().train(llm, buffer, policy)
 
@@ -93,7 +93,7 @@ class NLPO(PPO):
         stats = super().update()
         return {**stats, **self.refresh_if_due(agent.llm)}
 
-    def train_on_episodes(self, llm: PolicyBackend, policy: PolicySpec, episodes: Sequence[Episode]) -> dict[str, float]:
+    def train_on_episodes(self, llm: PolicyBackend, policy: Policy, episodes: Sequence[Episode]) -> dict[str, float]:
         """One update from whole episodes (:meth:`PPO.train_on_episodes`), then the refresh when due."""
         stats = super().train_on_episodes(llm, policy, episodes)
         return {**stats, **self.refresh_if_due(llm)}

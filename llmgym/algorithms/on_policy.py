@@ -19,7 +19,8 @@ import torch
 from torch import Tensor
 
 from llmgym.agents.base import BaseAgent
-from llmgym.agents.learning import Episode, PolicySpec
+from llmgym.agents.learning import Episode
+from llmgym.agents.policies import Policy
 from llmgym.algorithms.advantages import whiten
 from llmgym.algorithms.batch import UpdateBatch
 from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
@@ -54,7 +55,7 @@ def lay_end_to_end(episodes: Sequence[Episode], gamma: float, gae_lambda: float)
     for episode in episodes:
         last = len(episode.decisions) - 1
         for t, (decision, reward) in enumerate(zip(episode.decisions, episode.rewards)):
-            buffer.add_decisions([decision], [reward], [t == last], [False])
+            buffer.add([decision], [reward], [t == last], [False])
     buffer.compute_returns_and_advantages([0.0], gamma, gae_lambda)
     return buffer
 
@@ -140,9 +141,9 @@ class RolloutTargets:
     def update_batch(
         self,
         objective: Objective | NaturalGradientObjective,
-        policy: PolicySpec, minibatches: list[list[int]], learning_rate_scale: float = 1.0
+        policy: Policy, minibatches: list[list[int]], learning_rate_scale: float = 1.0
     ) -> UpdateBatch:
-        """One epoch's payload for ``llm.update``."""
+        """One epoch's payload for ``llm.update``: the decisions' actions as ``policy`` stores them."""
         batch = self.batch
         return UpdateBatch(
             objective=objective,
@@ -152,9 +153,7 @@ class RolloutTargets:
             old_values=batch.old_values,
             advantages=self.advantages,
             returns=batch.returns,
-            actions=batch.actions if batch.candidates is not None else None,
-            prompt_ids=batch.prompt_ids if batch.candidates is None else None,
-            action_ids=batch.action_ids if batch.candidates is None else None,
+            actions=policy.actions(batch.decisions),
             learning_rate_scale=learning_rate_scale,
         )
 
@@ -223,7 +222,7 @@ class OnPolicyAlgorithm(abc.ABC):
         """The loss the LLM servers minimise on each minibatch (or the step they run: TRPO)."""
 
     @abc.abstractmethod
-    def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: PolicySpec) -> dict[str, float]:
+    def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:
         """Update ``llm`` from a buffer whose advantages are computed; return the statistics.
 
         Args:
@@ -250,7 +249,7 @@ class OnPolicyAlgorithm(abc.ABC):
         llm: PolicyBackend,
         rollout: RolloutTargets,
         objective: Objective | NaturalGradientObjective,
-        policy: PolicySpec,
+        policy: Policy,
     ) -> dict[str, float]:
         """One pass over the rollout in shuffled minibatches, one optimizer step each.
 
@@ -259,7 +258,7 @@ class OnPolicyAlgorithm(abc.ABC):
         """
         schedule = minibatch_schedule(len(rollout), self.config.minibatch_size, self.generator)
         batch = rollout.update_batch(objective, policy, schedule, self.learning_rate_scale())
-        return weighted_mean(llm.update(rollout.batch.prompts, rollout.batch.candidates, batch=batch))
+        return weighted_mean(llm.update(rollout.batch.prompts, batch.actions.candidate_sets, batch=batch))
 
     def learning_rate_scale(self) -> float:
         """``1 - (env steps before the last rollout) / total_env_steps`` with ``anneal_lr``, else 1."""
@@ -298,7 +297,7 @@ class OnPolicyAlgorithm(abc.ABC):
             observations, rewards, terminated, truncated, infos = envs.step(actions)
             self.action_log.append(list(actions))
             shaped, truncation_values = agent.observe(rewards, terminated, truncated, infos)
-            self.buffer.add_decisions(decisions, shaped, terminated, truncated, truncation_values)
+            self.buffer.add(decisions, shaped, terminated, truncated, truncation_values)
             for i in np.flatnonzero(terminated | truncated):
                 self._record_episode(infos[int(i)])
             parse_failures += sum(d.parse_failed for d in decisions)
@@ -324,7 +323,7 @@ class OnPolicyAlgorithm(abc.ABC):
     def update(self) -> dict[str, float]:
         """Train on the collected rollout (:meth:`train`)."""
         agent, _ = self._require_envs()
-        stats = self.train(agent.llm, self.buffer, agent.policy_spec())
+        stats = self.train(agent.llm, self.buffer, agent.policy)
         self.updates += 1
         return stats
 
@@ -355,15 +354,15 @@ class OnPolicyAlgorithm(abc.ABC):
         """One update of ``agent.llm`` from whole episodes (LlamaGym's ``terminate_episode`` flow).
 
         Args:
-            agent: The agent that took the decisions (its ``llm`` and ``policy_spec()``).
+            agent: The agent that took the decisions (its ``llm`` and ``policy``).
             episodes: Finished episodes, each with a decision and a reward per step.
 
         Returns:
             The statistics of :meth:`train_on_episodes`.
         """
-        return self.train_on_episodes(agent.llm, agent.policy_spec(), episodes)
+        return self.train_on_episodes(agent.llm, agent.policy, episodes)
 
-    def train_on_episodes(self, llm: PolicyBackend, policy: PolicySpec, episodes: Sequence[Episode]) -> dict[str, float]:
+    def train_on_episodes(self, llm: PolicyBackend, policy: Policy, episodes: Sequence[Episode]) -> dict[str, float]:
         """One update from whole episodes.
 
         The episodes go into :meth:`episode_buffer`, then :meth:`train`.

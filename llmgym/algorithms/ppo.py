@@ -22,7 +22,7 @@ from typing import ClassVar, Optional
 import torch
 from torch import Tensor
 
-from llmgym.agents.learning import PolicySpec
+from llmgym.agents.policies import Policy
 from llmgym.algorithms.batch import PolicyOutputs, SampleTargets
 from llmgym.algorithms.buffer import RolloutBuffer
 from llmgym.algorithms.losses import check_same_shape, kl_estimate, masked_mean, value_loss
@@ -128,7 +128,7 @@ class PPO(OnPolicyAlgorithm):
         cfg = self.config
         return PPOObjective(cfg.clip_range, cfg.value_clip_range, cfg.value_coef, cfg.entropy_coef, cfg.kl_coef)
 
-    def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: PolicySpec) -> dict[str, float]:
+    def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:
         """Run up to ``algorithm.epochs`` epochs, stopping early past ``algorithm.target_kl``.
 
         Returns:

@@ -55,7 +55,9 @@ from llmgym.report.records import (
 from llmgym.run_lock import RunLock, check_new_run_dir, default_run_stem, new_run_dir
 
 if TYPE_CHECKING:
+    from llmgym.llm.client import LLM
     from llmgym.llm.modules import ModuleFunction
+    from llmgym.llm.protocols import PolicyLLM
 
 __all__ = [
     "resolve_updater",
@@ -122,7 +124,7 @@ def build_heads(config: Config) -> dict[str, ModuleFunction]:
     return heads
 
 
-def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> Any:
+def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> LLM:
     """An :class:`llmgym.LLM` with the heads of :func:`build_heads` and the configured updater.
 
     Args:
@@ -138,7 +140,7 @@ def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> An
     )
 
 
-def build_agent(config: Config, llm: Any, num_envs: int, system_prompt: Optional[str] = None) -> BaseAgent:
+def build_agent(config: Config, llm: PolicyLLM, num_envs: int, system_prompt: Optional[str] = None) -> BaseAgent:
     """The agent named by ``agent.type`` (``scoring``, ``generative`` or ``token``) for ``num_envs`` envs."""
     from llmgym.agents.generative import GenerativeAgent, TokenAgent
     from llmgym.agents.scoring import ScoringAgent

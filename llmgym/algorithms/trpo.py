@@ -17,10 +17,10 @@ action head) and ``L(theta) = mean(pi_theta(a|s) / pi_old(a|s) * A)`` the surrog
    ``algorithm.head_learning_rate``, ``algorithm.epochs`` passes in minibatches of
    ``algorithm.minibatch_size``.
 
-The KL is exact over the candidates for action-level agents (the updater has their logits) and,
-for generated actions, Schulman's ``k3`` estimate on the sampled sequence
-(``pi/pi_old - 1 - log(pi/pi_old)``, unbiased and >= 0; its Hessian at ``theta_old`` is the
-empirical Fisher of the sampled actions), since the token distributions are not kept.
+The KL is the policy's own (:meth:`~llmgym.agents.policies.Policy.kl`): exact over the candidates
+for a candidate policy and, for generated actions, Schulman's ``k3`` estimate on the sampled
+sequence (``pi/pi_old - 1 - log(pi/pi_old)``, unbiased and >= 0; its Hessian at ``theta_old`` is
+the empirical Fisher of the sampled actions), since the token distributions are not kept.
 
 Steps 1-4 run next to the model on every LLM server (:meth:`TRPOObjective.step`, handed an
 :class:`~llmgym.algorithms.updaters.UpdateContext` by the generic
@@ -39,10 +39,10 @@ from typing import ClassVar, Optional
 import torch
 from torch import Tensor
 
-from llmgym.agents.learning import PolicySpec
+from llmgym.agents.policies import Policy
 from llmgym.algorithms.batch import PolicyOutputs, SampleTargets
 from llmgym.algorithms.buffer import RolloutBuffer
-from llmgym.algorithms.losses import check_same_shape, kl_estimate, value_loss
+from llmgym.algorithms.losses import check_same_shape, value_loss
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm, minibatch_schedule, weighted_mean
 from llmgym.algorithms.protocols import PolicyBackend
 from llmgym.algorithms.updaters import UpdateContext
@@ -54,7 +54,6 @@ __all__ = [
     "TRPOObjective",
     "conjugate_gradient",
     "line_search",
-    "policy_kl",
     "surrogate_objective",
     "trpo_step_size",
 ]
@@ -76,24 +75,6 @@ def surrogate_objective(log_probs: Tensor, old_log_probs: Tensor, advantages: Te
     """
     check_same_shape("log_probs", log_probs, old_log_probs=old_log_probs, advantages=advantages)
     return (torch.exp(log_probs - old_log_probs.detach()) * advantages.detach()).mean()
-
-
-def policy_kl(old: PolicyOutputs, new: PolicyOutputs) -> Tensor:
-    """Per-sample ``KL(pi_old || pi_new)``: exact over the candidates, else ``k3`` on the sampled action.
-
-    Args:
-        old: The policy before the step (no gradient needed).
-        new: The policy after it (with grad for Fisher-vector products).
-
-    Returns:
-        ``[B]`` KLs: ``sum_a pi_old(a) (log pi_old(a) - log pi_new(a))`` when both carry
-        ``candidate_log_probs``; otherwise the ``k3`` estimate from the stored action's log-probs.
-    """
-    if old.candidate_log_probs is not None and new.candidate_log_probs is not None and old.candidate_mask is not None:
-        old_log_p = old.candidate_log_probs.detach()
-        terms = old_log_p.exp() * (old_log_p - new.candidate_log_probs)
-        return torch.where(old.candidate_mask, terms, torch.zeros_like(terms)).sum(-1)
-    return kl_estimate(old.log_probs.detach(), new.log_probs, "k3")
 
 
 def conjugate_gradient(
@@ -205,14 +186,6 @@ def _assign(parameters: Sequence[Tensor], flat: Tensor) -> None:
             offset += param.numel()
 
 
-def _detached(outputs: PolicyOutputs) -> PolicyOutputs:
-    log_p = outputs.candidate_log_probs
-    return PolicyOutputs(
-        outputs.log_probs.detach(), outputs.entropy.detach(), outputs.values.detach(), outputs.ref_kl.detach(),
-        candidate_log_probs=log_p.detach() if log_p is not None else None, candidate_mask=outputs.candidate_mask,
-    )
-
-
 @dataclass(frozen=True)
 class TRPOObjective:
     """TRPO's server-side step: the natural-gradient policy step in a KL trust region, then the critic.
@@ -273,6 +246,7 @@ class TRPOObjective:
         params = context.policy_parameters
         if not params:
             raise InputError("TRPO found no policy parameter to train: add LoRA (model.lora) or an action head.")
+        policy = context.batch.policy
         start = _flatten(params)
         zeros = torch.zeros_like(start)
         old: Optional[PolicyOutputs] = None
@@ -280,10 +254,10 @@ class TRPOObjective:
         own_gradient, own_objective, entropy = zeros, start.new_zeros(()), 0.0
         if context.num_samples:
             outputs = context.evaluate(second_order=True)
-            old = _detached(outputs)
+            old = outputs.detach()
             objective = self.policy_objective(outputs, context.targets())
             own_gradient = _flat_grad(objective, params)
-            kl_gradient = _flat_grad(policy_kl(old, outputs).mean(), params, create_graph=True)
+            kl_gradient = _flat_grad(policy.kl(old, outputs).mean(), params, create_graph=True)
             own_objective, entropy = objective.detach(), float(outputs.entropy.detach().mean())
         gradient = context.mean(own_gradient)
 
@@ -302,7 +276,7 @@ class TRPOObjective:
             if old is not None:
                 new = context.evaluate(require_grad=False)
                 objective = self.policy_objective(new, context.targets())
-                own = torch.stack([objective, policy_kl(old, new).mean()]).to(start)
+                own = torch.stack([objective, policy.kl(old, new).mean()]).to(start)
             surrogate, kl = context.mean(own).tolist()
             return surrogate - baseline, kl
 
@@ -333,7 +307,7 @@ class TRPO(OnPolicyAlgorithm):
             cfg.max_kl, cfg.cg_steps, cfg.cg_damping, cfg.line_search_steps, cfg.line_search_shrink, cfg.kl_coef
         )
 
-    def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: PolicySpec) -> dict[str, float]:
+    def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:
         """One ``llm.update``: the policy step on the whole rollout, then the critic's ``epochs`` passes.
 
         Returns:
@@ -348,5 +322,5 @@ class TRPO(OnPolicyAlgorithm):
             for minibatch in minibatch_schedule(len(rollout), cfg.minibatch_size, self.generator)
         ]
         batch = rollout.update_batch(self.objective(), policy, critic_minibatches, self.learning_rate_scale())
-        stats = weighted_mean(llm.update(rollout.batch.prompts, rollout.batch.candidates, batch=batch))
+        stats = weighted_mean(llm.update(rollout.batch.prompts, batch.actions.candidate_sets, batch=batch))
         return {**stats, "epochs": float(cfg.epochs), **rollout.statistics()}

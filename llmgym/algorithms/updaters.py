@@ -11,15 +11,9 @@ policy and runs the loss it is sent, so no LLM can be paired with the wrong half
 is not a loss for the optimizer (a
 :class:`~llmgym.algorithms.protocols.NaturalGradientObjective`, TRPO's step) is handed an
 :class:`UpdateContext` instead: this server's share, the policy's and the critic's parameters, the
-sample-weighted all-reduce ``llm.all_reduce_mean`` and the minibatch loop. Two kinds of action are
-supported:
-
-* action level (ScoringAgent): the action is a candidate; ``log pi(a|s) = log_softmax(logits / T)[a]``
-  with the logits the agent sampled from (:func:`~llmgym.agents.scoring.policy_logits_key`);
-* generated (GenerativeAgent): the action is the sampled token sequence; ``log pi(a|s)`` is the
-  sum of its token log-probs under the distribution it was sampled from (temperature, top-k,
-  top-p and NLPO's mask-policy top-p set: :mod:`llmgym.llm.sampling`), computed on the stored
-  token ids (never re-tokenized text).
+sample-weighted all-reduce ``llm.all_reduce_mean`` and the minibatch loop. Whatever the kind of
+action, the policy re-scores it: ``batch.policy.evaluate`` (:mod:`llmgym.agents.policies`), the
+distribution the actions were drawn from.
 """
 
 from __future__ import annotations
@@ -32,13 +26,11 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from llmgym.agents.scoring import policy_logits_key
 from llmgym.algorithms.batch import PolicyOutputs, SampleTargets, UpdateBatch
-from llmgym.algorithms.losses import categorical_entropy, categorical_log_prob, pad_candidate_scores
 from llmgym.algorithms.protocols import NaturalGradientObjective
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import InputError
-from llmgym.llm.modules import POLICY_KEY, SCORE_KEY, VALUE_KEY
+from llmgym.llm.modules import VALUE_KEY
 from llmgym.llm.precision import LossScaling
 from llmgym.llm.updater import Updater
 
@@ -94,75 +86,6 @@ class PolicyUpdater(Updater):
         super().load_state_dict(state)
         self.loss_scaling.load_state_dict(state.get("loss_scaling", {}))
 
-    # ------------------------------------------------------------------ forward passes
-    def _evaluate(
-        self,
-        contexts: Sequence[str],
-        candidates: Optional[Sequence[Sequence[str]]],
-        local: Sequence[int],
-        chunk: Sequence[int],
-        batch: UpdateBatch,
-        require_grad: bool = True,
-    ) -> PolicyOutputs:
-        """The current policy on one chunk, with gradients unless ``require_grad=False``.
-
-        ``local`` indexes this server's ``contexts``/``candidates``; ``chunk`` holds the same
-        samples' indices in the client's batch (for the per-sample fields of ``batch``).
-        """
-        has_value = VALUE_KEY in self.llm.module_functions
-        with_reference = batch.objective.kl_coef > 0
-        policy = batch.policy
-        if candidates is not None:
-            if batch.actions is None:
-                raise InputError("An update with candidates needs UpdateBatch.actions (the chosen candidate indices).")
-            ctx = [contexts[i] for i in local]
-            cands = [list(candidates[i]) for i in local]
-            logits_key = policy_logits_key(list(self.llm.module_functions))
-            keys = [logits_key, VALUE_KEY] if has_value else [logits_key]
-            outputs = self.llm.forward(keys, ctx, cands, require_grad=require_grad, normalize=policy.normalize)
-            logits, mask = pad_candidate_scores([o[logits_key] for o in outputs], temperature=policy.temperature)
-            actions = batch.actions[torch.tensor(chunk)].long().to(logits.device)
-            log_probs = categorical_log_prob(logits, actions, mask)
-            entropy = categorical_entropy(logits, mask)
-            log_p = torch.where(mask, torch.log_softmax(logits, -1), torch.zeros_like(logits))
-            values = torch.stack([o[VALUE_KEY].reshape(()) for o in outputs]) if has_value else torch.zeros_like(log_probs)
-            ref_kl = torch.zeros_like(log_probs)
-            if with_reference:
-                if logits_key == POLICY_KEY:
-                    raise InputError(
-                        "A KL penalty (kl_coef > 0) measures the KL to the LLM's own scoring policy, which an action head "
-                        "replaces; set agent.action_head=false or algorithm.kl_coef=0."
-                    )
-                with torch.no_grad(), self.llm.reference():
-                    ref = self.llm.forward([SCORE_KEY], ctx, cands, normalize=policy.normalize)
-                ref_logits, _ = pad_candidate_scores([o[SCORE_KEY] for o in ref], temperature=policy.temperature)
-                ref_log_p = torch.log_softmax(ref_logits.to(logits.device), -1)
-                ref_kl = torch.where(mask, log_p.exp() * (log_p - ref_log_p), torch.zeros_like(log_p)).sum(-1)
-            return PolicyOutputs(log_probs, entropy, values, ref_kl, candidate_log_probs=log_p, candidate_mask=mask)
-        if batch.prompt_ids is None or batch.action_ids is None:
-            raise InputError("An update without candidates needs UpdateBatch.prompt_ids and action_ids (generated actions).")
-        prompt_ids = [batch.prompt_ids[g] for g in chunk]
-        action_ids = [batch.action_ids[g] for g in chunk]
-        sampling = policy.sampling
-        outputs = self.llm.token_logprobs(
-            prompt_ids, action_ids, keys=[VALUE_KEY] if has_value else [], require_grad=require_grad, sampling=sampling
-        )
-        token_lp = [o["logprobs"] for o in outputs]
-        log_probs = torch.stack([lp.sum() for lp in token_lp])
-        entropy = torch.stack([-lp.mean() if lp.numel() else lp.new_zeros(()) for lp in token_lp])
-        if has_value:
-            values = torch.stack([o[VALUE_KEY].reshape(-1)[0] for o in outputs])
-        else:
-            values = torch.zeros_like(log_probs)
-        ref_kl = torch.zeros_like(log_probs)
-        if with_reference:
-            # NLPO's mask is the policy's action space, not the reference's: the reference is scored unmasked.
-            ref_sampling = sampling.without_mask() if sampling is not None else None
-            with torch.no_grad(), self.llm.reference():
-                ref = self.llm.token_logprobs(prompt_ids, action_ids, require_grad=False, sampling=ref_sampling)
-            ref_kl = torch.stack([(lp - r["logprobs"].to(lp.device)).sum() for lp, r in zip(token_lp, ref)])
-        return PolicyOutputs(log_probs, entropy, values, ref_kl)
-
     # ------------------------------------------------------------------ the update
     def perform_update(
         self,
@@ -173,6 +96,9 @@ class PolicyUpdater(Updater):
     ) -> dict[str, Any]:
         """One epoch over ``kwargs["batch"]``, an :class:`~llmgym.algorithms.batch.UpdateBatch`.
 
+        ``candidates`` (this server's share of ``batch.actions.candidate_sets``) are not read: the
+        batch's actions carry them, and ``batch.policy`` re-scores them.
+
         Returns:
             Sample-weighted means of the objective's statistics over this server's samples (and
             ``grad_norm``), and ``num_samples``.
@@ -181,6 +107,7 @@ class PolicyUpdater(Updater):
             InputError: ``batch`` is missing or not an :class:`UpdateBatch`, or other keyword
                 arguments are given.
         """
+        del candidates
         batch = kwargs.pop("batch", None)
         if not isinstance(batch, UpdateBatch) or kwargs:
             raise InputError(
@@ -189,7 +116,7 @@ class PolicyUpdater(Updater):
             )
         for group, base in zip(self.optimizer.param_groups, self.base_learning_rates):  # type: ignore[union-attr]
             group["lr"] = base * batch.learning_rate_scale
-        context = UpdateContext(self, contexts, candidates, _current_batch_ids, batch)
+        context = UpdateContext(self, contexts, _current_batch_ids, batch)
         if isinstance(batch.objective, NaturalGradientObjective):
             return {**batch.objective.step(context), "num_samples": context.num_samples}
         return context.minibatch_steps(batch.objective.loss, self.params)
@@ -204,7 +131,6 @@ class UpdateContext:
     Args:
         updater: The server's updater (its LLM, optimizer and config).
         contexts: This server's contexts.
-        candidates: Their candidates, or ``None`` (generated actions).
         current_batch_ids: Index of each context in the client's batch.
         batch: The update.
 
@@ -217,13 +143,11 @@ class UpdateContext:
         self,
         updater: PolicyUpdater,
         contexts: Sequence[str],
-        candidates: Optional[Sequence[Sequence[str]]],
         current_batch_ids: Sequence[int],
         batch: UpdateBatch,
     ) -> None:
         self._updater = updater
         self._contexts = contexts
-        self._candidates = candidates
         self._position = {int(g): i for i, g in enumerate(current_batch_ids)}
         self.batch = batch
         self.own = sorted(self._position)
@@ -260,11 +184,18 @@ class UpdateContext:
         """
         if not self.own:
             raise InputError("UpdateContext.evaluate: this server holds no sample of the batch; check num_samples first.")
-        local = [self._position[g] for g in self.own]
         kernels = sdpa_kernel(SDPBackend.MATH) if second_order else contextlib.nullcontext()
         with kernels:
-            outputs = self._updater._evaluate(self._contexts, self._candidates, local, self.own, self.batch, require_grad)
+            outputs = self._evaluate(self.own, require_grad)
         return outputs.to(self._device())
+
+    def _evaluate(self, chunk: Sequence[int], require_grad: bool = True) -> PolicyOutputs:
+        """``batch.policy`` on the samples ``chunk`` (indices into the client's batch, all this server's)."""
+        batch = self.batch
+        return batch.policy.evaluate(
+            self._updater.llm, [self._contexts[self._position[g]] for g in chunk], batch.actions.select(chunk),
+            require_grad=require_grad, with_reference=batch.objective.kl_coef > 0,
+        )
 
     def targets(self) -> SampleTargets:
         """The rollout's stored quantities for this server's samples (:attr:`own` order)."""
@@ -302,8 +233,7 @@ class UpdateContext:
             own = [int(g) for g in minibatch if int(g) in self._position]
             updater.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
             for chunk in _chunks(own, cfg.gradient_accumulation_steps) if own else []:
-                local = [self._position[g] for g in chunk]
-                outputs = updater._evaluate(self._contexts, self._candidates, local, chunk, self.batch)
+                outputs = self._evaluate(chunk)
                 chunk_loss, stats = loss(outputs, self.batch.targets(chunk, device))
                 updater.loss_scaling.backward(chunk_loss * (len(chunk) / len(own)))
                 for key, value in stats.items():

@@ -52,7 +52,8 @@ from typing import Any, Optional
 
 import torch
 
-from llmgym.agents.learning import Decision, Episode, PolicySpec
+from llmgym.agents.learning import Episode
+from llmgym.agents.policies import Decision, TokenChoice, TokenPolicy
 from llmgym.config import AlgorithmConfig, ModelConfig
 from llmgym.envs.reward_checks import check_reward
 from llmgym.errors import ConfigError, InputError, require
@@ -633,10 +634,10 @@ class Agent(abc.ABC):
             decision = Decision(
                 prompt=self.tokenizer.decode(prompt), prompt_ids=prompt, action=None,
                 response=self.tokenizer.decode(action), log_prob=float(old["logprobs"].sum()),
-                value=float(old[VALUE_KEY].reshape(-1)[0]), action_ids=action, token_log_probs=old["logprobs"],
+                value=float(old[VALUE_KEY].reshape(-1)[0]), choice=TokenChoice(action),
             )
             episodes.append(Episode([decision], [reward]))
-        stats = self._ppo.train_on_episodes(self.policy, PolicySpec(sampling=self.sampling), episodes)
+        stats = self._ppo.train_on_episodes(self.policy, TokenPolicy(self.sampling or Sampling()), episodes)
         scores = torch.tensor(reward_values)
         named = {_TRL_STAT_NAMES.get(key, f"ppo/{key}"): value for key, value in stats.items()}
         named["ppo/std_scores"] = float(scores.std()) if len(scores) > 1 else 0.0

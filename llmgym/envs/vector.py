@@ -399,7 +399,17 @@ class TextVectorEnv:
         self._closed = False
         self.observations: list[Any] = []
         self.infos: list[dict[str, Any]] = []
-        self.prompts: list[str] = []
+
+    @property
+    def prompts(self) -> list[str]:
+        """Per env, the current observation as text (``prompt_builder``'s, else its text); built when read.
+
+        Training renders its prompts in the agent (its history and template), so nothing is built per step.
+        """
+        build = self.prompt_builder
+        if build is not None:
+            return [build(o, i) for o, i in zip(self.observations, self.infos)]
+        return [observation_text(o) for o in self.observations]
 
     @property
     def candidates(self) -> list[list[str] | None]:
@@ -408,12 +418,6 @@ class TextVectorEnv:
 
     def _record(self, observations: list[Any], infos: list[dict[str, Any]]) -> None:
         self.observations, self.infos = observations, infos
-        build = self.prompt_builder
-        self.prompts = (
-            [build(o, i) for o, i in zip(observations, infos)]
-            if build is not None
-            else [observation_text(o) for o in observations]
-        )
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None

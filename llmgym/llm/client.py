@@ -12,6 +12,7 @@ import torch
 from llmgym.config import DistributedConfig, ModelConfig
 from llmgym.llm.generation import Generation
 from llmgym.llm.modules import ModuleFunction
+from llmgym.llm.protocols import LLMBackend
 from llmgym.llm.updater import Updater
 
 __all__ = ["LLM"]
@@ -50,12 +51,12 @@ class LLM:
     ) -> None:
         from llmgym.llm.distributed.backend import make_backend
 
-        self._backend: Any = make_backend(
+        self._backend: LLMBackend = make_backend(
             config, module_functions, updater, model=model, tokenizer=tokenizer, distributed=distributed
         )
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> LLMBackend:
         """The backend serving this LLM."""
         return self._backend
 
@@ -115,11 +116,11 @@ class LLM:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Save trainable weights, module functions, updater state and mask policy to a folder (atomic)."""
-        self._backend.save(path)
+        self._backend.save(os.fspath(path))
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Load what :meth:`save` wrote."""
-        self._backend.load(path)
+        self._backend.load(os.fspath(path))
 
     def close(self) -> None:
         """Release the backend (the model, or the LLM servers)."""

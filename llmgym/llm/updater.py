@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from llmgym.llm.local import LocalLLM
+    from llmgym.llm.protocols import TrainableLLM
 
 __all__ = ["Updater"]
 
@@ -17,7 +17,8 @@ __all__ = ["Updater"]
 class Updater(abc.ABC):
     """One training step on the LLM and its module functions (Lamorel's ``BaseUpdater``).
 
-    ``self.llm`` (the in-process :class:`~llmgym.llm.local.LocalLLM`) is set, and :meth:`setup`
+    ``self.llm`` (the in-process :class:`~llmgym.llm.protocols.TrainableLLM`, a
+    :class:`~llmgym.llm.local.LocalLLM`) is set, and :meth:`setup`
     called, before the first update. Build the optimizer in :meth:`setup` and assign it to
     ``self.optimizer``: the default :meth:`state_dict` saves it in checkpoints.
 
@@ -26,10 +27,10 @@ class Updater(abc.ABC):
         optimizer: Optional optimizer, saved and restored with the checkpoint.
     """
 
-    llm: LocalLLM
+    llm: TrainableLLM
     optimizer: torch.optim.Optimizer | None = None
 
-    def bind(self, llm: LocalLLM) -> None:
+    def bind(self, llm: TrainableLLM) -> None:
         """Attach the LLM and run :meth:`setup` (called once by the backend)."""
         self.llm = llm
         self.setup()

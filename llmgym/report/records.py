@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from llmgym.agents.learning import Decision
+from llmgym.agents.policies import CandidateChoice, Decision, TokenChoice
 from llmgym.checkpoint import write_text_atomic
 from llmgym.errors import InputError
 
@@ -141,29 +141,27 @@ class EpisodeRecord:
         return cls(**{**data, "steps": steps})
 
 
-def _scoring_fields(decision: Decision) -> dict[str, Any]:
-    candidates = list(decision.candidates or [])
-    log_probs = decision.candidate_log_probs
-    if log_probs is None or len(log_probs) != len(candidates):
+def _scoring_fields(choice: CandidateChoice) -> dict[str, Any]:
+    candidates, log_probs = choice.candidates, choice.log_probs
+    if len(log_probs) != len(candidates):
         return {}
     order = sorted(range(len(candidates)), key=lambda i: -log_probs[i])[:MAX_CANDIDATES]
-    if decision.action_index is not None and decision.action_index not in order:
-        order[-1] = decision.action_index
+    if choice.index not in order:
+        order[-1] = choice.index
     return {
         "candidates": [_clip(candidates[i].strip(), 200) for i in order],
         "probs": [_num(math.exp(log_probs[i])) for i in order],
-        "chosen": order.index(decision.action_index) if decision.action_index is not None else None,
+        "chosen": order.index(choice.index),
     }
 
 
-def _generative_fields(decision: Decision, tokenizer: Any) -> dict[str, Any]:
-    ids = list(decision.action_ids or [])[:MAX_TOKENS]
-    log_probs = decision.token_log_probs
+def _generative_fields(decision: Decision, choice: TokenChoice, tokenizer: Any) -> dict[str, Any]:
+    ids = choice.token_ids[:MAX_TOKENS]
     fields: dict[str, Any] = {"text": _clip(decision.response), "parse_failed": bool(decision.parse_failed)}
     if ids and tokenizer is not None:
         fields["tokens"] = [tokenizer.decode([i]) for i in ids]
-    if log_probs is not None:
-        fields["token_log_probs"] = [_num(v) for v in log_probs.reshape(-1)[: len(ids)].tolist()]
+    if choice.token_log_probs:
+        fields["token_log_probs"] = [_num(v) for v in choice.token_log_probs[: len(ids)]]
     return fields
 
 
@@ -209,9 +207,10 @@ class EpisodeRecorder:
         steps = self._steps.setdefault(episode, [])
         if len(steps) >= MAX_STEPS:
             return
+        choice = decision.choice
         extra = (
-            _scoring_fields(decision) if decision.candidates is not None
-            else _generative_fields(decision, self.tokenizer)
+            _scoring_fields(choice) if isinstance(choice, CandidateChoice)
+            else _generative_fields(decision, choice, self.tokenizer)
         )
         steps.append(StepRecord(
             observation=_clip(observation), action=_clip(str(decision.action), 500), reward=_num(reward),

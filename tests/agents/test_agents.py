@@ -59,14 +59,14 @@ def test_scoring_agent_hooks_and_decisions():
     assert actions[0] in ("dog", "cat") and actions[1] in ("left", "right", "go")
     for decision, options in zip(agent.last_decisions, (["dog", "cat"], ["left", "right", "go"])):
         assert decision.prompt.startswith("SYSTEM") and decision.prompt.endswith("Action:")
-        assert decision.candidates == [" " + o for o in options]  # a space after "Action:"
-        assert decision.action == options[decision.action_index]
+        assert decision.choice.candidates == [" " + o for o in options]  # a space after "Action:"
+        assert decision.action == options[decision.choice.index]
         assert decision.log_prob <= 0.0
         enc = llm.tokenizer(decision.prompt)["input_ids"]
         assert decision.prompt_ids == enc
     # the log-prob is that of the softmax over the candidates' scores
-    scores = llm.score([agent.last_decisions[0].prompt], [agent.last_decisions[0].candidates])[0]
-    expected = torch.log_softmax(scores, -1)[agent.last_decisions[0].action_index]
+    scores = llm.score([agent.last_decisions[0].prompt], [agent.last_decisions[0].choice.candidates])[0]
+    expected = torch.log_softmax(scores, -1)[agent.last_decisions[0].choice.index]
     assert agent.last_decisions[0].log_prob == pytest.approx(float(expected), abs=1e-5)
     # the next prompt carries the previous turn
     agent.observe([0.0, 0.0], [False, False], [False, False])
@@ -79,8 +79,8 @@ def test_scoring_agent_greedy_is_argmax_and_needs_candidates():
     agent = ScoringAgent(llm, AgentConfig(**PLAIN))
     agent.act_batch(["x"], [{"valid_actions": ["dog", "cat", "left"]}], greedy=True)
     decision = agent.last_decisions[0]
-    scores = llm.score([decision.prompt], [decision.candidates])[0]
-    assert decision.action_index == int(torch.argmax(scores))
+    scores = llm.score([decision.prompt], [decision.choice.candidates])[0]
+    assert decision.choice.index == int(torch.argmax(scores))
     agent.observe([0.0], [True], [False])
     with pytest.raises(InputError, match="no candidate actions"):
         agent.act_batch(["x"], [{}])
@@ -95,11 +95,11 @@ def test_scoring_agent_policy_uses_the_configured_score(normalize):
     options = ["dog", "banana split", "go forward now"]  # candidates of different token counts
     agent.act_batch(["x"], [{"valid_actions": options}])
     decision = agent.last_decisions[0]
-    scores = llm.score([decision.prompt], [decision.candidates], normalize=normalize)[0]
-    other = llm.score([decision.prompt], [decision.candidates], normalize="mean" if normalize == "sum" else "sum")[0]
-    expected = torch.log_softmax(scores / 2.0, -1)[decision.action_index]
+    scores = llm.score([decision.prompt], [decision.choice.candidates], normalize=normalize)[0]
+    other = llm.score([decision.prompt], [decision.choice.candidates], normalize="mean" if normalize == "sum" else "sum")[0]
+    expected = torch.log_softmax(scores / 2.0, -1)[decision.choice.index]
     assert decision.log_prob == pytest.approx(float(expected), abs=1e-5)
-    assert float(torch.log_softmax(other / 2.0, -1)[decision.action_index]) != pytest.approx(decision.log_prob, abs=1e-3)
+    assert float(torch.log_softmax(other / 2.0, -1)[decision.choice.index]) != pytest.approx(decision.log_prob, abs=1e-3)
 
 
 def test_unparsable_generation_gets_penalty_and_fallback():
@@ -108,7 +108,7 @@ def test_unparsable_generation_gets_penalty_and_fallback():
     action = agent.act_batch(["obs"], [{"valid_actions": ["hit", "stay"]}])[0]
     decision = agent.last_decisions[0]
     assert action == "hit" and decision.parse_failed
-    assert decision.action_ids == fake.tokenizer("I am not sure", add_special_tokens=False)["input_ids"]
+    assert decision.choice.token_ids == fake.tokenizer("I am not sure", add_special_tokens=False)["input_ids"]
     rewards, _ = agent.observe([1.0], [True], [False])
     assert rewards[0] == pytest.approx(0.5)
     strict = GenerativeAgent(FakeLLM("nope"), AgentConfig(**PLAIN, invalid_action="error"))
@@ -224,7 +224,7 @@ def test_token_agent_sends_one_token_per_step_and_eos_ends_the_episode():
     obs, info = env.reset(seed=0)
     action = agent.act_batch([obs], [info])[0]
     decision = agent.last_decisions[0]
-    assert action == "<|im_end|>" and decision.action_ids == [fake.tokenizer.eos_token_id]
+    assert action == "<|im_end|>" and decision.choice.token_ids == [fake.tokenizer.eos_token_id]
     assert not decision.parse_failed and decision.prompt == "Write:"
     _, _, terminated, truncated, _ = env.step(action)
     assert terminated or truncated

@@ -4,9 +4,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmgym.agents.policies import CandidateChoice, CandidatePolicy, Decision, TokenChoice, TokenPolicy
 from llmgym.algorithms.advantages import compute_gae
 from llmgym.algorithms.buffer import RolloutBuffer
 from llmgym.errors import InputError
+
+
+def _decision(prompt, log_prob=0.0, value=0.0, prompt_ids=(), choice=None):
+    return Decision(prompt=prompt, prompt_ids=list(prompt_ids), action="a", response="a", log_prob=float(log_prob),
+                    value=float(value), choice=choice if choice is not None else CandidateChoice(["a"], 0))
 
 
 def fill_action_level(buf, seed=0, trunc_prob=0.2, term_prob=0.2):
@@ -16,13 +22,12 @@ def fill_action_level(buf, seed=0, trunc_prob=0.2, term_prob=0.2):
         sizes = [2 + (t + i) % 3 for i in range(n)]
         terminated = (torch.rand(n, generator=g) < term_prob).numpy()
         truncated = (torch.rand(n, generator=g) < trunc_prob).numpy()
+        log_probs, values = torch.randn(n, generator=g), torch.randn(n, generator=g).tolist()
         buf.add(
-            prompts=[f"p{t}-{i}" for i in range(n)],
-            prompt_ids=[[t, i, 7] for i in range(n)],
-            candidates=[[f"c{j}" for j in range(k)] for k in sizes],
-            actions=[t % k for k in sizes],
-            log_probs=torch.randn(n, generator=g),
-            values=torch.randn(n, generator=g).tolist(),
+            [
+                _decision(f"p{t}-{i}", log_probs[i], values[i], [t, i, 7], CandidateChoice([f"c{j}" for j in range(k)], t % k))
+                for i, k in enumerate(sizes)
+            ],
             rewards=np.asarray(torch.randn(n, generator=g), dtype=np.float32),
             terminated=terminated,
             truncated=truncated,
@@ -42,24 +47,25 @@ def test_action_level_roundtrip_and_gae_matches():
     torch.testing.assert_close(adv, ref_adv)
     torch.testing.assert_close(ret, ref_ret)
     batch = buf.get(torch.tensor([5, 0]))  # t=1, n=2 then t=0, n=0
+    actions = CandidatePolicy().actions(batch.decisions)
     assert batch.prompts == ["p1-2", "p0-0"]
-    assert batch.prompt_ids == [[1, 2, 7], [0, 0, 7]]
-    assert batch.candidates == [["c0", "c1"], ["c0", "c1"]]  # sizes 2 + (t + n) % 3
-    assert batch.actions.tolist() == [1, 0]
+    assert [d.prompt_ids for d in batch.decisions] == [[1, 2, 7], [0, 0, 7]]
+    assert actions.candidates == [["c0", "c1"], ["c0", "c1"]]  # sizes 2 + (t + n) % 3
+    assert actions.index.tolist() == [1, 0]
     assert batch.step_indices.tolist() == [1, 0] and batch.env_indices.tolist() == [2, 0]
     assert batch.advantages[0] == adv[1, 2] and batch.returns[1] == ret[0, 0]
     assert batch.old_log_probs[0] == buf.log_probs[1, 2] and batch.old_values[0] == buf.values[1, 2]
-    assert batch.action_ids is None and batch.old_token_log_probs is None and batch.action_mask is None
+    with pytest.raises(InputError, match="chose candidates"):
+        TokenPolicy().actions(batch.decisions)
     assert len(batch) == 2
 
 
-def test_token_level_padding_and_default_log_probs():
+def test_token_level_decisions_and_their_log_probs():
     buf = RolloutBuffer(num_envs=2, num_steps=1)
+    token_lps = [torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([-0.25])]
+    choices = [TokenChoice([5, 6, 7]), TokenChoice([8])]
     buf.add(
-        prompts=["a", "b"],
-        action_ids=[[5, 6, 7], [8]],
-        token_log_probs=[torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([-0.25])],
-        values=[0.0, 0.0],
+        [_decision(p, lp.sum(), choice=c) for p, lp, c in zip(["a", "b"], token_lps, choices)],
         rewards=[1.0, 0.0],
         terminated=[True, False],
         truncated=[False, False],
@@ -67,10 +73,9 @@ def test_token_level_padding_and_default_log_probs():
     torch.testing.assert_close(buf.log_probs[0], torch.tensor([-3.5, -0.25]))
     buf.compute_returns_and_advantages([0.0, 0.0], 1.0, 1.0)
     batch = buf.get(torch.arange(len(buf)))
-    assert batch.action_ids == [[5, 6, 7], [8]]
-    torch.testing.assert_close(batch.old_token_log_probs, torch.tensor([[-1.0, -2.0, -0.5], [-0.25, 0.0, 0.0]]))
-    torch.testing.assert_close(batch.action_mask, torch.tensor([[True, True, True], [True, False, False]]))
-    assert batch.candidates is None and batch.actions is None and batch.prompt_ids is None
+    assert TokenPolicy().actions(batch.decisions).token_ids == [[5, 6, 7], [8]]
+    with pytest.raises(InputError, match="generated tokens"):
+        CandidatePolicy().actions(batch.decisions)
 
 
 @settings(max_examples=30, deadline=None)
@@ -83,28 +88,13 @@ def test_get_returns_each_transition_with_its_fields(envs, steps, seed):
     b = buf.get(order)
     assert b.indices.tolist() == order.tolist()
     assert b.advantages.shape == b.returns.shape == b.old_values.shape == (len(b),)
-    assert len(b.prompts) == len(b.candidates) == len(b)
+    assert len(b.prompts) == len(CandidatePolicy().actions(b.decisions).candidates) == len(b)
     assert b.prompts == [f"p{t}-{n}" for t, n in zip(b.step_indices.tolist(), b.env_indices.tolist())]
-
-
-def test_episode_bookkeeping_spans_rollouts():
-    buf = RolloutBuffer(2, 3)
-    dones = [[False, True], [True, False], [False, True]]
-    for d in dones:
-        buf.add(prompts=["x", "y"], values=[0, 0], log_probs=[0, 0], rewards=[0, 0], terminated=d, truncated=[False, False])
-    assert buf.episode_ids.tolist() == [[0, 0], [0, 1], [1, 1]]
-    assert buf.episode_steps.tolist() == [[0, 0], [1, 0], [0, 1]]
-    buf.reset()
-    assert len(buf) == 0 and not buf.full
-    buf.add(prompts=["x", "y"], values=[0, 0], log_probs=[0, 0], rewards=[0, 0], terminated=[False, False], truncated=[False, False])
-    assert buf.episode_ids[0].tolist() == [1, 2] and buf.episode_steps[0].tolist() == [1, 0]
 
 
 def _base(**overrides):
     kwargs = {
-        "prompts": ["a", "b"],
-        "values": [0.0, 0.0],
-        "log_probs": [0.0, 0.0],
+        "decisions": [_decision("a"), _decision("b")],
         "rewards": [0.0, 0.0],
         "terminated": [False, False],
         "truncated": [False, False],
@@ -117,15 +107,10 @@ def _base(**overrides):
     ("overrides", "match"),
     [
         ({"rewards": [0.0, 0.0, 0.0]}, r"rewards has shape \[3\] but \[N\]=\[2\]"),
-        ({"prompts": ["only one"]}, "prompts must be a sequence of 2"),
-        ({"prompts": "ab"}, "prompts must be a sequence of 2"),
-        ({"prompts": ["a", 3]}, r"prompts\[1\]"),
+        ({"decisions": [_decision("only one")]}, "decisions must be a sequence of 2"),
+        ({"decisions": "ab"}, "decisions must be a sequence of 2"),
+        ({"decisions": [_decision("a"), 3]}, r"decisions\[1\]"),
         ({"truncated": [True, False]}, "truncation_values"),
-        ({"candidates": [["x"], ["y", "z"]], "actions": [0, 2]}, r"actions\[1\]=2 is outside \[0, 2\)"),
-        ({"actions": [0, 0]}, "without candidates"),
-        ({"log_probs": None}, "needs log_probs"),
-        ({"action_ids": [[1], [2, 3]], "token_log_probs": [torch.zeros(1), torch.zeros(1)]}, r"token_log_probs\[1\]"),
-        ({"token_log_probs": [torch.zeros(1), torch.zeros(1)]}, "without action_ids"),
     ],
 )
 def test_add_errors(overrides, match):
@@ -135,19 +120,20 @@ def test_add_errors(overrides, match):
     assert len(buf) == 0
 
 
+def test_a_candidate_choice_checks_its_index():
+    with pytest.raises(InputError, match=r"index 2 is outside \[0, 2\)"):
+        CandidateChoice(["y", "z"], 2)
+
+
 def test_overfull_inconsistent_fields_and_order_errors():
     buf = RolloutBuffer(2, 1)
     with pytest.raises(InputError, match="empty"):
         buf.compute_returns_and_advantages([0, 0], 0.9, 0.9)
-    buf.add(**_base(prompt_ids=[[1], [2]]))
+    buf.add(**_base())
     with pytest.raises(InputError, match="compute_returns_and_advantages"):
         buf.get(torch.arange(2))
     with pytest.raises(InputError, match="is full"):
-        buf.add(**_base(prompt_ids=[[1], [2]]))
-    buf2 = RolloutBuffer(2, 2)
-    buf2.add(**_base(prompt_ids=[[1], [2]]))
-    with pytest.raises(InputError, match="same fields"):
-        buf2.add(**_base())
+        buf.add(**_base())
     buf.compute_returns_and_advantages([0, 0], 0.9, 0.9)
     with pytest.raises(InputError, match=r"indices must lie in \[0, 2\)"):
         buf.get(torch.tensor([2]))

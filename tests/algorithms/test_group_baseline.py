@@ -67,7 +67,7 @@ def test_loop_api_episodes_are_grouped_in_order(tmp_path):
     envs.close()
     rloo = RLOO(config=GRPO().config.__class__(name="rloo", group_size=2, epochs=1))
     episodes = [Episode([d], [float(i % 2)]) for i, d in enumerate(decisions)]
-    stats = rloo.train_on_episodes(llm, agent.policy_spec(), episodes)
+    stats = rloo.train_on_episodes(llm, agent.policy, episodes)
     assert stats["episodes"] == 4.0 and "policy_loss" in stats and stats["value_loss"] >= 0
     with pytest.raises(InputError, match="group_size=2"):
-        rloo.train_on_episodes(llm, agent.policy_spec(), episodes[:3])
+        rloo.train_on_episodes(llm, agent.policy, episodes[:3])

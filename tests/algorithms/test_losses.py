@@ -5,14 +5,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgym.algorithms.losses import (
+from llmgym.agents.policies import (
     categorical_entropy,
     categorical_log_prob,
     kl_estimate,
-    masked_mean,
     pad_candidate_scores,
-    value_loss,
 )
+from llmgym.algorithms.losses import masked_mean, value_loss
 from llmgym.errors import InputError
 
 

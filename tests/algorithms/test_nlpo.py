@@ -52,14 +52,14 @@ def test_the_first_epoch_ratio_is_one_on_the_masked_policy(tiny_llama):
     llm = LocalLLM(ModelConfig(name="tiny"), {"value": ValueHead()}, nlpo.updater(), model=model, tokenizer=tok)
     agent = GenerativeAgent(llm, AgentConfig(use_chat_template=False, max_new_tokens=5, temperature=0.8))
     nlpo.prepare(agent)
-    assert agent.sampling() == Sampling(temperature=0.8, mask_top_p=0.6)
+    assert agent.policy.sampling == Sampling(temperature=0.8, mask_top_p=0.6)
     torch.manual_seed(0)
     episodes = []
     for obs in PROMPTS:
         agent.act_batch([obs], [{}])
         decision = agent.last_decisions[0]
-        masked = llm.token_logprobs([decision.prompt_ids], [decision.action_ids], require_grad=False,
-                                    sampling=agent.sampling())[0]["logprobs"]
+        masked = llm.token_logprobs([decision.prompt_ids], [decision.choice.token_ids], require_grad=False,
+                                    sampling=agent.policy.sampling)[0]["logprobs"]
         assert decision.log_prob == pytest.approx(float(masked.sum()), abs=1e-4)  # stored = the masked distribution's
         episodes.append(Episode([decision], [1.0]))
         agent.observe([1.0], [True], [False])
@@ -72,7 +72,7 @@ def test_the_mask_policy_is_refreshed_every_interval_updates_and_not_in_between(
                          "algorithm.mask_update_interval=2")
     llm, envs, agent, algorithm = build(config)
     try:
-        assert agent.sampling().mask_top_p == 0.9
+        assert agent.policy.sampling.mask_top_p == 0.9
         initial = [p.detach().clone() for p in llm.model.parameters() if p.requires_grad]
         assert _equal(_snapshot(llm), initial)  # the first snapshot: the initial policy
         refreshed = []

@@ -5,13 +5,13 @@ import math
 import pytest
 import torch
 
+from llmgym.agents.policies import CandidatePolicy, TokenPolicy
 from llmgym.algorithms import A2CObjective, PolicyOutputs, PPOObjective, SampleTargets
 from llmgym.algorithms.a2c import a2c_policy_loss
 from llmgym.algorithms.ppo import ppo_policy_loss
 from llmgym.algorithms.trpo import (
     conjugate_gradient,
     line_search,
-    policy_kl,
     surrogate_objective,
     trpo_step_size,
 )
@@ -151,13 +151,13 @@ def test_trpo_kl_is_exact_over_candidates_and_k3_on_generated_actions():
     mask = torch.tensor([[True, True, True], [True, True, False]])
     old_p = torch.tensor([[0.5, 0.3, 0.2], [0.6, 0.4, 1.0]])
     new_p = torch.tensor([[0.2, 0.3, 0.5], [0.5, 0.5, 1.0]])
-    kl = policy_kl(_candidates(old_p.log(), mask, torch.zeros(2)), _candidates(new_p.log(), mask, torch.zeros(2)))
+    kl = CandidatePolicy().kl(_candidates(old_p.log(), mask, torch.zeros(2)), _candidates(new_p.log(), mask, torch.zeros(2)))
     want = [sum(p * math.log(p / q) for p, q in zip(o[:k], n[:k])) for o, n, k in zip(old_p.tolist(), new_p.tolist(), [3, 2])]
     torch.testing.assert_close(kl, torch.tensor(want))
     zeros = torch.zeros(2)
     old, new = PolicyOutputs(torch.tensor([-1.0, -2.0]), zeros, zeros, zeros), PolicyOutputs(torch.tensor([-1.5, -1.0]), zeros, zeros, zeros)
     ratio = torch.tensor([math.exp(-0.5), math.exp(1.0)])  # pi_new / pi_old of the sampled actions
-    torch.testing.assert_close(policy_kl(old, new), ratio - 1 - ratio.log())
+    torch.testing.assert_close(TokenPolicy().kl(old, new), ratio - 1 - ratio.log())
 
 
 def test_conjugate_gradient_solves_a_small_spd_system():

@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgym.agents.learning import Decision, Episode, PolicySpec
+from llmgym.agents.learning import Decision, Episode
+from llmgym.agents.policies import CandidateActions, CandidateChoice, CandidatePolicy, TokenActions
 from llmgym.algorithms import A2C, ALGORITHMS, PPO, UpdateBatch, algorithm_class
 from llmgym.algorithms.on_policy import lay_end_to_end, minibatch_schedule, weighted_mean
 from llmgym.algorithms.updaters import PolicyUpdater
@@ -39,22 +40,23 @@ def test_weighted_mean_weights_servers_by_samples():
 
 def _batch(**overrides):
     fields = dict(
-        objective=PPO().objective(), policy=PolicySpec(), minibatches=[[0, 1]], old_log_probs=torch.zeros(2),
-        old_values=torch.zeros(2), advantages=torch.zeros(2), returns=torch.zeros(2), actions=torch.zeros(2),
+        objective=PPO().objective(), policy=CandidatePolicy(), minibatches=[[0, 1]], old_log_probs=torch.zeros(2),
+        old_values=torch.zeros(2), advantages=torch.zeros(2), returns=torch.zeros(2),
+        actions=CandidateActions([["a"], ["b"]], torch.zeros(2, dtype=torch.long)),
     )
     fields.update(overrides)
     return UpdateBatch(**fields)
 
 
 def test_update_batch_checks_its_fields():
-    assert len(_batch()) == 2 and not _batch().is_generated
+    assert len(_batch()) == 2 and isinstance(_batch().actions, CandidateActions)
     with pytest.raises(InputError, match="either actions"):
         _batch(actions=None)
     with pytest.raises(InputError, match="either actions"):
-        _batch(prompt_ids=[[1], [2]], action_ids=[[3], [4]])
-    with pytest.raises(InputError, match="either actions"):
-        _batch(actions=None, prompt_ids=[[1], [2]])
-    assert _batch(actions=None, prompt_ids=[[1], [2]], action_ids=[[3], [4]]).is_generated
+        _batch(actions=torch.zeros(2))  # bare indices: neither kind of action
+    with pytest.raises(InputError, match="one prompt per sequence"):
+        _batch(actions=TokenActions([[1], [2]], [[3]]))
+    assert isinstance(_batch(actions=TokenActions([[1], [2]], [[3], [4]])).actions, TokenActions)
     with pytest.raises(InputError, match="'returns': 3"):
         _batch(returns=torch.zeros(3))
     with pytest.raises(InputError, match=r"outside \[0, 2\)"):
@@ -108,7 +110,7 @@ def test_learning_rate_anneals_linearly_per_rollout(tmp_path):
 def test_episodes_laid_end_to_end_end_terminal_and_never_share_returns():
     def decision(i):
         return Decision(prompt=f"p{i}", prompt_ids=[i], action="a", response="a", log_prob=-1.0, value=0.0,
-                        candidates=["a", "b"], action_index=0)
+                        choice=CandidateChoice(["a", "b"], 0))
 
     episodes = [Episode([decision(0), decision(1)], [0.0, 1.0]), Episode([decision(2)], [5.0])]
     buffer = lay_end_to_end(episodes, gamma=0.5, gae_lambda=1.0)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmgym.agents.learning import PolicySpec
+from llmgym.agents.policies import CandidateActions, CandidatePolicy, TokenActions, TokenPolicy
 from llmgym.algorithms import TRPO, UpdateBatch, UpdateContext
-from llmgym.algorithms.trpo import policy_kl
 from llmgym.config import AlgorithmConfig, DistributedConfig, ModelConfig
 from llmgym.llm.distributed.backend import make_backend
 from llmgym.llm.modules import ValueHead
@@ -38,16 +37,17 @@ def _batch(llm, generated: bool) -> tuple[list[list[str]] | None, UpdateBatch]:
     if generated:
         prompt_ids = [llm.tokenizer(c)["input_ids"] for c in CONTEXTS]
         action_ids = [llm.tokenizer(c[0], add_special_tokens=False)["input_ids"] for c in CANDIDATES]
-        candidates, batch = None, UpdateBatch(policy=PolicySpec(sampling=Sampling(temperature=0.8)), prompt_ids=prompt_ids,
-                                              action_ids=action_ids, **common)
+        candidates, batch = None, UpdateBatch(policy=TokenPolicy(Sampling(temperature=0.8)),
+                                              actions=TokenActions(prompt_ids, action_ids), **common)
     else:
-        candidates, batch = CANDIDATES, UpdateBatch(policy=PolicySpec(temperature=0.7), actions=torch.zeros(n), **common)
+        candidates, batch = CANDIDATES, UpdateBatch(policy=CandidatePolicy(temperature=0.7),
+                                                    actions=CandidateActions(CANDIDATES, torch.zeros(n, dtype=torch.long)), **common)
     behaviour = _policy(llm, candidates, batch).log_probs
     return candidates, UpdateBatch(**{**batch.__dict__, "old_log_probs": behaviour})
 
 
 def _policy(llm, candidates, batch):
-    return UpdateContext(llm.updater, CONTEXTS, candidates, range(len(CONTEXTS)), batch).evaluate(require_grad=False)
+    return UpdateContext(llm.updater, CONTEXTS, range(len(CONTEXTS)), batch).evaluate(require_grad=False)
 
 
 @pytest.mark.parametrize("generated", [False, True], ids=["candidates", "generated"])
@@ -63,7 +63,7 @@ def test_one_step_stays_in_the_trust_region_and_improves_the_surrogate(generated
         assert all(not torch.equal(a, b) for a, b in zip(critic, trained))  # the critic's passes moved the head
     finally:
         llm.close()
-    kl = float(policy_kl(before, after).mean())
+    kl = float(batch.policy.kl(before, after).mean())
     gain = float((torch.exp(after.log_probs - batch.old_log_probs) * batch.advantages).mean() - batch.advantages.mean())
     assert stats["step_fraction"] > 0 and 0 < kl <= MAX_KL * 1.01, stats
     assert gain > 0 and gain == pytest.approx(stats["policy_improvement"], rel=1e-3, abs=1e-6)
@@ -77,7 +77,7 @@ def test_a_step_that_cannot_improve_keeps_the_old_policy_exactly():
     try:
         candidates, batch = _batch(llm, generated=False)
         batch = UpdateBatch(**{**batch.__dict__, "advantages": torch.zeros(len(CONTEXTS))})  # g = 0: no direction
-        context = UpdateContext(llm.updater, CONTEXTS, candidates, range(len(CONTEXTS)), batch)
+        context = UpdateContext(llm.updater, CONTEXTS, range(len(CONTEXTS)), batch)
         policy = [p.detach().clone() for p in context.policy_parameters]
         stats = llm.update(CONTEXTS, candidates, batch=batch)[0]
         assert all(torch.equal(a, b) for a, b in zip(policy, context.policy_parameters))

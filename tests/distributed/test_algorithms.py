@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmgym.agents.learning import PolicySpec
+from llmgym.agents.policies import CandidateActions, CandidatePolicy, TokenActions, TokenPolicy
 from llmgym.algorithms import A2C, NLPO, PPO, TRPO, UpdateBatch
 from llmgym.config import AlgorithmConfig, DistributedConfig, ModelConfig
 from llmgym.llm.distributed.backend import make_backend
@@ -53,9 +53,10 @@ def _batches(tokenizer):
     step = ("policy_objective", "policy_improvement", "approx_kl", "step_fraction", "step_size", "value_loss", "entropy")
     for algorithm, keys in ((PPO(), losses), (A2C(config=AlgorithmConfig(name="a2c")), losses), (trpo, step)):
         objective = algorithm.objective()
-        yield keys, CANDIDATES, UpdateBatch(objective=objective, policy=PolicySpec(temperature=0.7), actions=torch.zeros(n), **common)
-        yield keys, None, UpdateBatch(objective=objective, policy=PolicySpec(sampling=Sampling(temperature=0.8)),
-                                      prompt_ids=prompt_ids, action_ids=action_ids, learning_rate_scale=0.5, **common)
+        yield keys, CANDIDATES, UpdateBatch(objective=objective, policy=CandidatePolicy(temperature=0.7),
+                                            actions=CandidateActions(CANDIDATES, torch.zeros(n, dtype=torch.long)), **common)
+        yield keys, None, UpdateBatch(objective=objective, policy=TokenPolicy(Sampling(temperature=0.8)),
+                                      actions=TokenActions(prompt_ids, action_ids), learning_rate_scale=0.5, **common)
 
 
 @pytest.mark.timeout(240)
@@ -94,8 +95,8 @@ def test_nlpo_updates_and_mask_refreshes_on_two_servers_equal_the_local_ones():
     local, remote = _build(1), _build(2)
     sampling = Sampling(temperature=0.8, mask_top_p=0.5)
     prompt_ids, action_ids = _generated(local.tokenizer)
-    batch = UpdateBatch(objective=NLPO().objective(), policy=PolicySpec(sampling=sampling), prompt_ids=prompt_ids,
-                        action_ids=action_ids, **_common())
+    batch = UpdateBatch(objective=NLPO().objective(), policy=TokenPolicy(sampling), actions=TokenActions(prompt_ids, action_ids),
+                        **_common())
     try:
         for _ in range(2):  # the second refresh snapshots the weights the first update moved
             local.refresh_mask_policy()

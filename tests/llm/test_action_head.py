@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmgym.agents.scoring import ScoringAgent, candidate_policy, policy_logits_key
+from llmgym.agents.policies import CandidatePolicy, policy_logits_key
+from llmgym.agents.scoring import ScoringAgent
 from llmgym.config import AgentConfig, ModelConfig
 from llmgym.errors import InputError
 from llmgym.llm.local import LocalLLM
@@ -35,7 +36,7 @@ def test_prior_weight_zero_starts_exactly_uniform(tiny_llama):
     for o, options in zip(llm.forward([POLICY_KEY], CONTEXTS, CANDIDATES), CANDIDATES):
         logits = o[POLICY_KEY]
         assert torch.equal(logits, torch.zeros(len(options)))
-        probs = candidate_policy(logits, temperature=1.0).exp()
+        probs = CandidatePolicy(temperature=1.0).log_probs(logits).exp()
         assert torch.allclose(probs, torch.full((len(options),), 1.0 / len(options)), atol=1e-7)
 
 
@@ -60,10 +61,10 @@ def test_the_agent_samples_from_the_head_and_stores_that_log_prob(tiny_llama):
     infos = [{"valid_actions": [c.strip() for c in cands]} for cands in CANDIDATES]
     agent.act_batch([c.removesuffix(" Action:") for c in CONTEXTS], infos)
     for decision in agent.last_decisions:
-        logits = llm.forward([POLICY_KEY], [decision.prompt], [decision.candidates])[0][POLICY_KEY]
-        scores = llm.forward([SCORE_KEY], [decision.prompt], [decision.candidates])[0][SCORE_KEY]
+        logits = llm.forward([POLICY_KEY], [decision.prompt], [decision.choice.candidates])[0][POLICY_KEY]
+        scores = llm.forward([SCORE_KEY], [decision.prompt], [decision.choice.candidates])[0][SCORE_KEY]
         assert not torch.allclose(logits, 0.7 * scores, atol=1e-3)
-        expected = torch.log_softmax(logits / 0.8, -1)[decision.action_index]
+        expected = torch.log_softmax(logits / 0.8, -1)[decision.choice.index]
         assert decision.log_prob == pytest.approx(float(expected), abs=1e-5)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmgym.agents import GenerativeAgent
+from llmgym.agents import GenerativeAgent, TokenPolicy
 from llmgym.agents.learning import Episode
 from llmgym.algorithms import PPO
 from llmgym.config import AgentConfig, AlgorithmConfig, ModelConfig
@@ -57,8 +57,8 @@ def test_sampling_checks_its_values():
 
 def test_generative_agent_trains_on_the_distribution_it_samples_from(tiny_llama):
     class Nucleus(GenerativeAgent):
-        def sampling(self) -> Sampling:
-            return Sampling(temperature=0.8, top_k=0, top_p=0.7)
+        def make_policy(self) -> TokenPolicy:
+            return TokenPolicy(Sampling(temperature=0.8, top_k=0, top_p=0.7), self.config.max_new_tokens)
 
     model, tok = tiny_llama
     ppo = PPO(config=AlgorithmConfig(learning_rate=1e-9, head_learning_rate=1e-9, epochs=1, minibatch_size=64))
@@ -70,8 +70,8 @@ def test_generative_agent_trains_on_the_distribution_it_samples_from(tiny_llama)
     for obs in PROMPTS:
         agent.act_batch([obs], [{}])
         decision = agent.last_decisions[0]
-        rescored = llm.token_logprobs([decision.prompt_ids], [decision.action_ids], require_grad=False,
-                                      sampling=agent.sampling())[0]["logprobs"]
+        rescored = llm.token_logprobs([decision.prompt_ids], [decision.choice.token_ids], require_grad=False,
+                                      sampling=agent.policy.sampling)[0]["logprobs"]
         assert decision.log_prob == pytest.approx(float(rescored.sum()), abs=1e-4)
         episodes.append(Episode([decision], [1.0]))
         agent.observe([1.0], [True], [False])

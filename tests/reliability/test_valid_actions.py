@@ -52,7 +52,7 @@ def test_scoring_agent_gives_a_repeated_action_one_share(tiny_llama: Any) -> Non
     with pytest.warns(RuntimeWarning):
         observations, infos = envs.reset(seed=0)
     agent.act_batch(observations, infos)
-    candidates = agent.last_decisions[0].candidates
+    candidates = agent.last_decisions[0].choice.candidates
     assert candidates is not None and len(candidates) == 3
     envs.close()
     llm.close()

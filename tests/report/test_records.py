@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from llmgym.agents.learning import Decision
+from llmgym.agents.policies import CandidateChoice, Decision, TokenChoice
 from llmgym.algorithms.advantages import compute_gae
 from llmgym.config import LoggingConfig, WandbConfig
 from llmgym.metrics import RunLogger
@@ -26,14 +26,14 @@ def scoring_decision(log_probs, index, value=0.5):
     candidates = [f"action {i}" for i in range(len(log_probs))]
     return Decision(
         prompt="p", prompt_ids=[1], action=candidates[index], response=candidates[index], log_prob=log_probs[index],
-        value=value, candidates=candidates, action_index=index, candidate_log_probs=list(log_probs),
+        value=value, choice=CandidateChoice(candidates, index, list(log_probs)),
     )
 
 
 def generative_decision(text, token_ids, token_log_probs, failed):
     return Decision(
         prompt="p", prompt_ids=[1], action="stay", response=text, log_prob=float(sum(token_log_probs)), value=0.25,
-        action_ids=token_ids, token_log_probs=torch.tensor(token_log_probs), parse_failed=failed,
+        choice=TokenChoice(list(token_ids), list(token_log_probs)), parse_failed=failed,
     )
 
 

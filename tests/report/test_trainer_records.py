@@ -62,7 +62,7 @@ def test_the_recorded_probabilities_are_the_agents_decisions(tmp_path):
     assert len(record.steps) == len(decisions)
     for step, decision in zip(record.steps, decisions):
         probs = dict(zip(step.candidates, step.probs))
-        expected = {c.strip(): math.exp(lp) for c, lp in zip(decision.candidates, decision.candidate_log_probs)}
+        expected = {c.strip(): math.exp(lp) for c, lp in zip(decision.choice.candidates, decision.choice.log_probs)}
         assert probs.keys() == expected.keys()
         assert all(math.isclose(probs[c], p, rel_tol=1e-3) for c, p in expected.items())
         assert step.action == decision.action and step.log_prob == float(f"{decision.log_prob:.4g}")

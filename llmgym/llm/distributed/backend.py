@@ -11,6 +11,7 @@ from llmgym.config import DistributedConfig, ModelConfig
 from llmgym.llm.distributed.client import DistributedLLM
 from llmgym.llm.distributed.launch import launch_info
 from llmgym.llm.distributed.placement import Placement
+from llmgym.llm.protocols import LLMBackend
 
 __all__ = ["LocalLLMFactory", "make_backend", "shard_model"]
 
@@ -87,7 +88,7 @@ def make_backend(
     model: Any = None,
     tokenizer: Any = None,
     distributed: DistributedConfig | None = None,
-) -> Any:
+) -> LLMBackend:
     """Build the backend ``LLM`` delegates to.
 
     * Inside ``llmgym launch`` (``LLMGYM_LAUNCHED=1``): a :class:`DistributedLLM` serving the
@@ -105,7 +106,7 @@ def make_backend(
         distributed: The ``distributed`` section; ``None`` means one in-process LLM.
 
     Returns:
-        An object with the backend methods (``score``, ``forward``, ``generate``, ``update``, ...).
+        An :class:`~llmgym.llm.protocols.LLMBackend`.
     """
     factory = LocalLLMFactory(config, module_functions, updater, model, tokenizer)
     info = launch_info()

@@ -18,8 +18,9 @@ typecheck: setup
 	$(VENV)/bin/mypy llmgym
 
 # One torch thread per pytest-xdist worker, one worker per core: the tests use tiny models.
+# --dist loadgroup: the Ray tests (xdist_group "ray") share one worker, one Ray instance at a time.
 unit: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --timeout=600 --durations=15 $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --timeout=600 --durations=15 $(PYTEST_ARGS)
 
 test: lint typecheck unit
 

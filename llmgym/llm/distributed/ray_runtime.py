@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import secrets
 import signal
@@ -29,7 +30,7 @@ from types import FrameType
 from llmgym.config import DistributedConfig
 from llmgym.errors import AuthenticationError, BackendError, require_installed
 
-__all__ = ["RayRuntime", "cluster_requires_token", "start_ray"]
+__all__ = ["RayRuntime", "cluster_requires_token", "reload_ray_auth", "start_ray"]
 
 _AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 #: This process's token for the private instances it starts (drawn once: Ray caches the token it loads).
@@ -138,14 +139,14 @@ def _start_private(config: DistributedConfig) -> RayRuntime:
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN"] = _TOKEN
-    _reload_ray_auth()
+    reload_ray_auth()
     try:
-        context = ray.init(
+        ray.init(
             num_cpus=config.llm_processes * config.cpus_per_server,
             num_gpus=torch.cuda.device_count(),
             include_dashboard=False,
             object_store_memory=config.object_store_mb * 2**20,
-            logging_level="WARNING",
+            logging_level=logging.WARNING,
             runtime_env={"env_vars": {"PYTHONPATH": _python_path()}},
         )
     except Exception as exc:
@@ -155,7 +156,7 @@ def _start_private(config: DistributedConfig) -> RayRuntime:
             else:
                 os.environ[name] = value
         raise BackendError(f"could not start a local Ray instance: {type(exc).__name__}: {exc}") from exc
-    return RayRuntime(context.address_info["gcs_address"], private=True, owned=True, _saved_env=saved)
+    return RayRuntime(_gcs_address(), private=True, owned=True, _saved_env=saved)
 
 
 def _join(config: DistributedConfig) -> RayRuntime:
@@ -185,7 +186,7 @@ def _join(config: DistributedConfig) -> RayRuntime:
             stacklevel=3,
         )
     try:
-        ray.init(address=gcs_address, logging_level="WARNING", runtime_env={"env_vars": {"PYTHONPATH": _python_path()}})
+        ray.init(address=gcs_address, logging_level=logging.WARNING, runtime_env={"env_vars": {"PYTHONPATH": _python_path()}})
     except Exception as exc:
         raise BackendError(
             f"could not join the Ray cluster at {gcs_address}: {type(exc).__name__}: {exc}. With token "
@@ -208,9 +209,9 @@ def _python_path() -> str:
     return os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p) and not p.startswith(prefixes)))
 
 
-def _reload_ray_auth() -> None:
+def reload_ray_auth() -> None:
     """Make Ray's C++ core re-read the auth variables (it caches them at the first ``ray.init``)."""
-    from ray._raylet import AuthenticationTokenLoader, Config
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()

@@ -79,7 +79,7 @@ class LLMServer:
         self._store: Any = None
 
     def where(self) -> ServerLocation:
-        """This server's location."""
+        """Where this server runs."""
         return self.location
 
     def host_store(self) -> tuple[str, int]:

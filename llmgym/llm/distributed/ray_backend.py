@@ -77,7 +77,7 @@ class RayLLM(ShardedBackend):
             actor.options(
                 num_cpus=config.cpus_per_server, num_gpus=gpus, max_restarts=0, max_task_retries=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=rank),
-            ).remote(rank, self.num_servers, config.cpus_per_server, config.timeout_s)
+            ).remote(rank, self.num_servers, config.cpus_per_server, config.timeout_s, self._runtime.private)
             for rank in range(self.num_servers)
         ]
         where = self._wait("start", {rank: a.where.remote() for rank, a in enumerate(self._actors)}, True)

@@ -10,7 +10,8 @@
 * **A cluster** (``distributed.ray_address``: ``auto`` or ``host:port``): joined only if it
   refuses a request that carries no token, unless ``distributed.allow_unauthenticated_cluster``
   is set (then with a warning).
-* **Ray already initialised** in this process (the user called ``ray.init``): used as it is.
+* **Ray already initialised** in this process (by an earlier ``start_ray`` or the user's
+  ``ray.init``): used as it is, and left running.
 """
 
 from __future__ import annotations
@@ -72,11 +73,18 @@ class RayRuntime:
         import ray
 
         ray.shutdown()
+        global _started
+        if _started is self:
+            _started = None
         for name, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+#: The runtime ``start_ray`` started last in this process, while it runs.
+_started: RayRuntime | None = None
 
 
 def start_ray(config: DistributedConfig) -> RayRuntime:
@@ -97,12 +105,15 @@ def start_ray(config: DistributedConfig) -> RayRuntime:
     require_installed("ray", "ray", "distributed.llm_processes > 1 (the Ray backend)")
     import ray
 
+    global _started
     if ray.is_initialized():
-        return RayRuntime(_gcs_address(), private=False, owned=False)
+        private = _started is not None and _started.private
+        return RayRuntime(_gcs_address(), private=private, owned=False)
     if config.ray_address is None:
         runtime = _start_private(config)
     else:
         runtime = _join(config)
+    _started = runtime
     atexit.register(runtime.shutdown)
     _stop_on_sigterm()
     return runtime

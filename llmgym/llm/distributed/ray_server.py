@@ -4,7 +4,7 @@ The driver (:mod:`.ray_backend`) creates one :class:`LLMServer` actor per server
 placement-group bundle, then:
 
 1. asks server 0 for a rendezvous address (:meth:`LLMServer.host_store`: a ``TCPStore`` bound to
-   server 0's node address only);
+   server 0's node address only, or to loopback on a private instance);
 2. calls :meth:`LLMServer.start` on every server at once: each joins the servers'
    ``torch.distributed`` group (NCCL when it has a GPU, else gloo; every collective bounded by
    ``timeout_s``), builds its ``LocalLLM`` with the group's collectives passed in, and takes
@@ -62,9 +62,11 @@ class LLMServer:
         world_size: Number of servers.
         threads: torch intra-op threads (Ray sets ``OMP_NUM_THREADS=1`` in its workers).
         timeout_s: Deadline of the group's rendezvous and of every collective.
+        loopback: Bind the group's store and sockets to ``127.0.0.1`` (every server on the
+            driver's machine: a private Ray instance); else to the node's address.
     """
 
-    def __init__(self, rank: int, world_size: int, threads: int, timeout_s: float) -> None:
+    def __init__(self, rank: int, world_size: int, threads: int, timeout_s: float, loopback: bool) -> None:
         import ray
         import torch
 
@@ -75,6 +77,7 @@ class LLMServer:
         context = ray.get_runtime_context()
         gpus = tuple(str(g) for g in context.get_accelerator_ids().get("GPU", []))
         self.location = ServerLocation(rank, context.get_node_id(), ray.util.get_node_ip_address(), os.getpid(), gpus)
+        self.bind_address = "127.0.0.1" if loopback else self.location.address
         self.backend: Any = None
         self._store: Any = None
 
@@ -83,10 +86,10 @@ class LLMServer:
         return self.location
 
     def host_store(self) -> tuple[str, int]:
-        """Host the group's rendezvous store on this node's address only (server 0); returns ``(host, port)``."""
+        """Host the group's rendezvous store on the bind address only (server 0); returns ``(host, port)``."""
         import torch.distributed as dist
 
-        host = self.location.address
+        host = self.bind_address
         sock = socket.create_server((host, 0), family=socket.AF_INET, backlog=128)
         port = sock.getsockname()[1]
         self._store = dist.TCPStore(
@@ -109,7 +112,9 @@ class LLMServer:
             if store_address is None:
                 raise ValueError("several LLM servers but no rendezvous store address")
             store = self._store or dist.TCPStore(*store_address, is_master=False, timeout=self.timeout)
-            _bind_gloo_to(self.location.address)
+            _bind_gloo_to(self.bind_address)
+            if self.bind_address == "127.0.0.1":
+                os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
             group_backend = "nccl" if placement.gpus else "gloo"
             dist.init_process_group(
                 group_backend, store=store, rank=self.rank, world_size=self.world_size, timeout=self.timeout

@@ -149,7 +149,7 @@ def test_a_process_without_the_token_cannot_submit_work(runtime):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     code = f"import ray; ray.init(address={runtime.gcs_address!r}); print('SUBMITTED', ray.get(ray.remote(lambda: 1).remote()))"
     try:
-        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=12)
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=10)
         output = done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:  # Ray retries the refused connection for a while
         output = (exc.stdout or b"").decode() + (exc.stderr or b"").decode()

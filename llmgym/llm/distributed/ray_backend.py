@@ -86,7 +86,9 @@ class RayLLM(ShardedBackend):
         if self.num_servers > 1:
             store = self._wait("start", {0: self._actors[0].host_store.remote()}, True)[0]
         shipped = ray.put(factory)
-        self._wait("start", {rank: a.start.remote(shipped, store) for rank, a in enumerate(self._actors)}, True)
+        group_backend = "nccl" if gpus >= 1 else "gloo"  # NCCL refuses two ranks on one GPU
+        starts = {rank: a.start.remote(shipped, store, group_backend) for rank, a in enumerate(self._actors)}
+        self._wait("start", starts, True)
         if self.num_servers > 1:
             self._measure()  # fetch the tokenizer now, so that no call pays (or fails on) the extra round trip
 

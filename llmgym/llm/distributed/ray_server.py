@@ -6,7 +6,7 @@ placement-group bundle, then:
 1. asks server 0 for a rendezvous address (:meth:`LLMServer.host_store`: a ``TCPStore`` bound to
    server 0's node address only, or to loopback on a private instance);
 2. calls :meth:`LLMServer.start` on every server at once: each joins the servers'
-   ``torch.distributed`` group (NCCL when it has a GPU, else gloo; every collective bounded by
+   ``torch.distributed`` group (NCCL with whole GPUs, else gloo; every collective bounded by
    ``timeout_s``), builds its ``LocalLLM`` with the group's collectives passed in, and takes
    server 0's trainable weights (broadcast), so every server starts identical;
 3. calls :meth:`LLMServer.call` with a backend method's name and arguments; results come back
@@ -97,12 +97,14 @@ class LLMServer:
         )
         return host, port
 
-    def start(self, factory: Any, store_address: tuple[str, int] | None) -> None:
+    def start(self, factory: Any, store_address: tuple[str, int] | None, group_backend: str) -> None:
         """Join the servers' group, build the backend with ``factory(placement, collectives)``, align weights.
 
         Args:
             factory: A :class:`~llmgym.llm.distributed.backend.LocalLLMFactory`.
             store_address: Server 0's rendezvous store; ``None`` for a single server.
+            group_backend: ``"nccl"`` (a whole GPU or more per server) or ``"gloo"`` (CPU, or
+                GPUs shared between servers: NCCL refuses two ranks on one device).
         """
         import torch.distributed as dist
 
@@ -115,7 +117,6 @@ class LLMServer:
             _bind_gloo_to(self.bind_address)
             if self.bind_address == "127.0.0.1":
                 os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-            group_backend = "nccl" if placement.gpus else "gloo"
             dist.init_process_group(
                 group_backend, store=store, rank=self.rank, world_size=self.world_size, timeout=self.timeout
             )

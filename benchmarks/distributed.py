@@ -9,7 +9,7 @@ group). On a 2-core machine the two servers share the cores of the in-process ru
 measures the backend's overhead (splitting, serialisation, the gradient all-reduce), not a
 speed-up; with one GPU (or enough cores) per server it shows the speed-up.
 
-Run: ``python benchmarks/distributed.py [--config quickstart] [--iterations 1] [--warmup 0]
+Run: ``python benchmarks/distributed.py [--config quickstart] [--iterations 1] [--warmup 1]
 [--servers 2] [overrides such as train.seed=1 ...]``.
 """
 
@@ -47,7 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="quickstart", help="A shipped config's name or a YAML file.")
     parser.add_argument("--iterations", type=int, default=1, help="Timed PPO iterations per backend.")
-    parser.add_argument("--warmup", type=int, default=0, help="Untimed iterations first (caches, allocator).")
+    parser.add_argument("--warmup", type=int, default=1, help="Untimed iterations first (model warm-up, caches).")
     parser.add_argument("--servers", type=int, default=2, help="Ray LLM servers.")
     parser.add_argument("overrides", nargs="*", help="Config overrides, e.g. env.num_envs=8.")
     args = parser.parse_args()

@@ -140,6 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
 
+    convert = sub.add_parser(
+        "convert",
+        help="print the llmgym config of an RL4LMs task config (YAML)",
+        description="Convert an RL4LMs task YAML (tokenizer, reward_fn, datapool, env, alg, train_evaluation) into an "
+        "llmgym config printed as YAML; every key is mapped or refused by name (docs/textgen.md).",
+    )
+    convert.add_argument("config", help="path of the RL4LMs YAML file")
+    convert.add_argument("--approximate", action="store_true", help="map the keys llmgym honours only approximately")
+    convert.add_argument("--model", default=None, help="train this model instead of the config's (its tokenizer's EOS)")
+    convert.add_argument("-o", "--output", default=None, help="write the YAML to this file instead of stdout")
     sub.add_parser("envs", help="list the registered text environments")
 
     play = sub.add_parser("play", help="play a text environment yourself in the terminal")
@@ -180,6 +190,33 @@ def _split_config_arg(config: str | None, overrides: list[str]) -> tuple[str | N
     if config is not None and "=" in config and not Path(config).is_file():
         return None, [config, *overrides]
     return config, overrides
+
+
+def _cmd_convert(path: str, approximate: bool, model: str | None, output: str | None) -> int:
+    import sys
+
+    import yaml
+
+    from llmgym.compat.rl4lms import convert_rl4lms_config, is_rl4lms_config
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            loaded = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path!r} could not be read as YAML: {exc}") from exc
+    if not isinstance(loaded, dict) or not is_rl4lms_config(loaded):
+        raise ConfigError(f"{path!r} is not an RL4LMs task config (expected its alg and reward_fn/datapool sections).")
+    conversion = convert_rl4lms_config(loaded, approximate=approximate, model_name=model)
+    for line in conversion.approximations:
+        print(f"# approximately: {line}", file=sys.stderr)
+    text = yaml.safe_dump(conversion.config, sort_keys=False)
+    if output is None:
+        print(text, end="")
+    else:
+        from llmgym.checkpoint import write_text_atomic
+
+        write_text_atomic(output, text)
+    return 0
 
 
 def _cmd_envs() -> int:
@@ -388,6 +425,8 @@ def _run(argv: list[str]) -> int:
         return 0
     if args.command == "export":
         return _cmd_export(args)
+    if args.command == "convert":
+        return _cmd_convert(args.config, args.approximate, args.model, args.output)
     if args.command == "envs":
         return _cmd_envs()
     if args.command == "play":

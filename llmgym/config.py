@@ -334,8 +334,16 @@ class EnvConfig(_Section):
     vectorization_mode: str = _f("sync", "sync (one process) or async (the envs spread over min(num_envs, CPUs) worker processes).")
     max_episode_steps: Optional[int] = _f(None, "Truncate episodes after this many steps; null keeps the env's.")
     kwargs: dict[str, Any] = _f({}, "Extra keyword arguments for gymnasium.make.")
+    reward_clip: Optional[float] = _f(
+        None,
+        "null: a reward that is nan, inf or over 1e9 in magnitude stops the run with an error naming the env and "
+        "the step; a bound: such rewards are clipped into [-bound, bound] (nan to 0) with a warning.",
+    )
 
     def _check(self) -> None:
+        from llmgym.envs.reward_checks import check_reward_clip
+
+        check_reward_clip(self.reward_clip, "env.reward_clip")
         _check_positive("env", "num_envs", self.num_envs)
         _check_choice("env", "vectorization_mode", self.vectorization_mode, ("sync", "async"))
         _check_positive("env", "max_episode_steps", self.max_episode_steps)
@@ -528,6 +536,18 @@ class TrainConfig(_Section):
         "Also evaluate the policy sampled at agent.temperature (the one PPO optimises) on the same episodes, "
         "logged as sampled_success_rate, sampled_episode_return and sampled_episode_length.",
     )
+    eval_splits: list[str] = _f(
+        [],
+        "Text generation (RL4LMs style): datapool splits whose every sample is completed greedily and scored by "
+        "train.eval_metrics; each evaluation covers the first split (e.g. val), the final one all (e.g. test too). "
+        "Completions, prompts and references are saved to predictions/*.jsonl.",
+    )
+    eval_metrics: list[dict[str, Any]] = _f(
+        [],
+        "Metrics over each eval split, as RL4LMs' train_evaluation.metrics: [{id: bleu}, {id: learned_reward, args: "
+        "{...}}] (llmgym.text_metrics ids or package.module:function).",
+    )
+    eval_max_samples: Optional[int] = _f(None, "Evaluate at most this many samples of each eval split; null: all.")
     checkpoint_every: Optional[int] = _f(None, "Checkpoint every this many env steps; null only at the end.")
     resume: Optional[str] = _f(None, "Run directory to resume from (its latest checkpoint).")
 
@@ -537,6 +557,12 @@ class TrainConfig(_Section):
         _check_positive("train", "eval_episodes", self.eval_episodes, allow_zero=True)
         _check_positive("train", "eval_num_envs", self.eval_num_envs)
         _check_positive("train", "checkpoint_every", self.checkpoint_every)
+        _check_positive("train", "eval_max_samples", self.eval_max_samples)
+        for i, spec in enumerate(self.eval_metrics):
+            if not isinstance(spec.get("id"), str) or set(spec) - {"id", "args"}:
+                raise ConfigError(
+                    f"train.eval_metrics[{i}]={spec!r} is invalid; expected {{id: METRIC, args: {{...}}}} (args optional)."
+                )
 
 
 @dataclass
@@ -713,6 +739,19 @@ def _renamed(layer: Any, source: str) -> Any:
     return layer
 
 
+def _from_rl4lms(loaded: Any, overrides: list[str] | tuple[str, ...]) -> Any:
+    """An RL4LMs task config converted (strictly) into an llmgym one; any other config as it is."""
+    from omegaconf import OmegaConf
+
+    from llmgym.compat.rl4lms import convert_rl4lms_config, is_rl4lms_config
+
+    plain = typing.cast(dict[str, Any], OmegaConf.to_container(loaded))
+    if not isinstance(plain, dict) or not is_rl4lms_config(plain):
+        return loaded
+    model = next((o.partition("=")[2] for o in reversed(overrides) if o.startswith("model.name=")), None)
+    return OmegaConf.create(convert_rl4lms_config(plain, model_name=model).config)
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     overrides: list[str] | tuple[str, ...] = (),
@@ -721,8 +760,9 @@ def load_config(
     """Load a :class:`Config` from YAML and dotted overrides.
 
     Args:
-        path: YAML file whose keys are a subset of :class:`Config`, or the name of a shipped
-            config (see :func:`resolve_config`); ``None`` starts from defaults.
+        path: YAML file whose keys are a subset of :class:`Config` (or an RL4LMs task config, converted
+            by :mod:`llmgym.compat.rl4lms`), or the name of a shipped config (see :func:`resolve_config`);
+            ``None`` starts from defaults.
         overrides: ``section.key=value`` strings applied after the file, in order.
         base: Config to start from instead of the defaults.
 
@@ -748,6 +788,7 @@ def load_config(
             loaded = OmegaConf.create({})
         if not isinstance(loaded, DictConfig):
             raise ConfigError(f"Config file '{p}' must hold a mapping of sections, not a list.")
+        loaded = _from_rl4lms(loaded, overrides)
         layers.append((loaded, f"config file '{p}'"))
     for item in overrides:
         if "=" not in item:

@@ -7,6 +7,7 @@ bootstrap confidence interval over runs, instead of a mean alone.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 
 import numpy as np
@@ -93,7 +94,12 @@ def bootstrap_ci(
     return float(low), float(high)
 
 
-def parse_int_list(spec: str, option: str, minimum: int = 0) -> list[int]:
+#: Most values ``--seeds`` and ``--threads`` may list (each value is one training run): the count is
+#: checked before any list is built, so ``0-2000000000`` is refused at once instead of filling memory.
+MAX_LIST_VALUES = 10_000
+
+
+def parse_int_list(spec: str, option: str, minimum: int = 0, max_count: int = MAX_LIST_VALUES) -> list[int]:
     """Parse a list of integers written as ranges and commas: ``0-4``, ``0,2,5``, ``1-3,8``.
 
     A range ``a-b`` includes both ends. Values keep their written order.
@@ -102,15 +108,17 @@ def parse_int_list(spec: str, option: str, minimum: int = 0) -> list[int]:
         spec: The text to parse.
         option: The option it came from, named in errors (e.g. ``"--seeds"``).
         minimum: The smallest allowed value.
+        max_count: The most values the list may hold (checked before the list is built).
 
     Returns:
         The integers.
 
     Raises:
         ConfigError: On an empty part, a non-integer, a descending range, a value below
-            ``minimum`` or a repeated value; the message names ``option`` and ``spec``.
+            ``minimum``, more than ``max_count`` values or a repeated value; the message names
+            ``option`` and ``spec``.
     """
-    values: list[int] = []
+    ranges: list[tuple[int, int]] = []
     for part in spec.split(","):
         low_text, dash, high_text = part.strip().partition("-")
         try:
@@ -125,8 +133,15 @@ def parse_int_list(spec: str, option: str, minimum: int = 0) -> list[int]:
             raise ConfigError(f"{option} {spec!r}: the range {part.strip()!r} is descending; write {high}-{low}.")
         if low < minimum:
             raise ConfigError(f"{option} {spec!r}: {low} is below the minimum {minimum}.")
-        values.extend(range(low, high + 1))
-    repeated = sorted({v for v in values if values.count(v) > 1})
+        ranges.append((low, high))
+    count = sum(high - low + 1 for low, high in ranges)
+    if count > max_count:
+        raise ConfigError(
+            f"{option} {spec!r} lists {count} values, more than the {max_count} allowed (each is a training run); "
+            "write a shorter range, e.g. 0-4."
+        )
+    values = [value for low, high in ranges for value in range(low, high + 1)]
+    repeated = sorted(value for value, times in collections.Counter(values).items() if times > 1)
     if repeated:
         raise ConfigError(f"{option} {spec!r} repeats {repeated}.")
     return values

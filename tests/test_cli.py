@@ -38,7 +38,7 @@ def test_envs_lists_every_registered_env_and_marks_the_extras():
         assert len(lines) == count and all(f"needs pip install 'llmgym[{extra}]'" in line for line in lines), suite
     # minigrid is a core dependency: BabyAI needs no extra
     assert [i for i in marked if not i.startswith(tuple(f"llmgym/{s}-" for s in suites))] == ["llmgym/TextGen-v0"]
-    assert "pip install 'llmgym[metrics]' for reward=bleu or reward=rouge" in out
+    assert "pip install 'llmgym[metrics]' for reward=bleu or reward=sacre_bleu" in out
 
 
 def test_train_help_shows_every_field_help():

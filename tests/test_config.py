@@ -240,6 +240,14 @@ def test_a_renamed_key_still_loads_with_a_future_warning(tmp_path):
     assert load_config(None, ["algorithm.minibatch_size=7"]).algorithm.minibatch_size == 7  # not renamed
 
 
+@pytest.mark.parametrize("name", ["babyai_ppo", "babyai_ppo_lora"])
+def test_the_glam_configs_train_glams_policy(name):
+    """Lamorel's PPO examples (GLAM) sample from the softmax over the LLM's log-probs: no action head."""
+    config = load_config(name)
+    assert config.agent.type == "scoring"
+    assert config.agent.action_head is False
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

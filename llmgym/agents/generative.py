@@ -32,11 +32,16 @@ class GenerativeAgent(BaseAgent):
     current_valid_actions: Optional[list[str]] = None
 
     def extract_action(self, response: str) -> Any:
-        """Map the response onto a valid action when the env lists them; else the stripped text."""
+        """Map the response onto a valid action when the env lists them; else the stripped text.
+
+        In a free-text env (no ``info["valid_actions"]``, e.g. ``llmgym/TextGen-v0``) every string is
+        an action, the empty one included: an empty generation is the action ``""``, judged by the
+        env's reward, never a parse failure.
+        """
         valid = self.current_valid_actions
         text = normalize_action_text(response)
-        if not valid:
-            return response.strip() or None
+        if valid is None:
+            return response.strip()
         by_norm = {normalize_action_text(v): v for v in valid}
         if text in by_norm:
             return by_norm[text]

@@ -128,6 +128,8 @@ class History:
         self.add_special_tokens = (not self.uses_chat_template) if add_special_tokens is None else add_special_tokens
         self._turns: list[tuple[str, str]] = []
         self._pending: Optional[str] = None
+        self._char_limit: Optional[int] = None
+        self._char_limit_known = False
 
     @classmethod
     def from_config(
@@ -238,6 +240,31 @@ class History:
             parts.append(self.template.query.format(observation=observation))
         return "".join(parts)
 
+    def char_limit(self) -> Optional[int]:
+        """Most characters of text that ``max_prompt_tokens`` tokens can hold, or ``None`` if unbounded.
+
+        ``max_prompt_tokens`` times the longest token string of the tokenizer's vocabulary (a
+        byte-level token's string has one character per byte, so it is never shorter than the text
+        it encodes). Text beyond it cannot fit the budget, so :meth:`render` cuts it before
+        tokenizing instead of tokenizing it whole (a tokenizer whose normalizer drops characters,
+        such as runs of blanks, may have fit a little more: the cut still leaves a prompt that fits).
+        """
+        if not self._char_limit_known:
+            self._char_limit_known = True
+            get_vocab = getattr(self.tokenizer, "get_vocab", None)
+            if self.max_prompt_tokens is not None and callable(get_vocab):
+                longest = max((len(token) for token in get_vocab()), default=0)
+                self._char_limit = self.max_prompt_tokens * longest if longest > 0 else None
+        return self._char_limit
+
+    def _first_turn_within(self, lowest: int, observation: str, limit: int) -> int:
+        """The oldest turn from ``lowest`` on whose text, with the later turns and ``observation``, is within ``limit`` characters."""
+        first, size = len(self._turns), len(observation)
+        while first > lowest and size + sum(map(len, self._turns[first - 1])) <= limit:
+            first -= 1
+            size += sum(map(len, self._turns[first]))
+        return first
+
     def _fits(self, ids: list[int]) -> bool:
         return self.max_prompt_tokens is None or len(ids) <= self.max_prompt_tokens
 
@@ -257,6 +284,11 @@ class History:
             raise InputError("render() needs a pending observation; call add_observation() first.")
         total = len(self._turns)
         lowest = 0 if self.max_turns is None else max(total - self.max_turns, 0)
+        limit = self.char_limit()
+        if limit is not None:  # text past the character bound cannot fit: never tokenize it
+            if len(observation) > limit:
+                return self._truncate_observation(observation, total)
+            lowest = self._first_turn_within(lowest, observation, limit)
         text = self._text(self._turns[lowest:], observation)
         ids = self.encode(text)
         if self._fits(ids):
@@ -288,12 +320,16 @@ class History:
         return best
 
     def _truncate_observation(self, observation: str, total: int) -> Prompt:
-        bare_ids = self.encode(self._text([], observation))
+        limit = self.char_limit()
         if self.overflow == "error":
+            if limit is not None and len(observation) > limit:
+                size = f"the current observation alone has {len(observation)} characters, more than the {limit} that"
+            else:
+                bare_ids = self.encode(self._text([], observation))
+                size = f"the system prompt and the current observation alone take {len(bare_ids)} tokens, over"
             raise InputError(
-                f"the system prompt and the current observation alone take {len(bare_ids)} tokens, over "
-                f"max_prompt_tokens={self.max_prompt_tokens}; raise agent.max_prompt_tokens, shorten the "
-                "system prompt or observation, or use overflow='truncate_left'."
+                f"{size} max_prompt_tokens={self.max_prompt_tokens} can hold; raise agent.max_prompt_tokens, shorten "
+                "the system prompt or observation, or use overflow='truncate_left'."
             )
         empty_ids = self.encode(self._text([], ""))
         if not self._fits(empty_ids):
@@ -302,8 +338,10 @@ class History:
                 f"max_prompt_tokens={self.max_prompt_tokens}; raise agent.max_prompt_tokens or shorten "
                 "the system prompt."
             )
-        # Keep the longest suffix of the observation that fits (smallest cut).
-        found = self._smallest_fitting(1, len(observation) - 1, lambda cut: self._text([], observation[cut:]))
+        # Keep the longest suffix of the observation that fits (smallest cut), within the character bound.
+        kept = observation if limit is None else observation[-limit:]
+        first_cut = 1 if len(kept) == len(observation) else 0
+        found = self._smallest_fitting(first_cut, len(kept) - 1, lambda cut: self._text([], kept[cut:]))
         _, text, ids = found if found is not None else (len(observation), self._text([], ""), empty_ids)
         return Prompt(text, ids, total, 0, True)
 

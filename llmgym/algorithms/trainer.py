@@ -153,6 +153,7 @@ def make_envs(config: Config, num_envs: Optional[int] = None) -> Any:
         vectorization_mode=config.env.vectorization_mode,
         env_kwargs=dict(config.env.kwargs),
         max_episode_steps=config.env.max_episode_steps,
+        reward_clip=config.env.reward_clip,
     )
 
 
@@ -288,16 +289,31 @@ class Trainer:
         self.llm = build_llm(config, model=model, tokenizer=tokenizer)
         self.system_prompt = _env_instructions(config)
         self.envs = make_envs(config)
-        self.agent = build_agent(config, self.llm, self.envs.num_envs, self.system_prompt)
+        agent_config = self._fitted_budget()
+        self.agent = build_agent(agent_config, self.llm, self.envs.num_envs, self.system_prompt)
         algorithm_cls = algorithm_class(config.algorithm.name)
         self.algorithm: OnPolicyAlgorithm = algorithm_cls(self.agent, self.envs, config.algorithm, seed=train.seed)
         self.algorithm.total_env_steps = train.total_env_steps
-        self.eval_agent = build_agent(config, self.llm, _eval_width(config, train.eval_episodes), self.system_prompt)
+        self.eval_agent = build_agent(agent_config, self.llm, _eval_width(config, train.eval_episodes), self.system_prompt)
         self.evaluations: list[dict[str, float]] = []
         self._last_checkpoint_steps = 0
         self._last_eval_steps = 0
         if checkpoint is not None:
             self._resume(checkpoint)
+
+    def _fitted_budget(self) -> Config:
+        """The config the agents are built from: ``agent.max_prompt_tokens`` fitted to the model window."""
+        from llmgym.budgets import fit_prompt_budget
+
+        backend = self.llm.backend
+        try:
+            return fit_prompt_budget(
+                self.config, getattr(backend, "window", None), self.llm.tokenizer, self.envs,
+                bool(getattr(backend, "is_seq2seq", False)),
+            )
+        except ConfigError:
+            self.envs.close()
+            raise
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
@@ -347,7 +363,9 @@ class Trainer:
         """Evaluation on ``train.eval_episodes`` seeded episodes, logged as ``kind="eval"``.
 
         The greedy policy is evaluated; with ``train.eval_sample`` the sampled policy is too, on
-        the same episodes and with its sampling generator reseeded, under ``sampled_`` keys.
+        the same episodes and with its sampling generator reseeded, under ``sampled_`` keys. With
+        ``train.eval_splits``, every sample of the first split (all splits after training) is
+        completed and scored by ``train.eval_metrics`` (:mod:`llmgym.algorithms.text_evaluation`).
         """
         seed = 10_000 + self.config.train.seed
         episodes = self.config.train.eval_episodes
@@ -357,6 +375,14 @@ class Trainer:
                 self.eval_agent.generator.manual_seed(seed)
                 sampled = evaluate(self.eval_agent, self.config, episodes, seed=seed, greedy=False)
                 result.update({f"sampled_{k}": v for k, v in sampled.items() if k != "episodes"})
+            splits = self.config.train.eval_splits
+            if splits:
+                from llmgym.algorithms.text_evaluation import evaluate_splits, local_model
+
+                result.update(evaluate_splits(
+                    self.eval_agent, self.config, splits if label == "after" else splits[:1], run_dir=self.run_dir,
+                    label=label, env_steps=self.algorithm.env_steps, model=local_model(self.llm),
+                ))
         result["env_steps"] = float(self.algorithm.env_steps)
         result["label"] = label  # type: ignore[assignment]
         self.evaluations.append(result)
@@ -465,6 +491,10 @@ def run_training(config: Config, **kwargs: Any) -> dict[str, Any]:
     print(f"run directory: {summary['run_dir']}")
     for line in evaluation_summary(summary["evaluations"], trainer.config.agent.temperature):
         print(line)
+    if trainer.config.train.eval_splits and summary["evaluations"]:
+        from llmgym.algorithms.text_evaluation import metrics_table
+
+        print(metrics_table(summary["evaluations"][-1], trainer.config.train.eval_splits))
     if summary["learning_curve"]:
         print(f"learning curve: {summary['learning_curve']}")
     print(f"wall time: {summary['wall_time_s']:.1f} s")

@@ -523,6 +523,9 @@ class Caller:
 
         settings = parse_lamorel_args(config)
         lamorel_logger.setLevel(settings.log_level)
+        from transformers import set_seed
+
+        set_seed(settings.seed)
         functions = dict(custom_module_functions or {})
         for key, fn in functions.items():
             if key == SCORE_KEY or not isinstance(fn, BaseModuleFunction):
@@ -575,11 +578,21 @@ class Caller:
 
         Returns:
             Per context, a float tensor ``[k]`` or a dict.
+
+        Raises:
+            InputError: On missing candidates, or on keyword arguments other than ``minibatch_size``
+                with no ``additional_module_function_keys`` to receive them.
         """
         groups = _as_candidate_groups(list(contexts), candidates)
         if groups is None:
             raise InputError("score() needs candidates: one list of candidate strings per context.")
         if not additional_module_function_keys:
+            unused = sorted(set(kwargs) - {"minibatch_size"})
+            if unused:
+                raise InputError(
+                    f"score() got keyword arguments {unused} but no module function to pass them to; name the "
+                    "custom modules that read them with additional_module_function_keys=[...], or remove them."
+                )
             return list(self._llm.score(list(contexts), groups))
         return self._llm_module([SCORE_KEY, *additional_module_function_keys], contexts, groups, **kwargs)
 

@@ -41,6 +41,7 @@ _SCHEMA: dict[str, Any] = {
         "minibatch_size": None,
         "pre_encode_inputs": None,
         "load_in_4bit": None,
+        "seed": None,
         "parallelism": {
             "use_gpu": None,
             "model_parallelism_size": None,
@@ -70,6 +71,8 @@ class LamorelSettings:
         synchronize_gpus_after_scoring: Call ``torch.cuda.synchronize()`` after each forward.
         empty_cuda_cache_after_scoring: Call ``torch.cuda.empty_cache()`` after each forward.
         updater_args: The free-form ``updater_args`` mapping (empty when absent).
+        seed: Seed of Python's, NumPy's and torch's random generators, set when the ``Caller`` is
+            built (``llm_args.seed``; 42 when absent, as in Lamorel).
     """
 
     model: ModelConfig
@@ -80,6 +83,7 @@ class LamorelSettings:
     synchronize_gpus_after_scoring: bool = False
     empty_cuda_cache_after_scoring: bool = False
     updater_args: dict[str, Any] = field(default_factory=dict)
+    seed: int = 42
 
 
 def to_plain_dict(config: Any, name: str = "config") -> dict[str, Any]:
@@ -214,7 +218,18 @@ def parse_lamorel_args(config: Any) -> LamorelSettings:
         synchronize_gpus_after_scoring=_bool(parallelism, "synchronize_gpus_after_scoring", pp, False),
         empty_cuda_cache_after_scoring=_bool(parallelism, "empty_cuda_cache_after_scoring", pp, False),
         updater_args=dict(args.get("updater_args") or {}),
+        seed=_seed(llm, lp),
     )
+
+
+def _seed(llm: Mapping[str, Any], prefix: str) -> int:
+    """``llm_args.seed``: 42 when absent or null (Lamorel's default), else a non-negative integer."""
+    value = llm.get("seed")
+    if value is None:
+        return 42
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{prefix}.seed={value!r} must be a non-negative integer (Lamorel's default is 42).")
+    return value
 
 
 def load_lamorel_config(path: str | Path, overrides: Sequence[str] = ()) -> Any:
@@ -222,8 +237,8 @@ def load_lamorel_config(path: str | Path, overrides: Sequence[str] = ()) -> Any:
 
     Args:
         path: The YAML file, with ``lamorel_args`` and optionally ``rl_script_args``.
-        overrides: Hydra-style ``dotted.key=value`` overrides, e.g.
-            ``["lamorel_args.llm_args.model_path=/models/t5"]``.
+        overrides: Hydra-style ``dotted.key=value`` overrides (``+key=value`` and ``++key=value``
+            add or force a key, as in Hydra), e.g. ``["lamorel_args.llm_args.model_path=/models/t5"]``.
 
     Returns:
         The config; ``config.lamorel_args`` goes to :class:`~llmgym.compat.lamorel.Caller`.
@@ -241,9 +256,9 @@ def load_lamorel_config(path: str | Path, overrides: Sequence[str] = ()) -> Any:
     if not isinstance(config, DictConfig):
         raise ConfigError(f"Lamorel config {str(file)!r} must hold a mapping with a lamorel_args section.")
     for override in overrides:
-        if "=" not in override:
-            raise ConfigError(f"override {override!r} has no '='; write dotted.key=value.")
-        merged = OmegaConf.merge(config, OmegaConf.from_dotlist([override]))
+        if "=" not in override or override.startswith("~"):
+            raise ConfigError(f"override {override!r} is not supported; write dotted.key=value (or Hydra's +key=value).")
+        merged = OmegaConf.merge(config, OmegaConf.from_dotlist([override.lstrip("+")]))
         if isinstance(merged, DictConfig):
             config = merged
     for key in config:

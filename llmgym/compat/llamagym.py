@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import numbers
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -53,6 +54,7 @@ import torch
 
 from llmgym.agents.learning import Decision, Episode, PolicySpec
 from llmgym.config import AlgorithmConfig, ModelConfig
+from llmgym.envs.reward_checks import check_reward
 from llmgym.errors import ConfigError, InputError, require
 from llmgym.llm.modules import VALUE_KEY
 from llmgym.llm.sampling import Sampling
@@ -62,6 +64,12 @@ __all__ = ["Agent", "AutoModelForCausalLMWithValueHead", "PPOConfig", "generatio
 #: LlamaGym's defaults when ``generate_config_dict`` / ``ppo_config_dict`` are ``None``.
 DEFAULT_GENERATE_CONFIG: dict[str, Any] = {"max_new_tokens": 32, "do_sample": True, "top_p": 0.6, "top_k": 0, "temperature": 0.9}
 DEFAULT_PPO_CONFIG: dict[str, Any] = {"batch_size": 16, "mini_batch_size": 16}
+
+#: Largest float16 value: LlamaGym keeps rewards (``current_batch["rewards"]``) in float16.
+_FLOAT16_MAX: float = float(torch.finfo(torch.float16).max)
+
+#: ``PPOConfig`` fields that count turns or passes: integers >= 1.
+_PPO_COUNTS = ("batch_size", "mini_batch_size", "ppo_epochs", "gradient_accumulation_steps")
 
 #: What ``generate`` samples with when neither the call nor the model's generation config says.
 _TRANSFORMERS_SAMPLING_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
@@ -159,8 +167,9 @@ class PPOConfig:
         """Build from LlamaGym's ``ppo_config_dict`` (TRL's keyword arguments).
 
         Raises:
-            ConfigError: On an unknown key, a key whose value llmgym cannot honour, or
-                ``adap_kl_ctrl=True``.
+            ConfigError: On an unknown key, a key whose value llmgym cannot honour, a
+                ``batch_size``, ``mini_batch_size``, ``ppo_epochs`` or ``gradient_accumulation_steps``
+                that is not an integer >= 1, or ``adap_kl_ctrl=True``.
         """
         fields = {f.name for f in dataclasses.fields(cls)}
         for key, neutral in _PPO_NEUTRAL.items():
@@ -176,6 +185,10 @@ class PPOConfig:
                 "ppo_config_dict['adap_kl_ctrl']=True: TRL's adaptive KL controller is not reproduced; set "
                 "adap_kl_ctrl=False and init_kl_coef to a fixed KL weight (0 turns the KL term off)."
             )
+        for key in _PPO_COUNTS:
+            value = config.get(key, 1)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ConfigError(f"ppo_config_dict[{key!r}]={value!r:.60} is invalid; expected an integer >= 1.")
         return cls(**{k: v for k, v in config.items() if k in fields})
 
     def algorithm(self) -> AlgorithmConfig:
@@ -511,8 +524,23 @@ class Agent(abc.ABC):
         return action
 
     def assign_reward(self, reward: float) -> None:
-        """Record the reward of the last step."""
-        self.current_episode_rewards.append(reward)
+        """Record the reward of the last step.
+
+        Raises:
+            InputError: If the reward is not a real number, is not finite, or is too large for the
+                float16 :attr:`current_batch` LlamaGym keeps rewards in (``|reward| > 65504``).
+        """
+        step = len(self.current_episode_rewards) + 1
+        value = check_reward(
+            reward, source=f"{type(self).__name__}.assign_reward", step=f"reward {step} of the episode", clip_setting=None
+        )
+        if abs(value) > _FLOAT16_MAX:
+            raise InputError(
+                f"reward={value!r} from {type(self).__name__}.assign_reward at reward {step} of the episode is more than "
+                f"{_FLOAT16_MAX:g} in magnitude: LlamaGym keeps rewards in float16, where it becomes inf. Fix: "
+                "scale the reward down."
+            )
+        self.current_episode_rewards.append(value)
 
     def format_episode_for_ppo(
         self, messages: Sequence[Mapping[str, str]], rewards: Sequence[float]
@@ -589,20 +617,27 @@ class Agent(abc.ABC):
 
         Old log-probs (under :attr:`sampling`) and values are computed with the current weights,
         as TRL does. Returns TRL's statistic names where llmgym has the statistic.
+
+        Raises:
+            InputError: On a reward that is not a finite real number (checked before any forward).
         """
+        reward_values = [
+            check_reward(reward, source=f"{type(self).__name__}.step", step=f"turn {index} of the batch", clip_setting=None)
+            for index, reward in enumerate(rewards)
+        ]
         prompt_ids = [[int(t) for t in q.reshape(-1)] for q in queries]
         action_ids = [[int(t) for t in r.reshape(-1)] for r in responses]
         olds = self.policy.token_logprobs(prompt_ids, action_ids, keys=[VALUE_KEY], require_grad=False, sampling=self.sampling)
         episodes = []
-        for prompt, action, old, reward in zip(prompt_ids, action_ids, olds, rewards):
+        for prompt, action, old, reward in zip(prompt_ids, action_ids, olds, reward_values):
             decision = Decision(
                 prompt=self.tokenizer.decode(prompt), prompt_ids=prompt, action=None,
                 response=self.tokenizer.decode(action), log_prob=float(old["logprobs"].sum()),
                 value=float(old[VALUE_KEY].reshape(-1)[0]), action_ids=action, token_log_probs=old["logprobs"],
             )
-            episodes.append(Episode([decision], [float(reward)]))
+            episodes.append(Episode([decision], [reward]))
         stats = self._ppo.train_on_episodes(self.policy, PolicySpec(sampling=self.sampling), episodes)
-        scores = torch.tensor([float(r) for r in rewards])
+        scores = torch.tensor(reward_values)
         named = {_TRL_STAT_NAMES.get(key, f"ppo/{key}"): value for key, value in stats.items()}
         named["ppo/std_scores"] = float(scores.std()) if len(scores) > 1 else 0.0
         return named

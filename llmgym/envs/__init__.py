@@ -6,11 +6,14 @@ Importing this package is light: the env modules that need minigrid load on firs
 from llmgym.envs.core import PROSE_CHARSET, TextEnv, TextSpace, check_text_env, observation_text
 from llmgym.envs.datapools import Sample, list_datapools, load_datapool, register_datapool
 from llmgym.envs.registration import list_envs, register_envs
-from llmgym.envs.rewards import get_reward, list_rewards, register_reward
+from llmgym.envs.rewards import Reward, get_reward, list_rewards, register_reward
+from llmgym.envs.rl4lms_pools import DatasetUnavailableError
 from llmgym.envs.vector import TextVectorEnv, make_vec
 
 __all__ = [
+    "DatasetUnavailableError",
     "PROSE_CHARSET",
+    "Reward",
     "Sample",
     "TextEnv",
     "TextSpace",

@@ -2,7 +2,8 @@
 
 A *text env* is a :class:`gymnasium.Env` whose observation is a ``str`` or a ``dict`` with a
 ``"text"`` entry (plus structured parts such as ``"mission"``), whose ``info["valid_actions"]``
-lists the legal action strings when the action set is finite, and whose :meth:`~gymnasium.Env.step`
+lists the legal action strings when the action set is finite (each once: the vector env merges
+exact duplicates, first occurrence kept, with a warning), and whose :meth:`~gymnasium.Env.step`
 takes an action string (or, where the action space is :class:`~gymnasium.spaces.Discrete`, its
 index). ``info["success"]`` is a ``bool`` on the last step of an episode wherever success is
 defined. Where part of a step's reward is shaping (a training aid, not the task's reward), the

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,13 @@ class Sample:
     Attributes:
         prompt: The text the policy completes.
         references: Reference completions, for reference-based rewards (BLEU, ROUGE, match).
+        metadata: Per-sample data rewards and metrics may read (RL4LMs' ``meta_data``: CommonGen's
+            ``concepts``, DailyDialog's ``intent``, ToTTo's ``raw_table``...).
     """
 
     prompt: str
     references: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 _DATAPOOLS: dict[str, Callable[..., Any]] = {}
@@ -83,7 +86,10 @@ def _sample(item: Any, prompt_key: str, reference_key: str, where: str) -> Sampl
         refs = (refs,) if isinstance(refs, str) else tuple(refs or ())
         if not all(isinstance(r, str) for r in refs):
             raise InputError(f"{where}: {reference_key!r}={refs!r} must be a string or a list of strings.")
-        return Sample(item[prompt_key], refs)
+        metadata = item.get("metadata", {})
+        if not isinstance(metadata, Mapping):
+            raise InputError(f"{where}: 'metadata'={metadata!r:.100} must be a dict.")
+        return Sample(item[prompt_key], refs, dict(metadata))
     raise InputError(
         f"{where}: {item!r:.200} is not a prompt; expected a str, a Sample, or a dict with a str "
         f"{prompt_key!r} entry (and optionally {reference_key!r}). Fix: pass prompt_key=/reference_key= "
@@ -117,12 +123,16 @@ def load_datapool(
     """Build a datapool.
 
     Args:
-        source: A registered datapool name; a path to a ``.jsonl`` file (one JSON object per line);
+        source: A registered datapool name; ``"package.module:factory"`` (a factory, imported and
+            called with ``kwargs``), or a factory itself; a path to a ``.jsonl`` file (one JSON object per line);
             a ``datasets.Dataset`` (or any iterable of rows); or a list of prompts as strings,
             :class:`Sample` or dicts.
         prompt_key: The field holding the prompt in dicts, JSONL lines and dataset rows.
-        reference_key: The field holding the reference(s), a string or a list of strings.
-        **kwargs: Passed to a registered datapool's factory.
+        reference_key: The field holding the reference(s), a string or a list of strings. A dict's
+            ``"metadata"`` entry (a dict), if any, becomes :attr:`Sample.metadata`.
+        **kwargs: Passed to a registered datapool's factory (RL4LMs' pools take ``split=`` of
+            ``"train"``, ``"val"``, ``"test"`` and their own arguments, see
+            :mod:`llmgym.envs.rl4lms_pools`).
 
     Returns:
         The samples, at least one.
@@ -131,6 +141,12 @@ def load_datapool(
         ConfigError: If ``source`` names no registered datapool nor an existing file.
         InputError: If an item is not a prompt, or the pool is empty.
     """
+    if isinstance(source, str) and ":" in source and not Path(source).exists():
+        from llmgym.envs.rewards import import_object
+
+        source = import_object(source, "datapool")
+    if callable(source):
+        return load_datapool(source(**kwargs), prompt_key=prompt_key, reference_key=reference_key)
     if isinstance(source, (str, Path)):
         if isinstance(source, str) and source in _DATAPOOLS:
             return load_datapool(

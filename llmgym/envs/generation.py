@@ -4,11 +4,12 @@ Each episode draws a prompt from a datapool (see :mod:`llmgym.envs.datapools`). 
 ``mode="completion"`` the action is the whole completion and the episode ends after that one step;
 in ``mode="token"`` each step's action is one token's text, appended to the completion, and the
 episode ends at ``eos_token`` or after ``max_tokens`` steps. Either way the reward, from a reward
-function of :mod:`llmgym.envs.rewards`, comes on the last step, and every string is a valid action
-(there is no ``info["valid_actions"]``).
+of :mod:`llmgym.envs.rewards` (which sees the sample's metadata), comes on the last step, or on every
+step for a dense reward; every string is a valid action, the empty one included (there is no
+``info["valid_actions"]``).
 
 Observation: a dict with ``"text"`` (prompt followed by the completion so far), ``"prompt"`` and
-``"completion"``. ``info`` holds ``"references"`` and, at the end, ``"completion"``.
+``"completion"``. ``info`` holds ``"references"``, ``"metadata"`` and, at the end, ``"completion"``.
 ``reset(options={"index": i})`` picks sample ``i`` instead of a random one (for evaluation).
 """
 
@@ -22,7 +23,8 @@ from gymnasium.spaces import Dict
 
 from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace
 from llmgym.envs.datapools import Sample, load_datapool
-from llmgym.envs.rewards import get_reward
+from llmgym.envs.reward_checks import check_reward, check_reward_clip
+from llmgym.envs.rewards import Reward, get_reward
 from llmgym.errors import ConfigError, InvalidActionError
 
 __all__ = ["TextGenEnv"]
@@ -36,7 +38,8 @@ class TextGenEnv(TextEnv[dict[str, str]]):
     Args:
         datapool: Anything :func:`~llmgym.envs.datapools.load_datapool` accepts (a registered name,
             a JSONL path, a list of prompts, a ``datasets.Dataset``).
-        reward: A registered reward name or a reward function.
+        reward: A registered reward name, ``"module:function"``, a reward function or a
+            :class:`~llmgym.envs.rewards.Reward`.
         reward_kwargs: Keyword arguments of the reward function (e.g. ``{"keywords": [...]}``).
         mode: ``"completion"`` (one step) or ``"token"`` (one token per step).
         max_tokens: Steps after which a token-mode episode ends.
@@ -45,9 +48,15 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         datapool_kwargs: Passed to :func:`~llmgym.envs.datapools.load_datapool`.
         render_mode: ``"ansi"`` (:meth:`render` returns the prompt and the completion so far) or
             ``None``.
+        reward_clip: ``None``: a reward function returning something other than a finite number of
+            magnitude at most 1e9 raises :class:`~llmgym.errors.InputError` naming the function, the
+            value, the prompt and the step; a bound: the value is clipped into
+            ``[-reward_clip, reward_clip]`` (``nan`` to 0) with a warning
+            (:mod:`llmgym.envs.reward_checks`).
 
     Raises:
-        ConfigError: On an unknown mode, reward, datapool or render mode, or a non-positive limit.
+        ConfigError: On an unknown mode, reward, datapool or render mode, a non-positive limit or a
+            bad ``reward_clip``.
     """
 
     description = "Complete a prompt from a datapool; a reward function scores the completion."
@@ -56,7 +65,7 @@ class TextGenEnv(TextEnv[dict[str, str]]):
     def __init__(
         self,
         datapool: Any = "review_openings",
-        reward: str | Callable[..., float] = "sentiment",
+        reward: str | Callable[..., float] | Reward = "sentiment",
         reward_kwargs: Mapping[str, Any] | None = None,
         *,
         mode: str = "completion",
@@ -65,8 +74,10 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         max_completion_chars: int = 16384,
         datapool_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,
+        reward_clip: float | None = None,
     ) -> None:
         self._init_render_mode(render_mode)
+        self.reward_clip = check_reward_clip(reward_clip)
         if mode not in _MODES:
             raise ConfigError(f"mode={mode!r} is invalid; expected one of {list(_MODES)}.")
         for name, value in (("max_tokens", max_tokens), ("max_completion_chars", max_completion_chars)):
@@ -74,6 +85,7 @@ class TextGenEnv(TextEnv[dict[str, str]]):
                 raise ConfigError(f"{name}={value!r} is invalid; expected an int >= 1.")
         self.samples: list[Sample] = load_datapool(datapool, **dict(datapool_kwargs or {}))
         self.reward_fn = get_reward(reward, **dict(reward_kwargs or {}))
+        self.reward_name = reward if isinstance(reward, str) else getattr(reward, "__name__", repr(reward))
         self.mode = mode
         self.max_tokens = max_tokens
         self.eos_token = eos_token
@@ -87,6 +99,7 @@ class TextGenEnv(TextEnv[dict[str, str]]):
                 "completion": TextSpace(max_completion_chars, strict=False),
             }
         )
+        self._index = 0
         self._sample = self.samples[0]
         self._completion = ""
         self._steps = 0
@@ -139,10 +152,14 @@ class TextGenEnv(TextEnv[dict[str, str]]):
             raise ConfigError(
                 f"options['index']={index!r} is out of range; expected an int in [0, {len(self.samples) - 1}]."
             )
+        self._index = index
         self._sample = self.samples[index]
         self._completion = ""
         self._steps = 0
-        return self._obs(), {"references": list(self._sample.references)}
+        return self._obs(), self._info()
+
+    def _info(self) -> dict[str, Any]:
+        return {"references": list(self._sample.references), "metadata": dict(self._sample.metadata)}
 
     def step(self, action: str) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
         """Add the completion (or one token). See :meth:`gymnasium.Env.step`."""
@@ -153,9 +170,17 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         else:
             self._completion += text
             done = self.mode == "completion" or self._steps >= self.max_tokens
-        info: dict[str, Any] = {"references": list(self._sample.references)}
-        reward = 0.0
+        info = self._info()
+        value = self.reward_fn(
+            self._sample.prompt, self._completion, self._sample.references, metadata=self._sample.metadata, done=done
+        )
+        reward = check_reward(
+            value,
+            source=f"reward function {self.reward_name!r} of TextGenEnv",
+            step=f"step {self._steps} of the episode on prompt {self._index}",
+            reward_clip=self.reward_clip,
+            clip_setting="TextGenEnv(reward_clip=...), env.kwargs.reward_clip in a run config",
+        )
         if done:
-            reward = float(self.reward_fn(self._sample.prompt, self._completion, self._sample.references))
             info["completion"] = self._completion
         return self._obs(), reward, done, False, info

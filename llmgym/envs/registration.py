@@ -84,8 +84,10 @@ _BABYAI_LEVELS: dict[str, str] = {
 }
 # Kept in sync with the require() calls of llmgym.envs.rewards (a test checks it).
 _REWARD_EXTRAS = (
-    EnvExtra("sacrebleu", "metrics", "reward", ("bleu",)),
-    EnvExtra("rouge_score", "metrics", "reward", ("rouge",)),
+    EnvExtra("sacrebleu", "metrics", "reward", ("bleu", "sacre_bleu", "chrf", "ter")),
+    EnvExtra("rouge_score", "metrics", "reward", ("rouge", "rouge_combined", "rouge_l_max")),
+    EnvExtra("nltk", "metrics", "reward", ("meteor",)),
+    EnvExtra("bert_score", "metrics", "reward", ("bert_score",)),
 )
 _GLAM_TRAIN = ("GoToLocal", "PickupLocal", "PutNextLocal", "UnlockLocal", "PickUpSeqGoTo")
 

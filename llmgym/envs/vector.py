@@ -18,6 +18,12 @@ Actions are checked before any env steps: if one env of a process rejects its ac
 In async mode other workers may have stepped already, and any other error of an env may come after
 other envs stepped; the vector env then requires a :meth:`TextVectorEnv.reset` before the next step,
 and the error of a step before it names the failure.
+
+Rewards are checked as they leave each env (:mod:`llmgym.envs.reward_checks`): a reward that is not
+a finite number of magnitude at most ``1e9`` is an :class:`~llmgym.errors.InputError` naming the
+env, the value and the step, unless ``reward_clip`` asks for clipping. Exact duplicates in an env's
+``info["valid_actions"]`` are merged, first occurrence kept (a warning names them once per env), so a
+scoring agent never gives one action the probability of several candidates.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import functools
 import multiprocessing as mp
 import os
 import traceback
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any, TypeGuard
@@ -37,6 +44,7 @@ from gymnasium.wrappers import TimeLimit
 
 from llmgym.envs.core import TextEnv, observation_text
 from llmgym.envs.registration import check_env_id, register_envs
+from llmgym.envs.reward_checks import check_reward, check_reward_clip, reward_number
 from llmgym.errors import BackendError, ConfigError, InputError, InvalidActionError
 
 __all__ = ["TextVectorEnv", "make_vec", "PromptBuilder"]
@@ -48,27 +56,65 @@ _StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
 
 
 class _Slot:
-    """One env with SAME_STEP autoreset and episode statistics (the code both modes run)."""
+    """One env with SAME_STEP autoreset and episode statistics (the code both modes run).
 
-    def __init__(self, env: gym.Env) -> None:
+    Rewards are checked as they come out of the env (:func:`~llmgym.envs.reward_checks.check_reward`),
+    and exact duplicates in ``info["valid_actions"]`` are merged (first occurrence kept, with a
+    warning), so that no action gets the probability mass of several candidates.
+    """
+
+    def __init__(self, env: gym.Env, index: int, reward_clip: float | None) -> None:
         self.env = env
         unwrapped = env.unwrapped
         self.text_env = unwrapped if isinstance(unwrapped, TextEnv) else None
+        spec = unwrapped.spec
+        self.name = f"env {index} ({spec.id!r})" if spec is not None else f"env {index} ({type(unwrapped).__name__})"
+        self.reward_clip = reward_clip
         self.episode_return = 0.0
         self.episode_length = 0
+        self.total_steps = 0
+        self._warned: set[str] = set()
 
     def reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
         self.episode_return, self.episode_length = 0.0, 0
-        return self.env.reset(seed=seed, options=options)
+        obs, info = self.env.reset(seed=seed, options=options)
+        return obs, self._dedupe_actions(info)
 
     def check(self, action: Any) -> None:
         if self.text_env is not None:
             self.text_env.parse_action(action)
 
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            warnings.warn(f"{message} (reported once per env)", RuntimeWarning, stacklevel=3)
+
+    def _dedupe_actions(self, info: dict[str, Any]) -> dict[str, Any]:
+        valid = info.get("valid_actions")
+        if not isinstance(valid, list) or len(set(valid)) == len(valid):
+            return info
+        unique = list(dict.fromkeys(valid))
+        repeated = sorted({a for a in valid if valid.count(a) > 1})
+        self._warn_once(
+            "duplicates", f"{self.name} lists the valid actions {repeated!r:.200} more than once; each is kept once"
+        )
+        return {**info, "valid_actions": unique}
+
+    def _checked_reward(self, reward: Any, info: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        step = f"step {self.total_steps} (step {self.episode_length} of its episode)"
+        original = reward_number(reward, self.name, step)
+        value = check_reward(original, source=self.name, step=step, reward_clip=self.reward_clip, warn=False)
+        if value == original:
+            return value, info
+        self._warn_once("clip", f"reward={original!r} from {self.name} at {step} clipped to {value!r}")
+        return value, {**info, "reward_clipped_from": original}
+
     def step(self, action: Any) -> _StepResult:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self.episode_return += float(reward) - float(info.get("shaping_reward", 0.0))
+        self.total_steps += 1
         self.episode_length += 1
+        reward, info = self._checked_reward(reward, self._dedupe_actions(info))
+        self.episode_return += reward - float(info.get("shaping_reward", 0.0))
         if terminated or truncated:
             episode = {
                 "return": self.episode_return,
@@ -78,7 +124,7 @@ class _Slot:
             final = {"final_observation": obs, "final_info": info, "episode": episode}
             obs, new_info = self.reset(None, None)
             info = {**new_info, **final}
-        return obs, float(reward), bool(terminated), bool(truncated), info
+        return obs, reward, bool(terminated), bool(truncated), info
 
 
 def _step_slots(slots: Sequence[_Slot], actions: Sequence[Any], offset: int) -> list[_StepResult]:
@@ -103,11 +149,11 @@ def _run_command(slots: list[_Slot], offset: int, command: str, data: Any) -> An
     raise InputError(f"unknown vector env command={command!r}")
 
 
-def _worker(conn: Connection, payload: bytes, offset: int) -> None:
+def _worker(conn: Connection, payload: bytes, offset: int, reward_clip: float | None) -> None:
     """Worker process: build its envs, then answer commands until "close"."""
     slots: list[_Slot] = []
     try:
-        slots = [_Slot(fn()) for fn in cloudpickle.loads(payload)]
+        slots = [_Slot(fn(), offset + i, reward_clip) for i, fn in enumerate(cloudpickle.loads(payload))]
         conn.send(("ok", None))
         while True:
             command, data = conn.recv()
@@ -142,8 +188,8 @@ class _RemoteTraceback(Exception):
 
 
 class _SyncBackend:
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
-        self.slots = [_Slot(fn()) for fn in env_fns]
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], reward_clip: float | None) -> None:
+        self.slots = [_Slot(fn(), i, reward_clip) for i, fn in enumerate(env_fns)]
 
     def run(self, command: str, per_env: Sequence[Any] | None, shared: Any = None) -> list[Any]:
         if command == "reset":
@@ -159,7 +205,11 @@ class _SyncBackend:
 
 class _AsyncBackend:
     def __init__(
-        self, env_fns: Sequence[Callable[[], gym.Env]], num_workers: int, context: str | None
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        num_workers: int,
+        context: str | None,
+        reward_clip: float | None,
     ) -> None:
         ctx: Any = mp.get_context(context)
         bounds = np.linspace(0, len(env_fns), num_workers + 1).round().astype(int).tolist()
@@ -169,7 +219,8 @@ class _AsyncBackend:
         for start, stop in self.chunks:
             parent, child = ctx.Pipe()
             proc = ctx.Process(
-                target=_worker, args=(child, cloudpickle.dumps(list(env_fns[start:stop])), start), daemon=True
+                target=_worker, args=(child, cloudpickle.dumps(list(env_fns[start:stop])), start, reward_clip),
+                daemon=True,
             )
             proc.start()
             child.close()
@@ -234,9 +285,15 @@ class TextVectorEnv:
             :func:`~llmgym.envs.core.observation_text`. Runs in this process.
         num_workers: Worker processes in async mode (default ``min(num_envs, os.cpu_count())``).
         context: Multiprocessing start method of the workers (default: Python's).
+        reward_clip: ``None``: a reward that is not finite or exceeds
+            :data:`~llmgym.envs.reward_checks.MAX_ABS_REWARD` raises an :class:`~llmgym.errors.InputError`
+            naming the env, the reward and the step; a bound: such rewards are clipped into
+            ``[-reward_clip, reward_clip]`` (``nan`` to 0), with a warning once per env and the
+            original value in the step's ``info["reward_clipped_from"]``.
 
     Raises:
-        ConfigError: On an unknown mode, a bad worker count or a seed that is not an int.
+        ConfigError: On an unknown mode, a bad worker count, a seed that is not an int or a bad
+            ``reward_clip``.
     """
 
     def __init__(
@@ -248,7 +305,9 @@ class TextVectorEnv:
         prompt_builder: PromptBuilder | None = None,
         num_workers: int | None = None,
         context: str | None = None,
+        reward_clip: float | None = None,
     ) -> None:
+        reward_clip = check_reward_clip(reward_clip)
         if not env_fns:
             raise ConfigError("env_fns is empty; expected at least one env factory.")
         if seed is not None and not _is_int(seed):
@@ -259,12 +318,12 @@ class TextVectorEnv:
         self._seed = seed
         self._backend: _SyncBackend | _AsyncBackend
         if vectorization_mode == "sync":
-            self._backend = _SyncBackend(env_fns)
+            self._backend = _SyncBackend(env_fns, reward_clip)
         elif vectorization_mode == "async":
             workers = min(self.num_envs, os.cpu_count() or 1) if num_workers is None else num_workers
             if not isinstance(workers, int) or workers < 1:
                 raise ConfigError(f"num_workers={num_workers!r} is invalid; expected an int >= 1 or None.")
-            self._backend = _AsyncBackend(env_fns, min(workers, self.num_envs), context)
+            self._backend = _AsyncBackend(env_fns, min(workers, self.num_envs), context, reward_clip)
         else:
             raise ConfigError(
                 f"vectorization_mode={vectorization_mode!r} is invalid; expected 'sync' or 'async'."
@@ -435,6 +494,7 @@ def make_vec(
     prompt_builder: PromptBuilder | None = None,
     num_workers: int | None = None,
     context: str | None = None,
+    reward_clip: float | None = None,
 ) -> TextVectorEnv:
     """Build a :class:`TextVectorEnv`.
 
@@ -448,6 +508,8 @@ def make_vec(
         prompt_builder: ``builder(observation, info) -> str`` for :attr:`TextVectorEnv.prompts`.
         num_workers: Worker processes in async mode.
         context: Multiprocessing start method in async mode.
+        reward_clip: ``None`` (bad rewards are errors) or the bound rewards are clipped to (see
+            :class:`TextVectorEnv`).
 
     Returns:
         The vector env (call :meth:`TextVectorEnv.reset` first).
@@ -485,4 +547,5 @@ def make_vec(
         prompt_builder=prompt_builder,
         num_workers=num_workers,
         context=context,
+        reward_clip=reward_clip,
     )

@@ -26,7 +26,7 @@ from llmgym.llm.adapters import base_model
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows
 from llmgym.llm.masking import MaskLogitsProcessor
 from llmgym.llm.scoring import split_causal_lm
-from llmgym.llm.tokenization import TextEncoder
+from llmgym.llm.tokenization import TextEncoder, decoder_limit
 from llmgym.llm.tree_attention import packed_row_attention, supports_tree_attention
 from llmgym.llm.validation import check_generation_kwargs
 
@@ -224,15 +224,44 @@ def _step_logprobs(step_scores: Sequence[torch.Tensor], tokens: torch.Tensor) ->
     return torch.stack(columns, 1) if columns else tokens.new_zeros(tokens.shape, dtype=torch.float32)
 
 
-def _new_tokens(model: Any, kwargs: dict[str, Any]) -> int:
-    """Most tokens a sequence may generate: ``max_new_tokens``, else the model's, else 64."""
-    return int(kwargs.get("max_new_tokens") or model.generation_config.max_new_tokens or 64)
+def _new_tokens(model: Any, kwargs: dict[str, Any], longest: int, seq2seq: bool) -> int:
+    """Most tokens a sequence may generate: ``max_new_tokens``, else what ``max_length`` leaves, else the model's, else 64.
+
+    ``max_length`` (the transformers and Lamorel spelling) counts the whole sequence: the longest
+    (left-padded) prompt and the new tokens for a causal LM, the decoder start token and the new
+    tokens for a seq2seq LM.
+
+    Raises:
+        InputError: When ``max_length`` leaves no room for a new token.
+    """
+    if kwargs.get("max_new_tokens") is not None:
+        return int(kwargs["max_new_tokens"])
+    max_length = kwargs.get("max_length")
+    if max_length is None:
+        return int(model.generation_config.max_new_tokens or 64)
+    taken = 1 if seq2seq else longest
+    if max_length <= taken:
+        what = "the decoder start token" if seq2seq else f"the longest context's {longest} tokens"
+        raise InputError(
+            f"max_length={max_length} leaves no room for a new token after {what}. Fix: pass max_new_tokens "
+            "(new tokens only) instead of max_length."
+        )
+    return int(max_length) - taken
 
 
-def _check_prompts(prompts: Sequence[Sequence[int]], new_tokens: int, window: int | None, seq2seq: bool) -> None:
+def _check_prompts(
+    prompts: Sequence[Sequence[int]], new_tokens: int, window: int | None, decoder_limit: tuple[int, str] | None
+) -> None:
     """Refuse empty prompts and prompts whose continuation would run past the model window.
 
     Checked before anything is allocated: the cache reserves ``new_tokens`` positions per row.
+
+    Args:
+        prompts: The prompts' token ids.
+        new_tokens: Most new tokens per sequence.
+        window: The causal model's window (``None``: none known).
+        decoder_limit: For a seq2seq model, the most decoder positions and where that limit comes
+            from (:func:`~llmgym.llm.tokenization.decoder_limit`); ``None`` for a causal model.
 
     Raises:
         InputError: Naming the context, its length, ``max_new_tokens`` and the window.
@@ -243,14 +272,15 @@ def _check_prompts(prompts: Sequence[Sequence[int]], new_tokens: int, window: in
                 f"contexts[{index}] encodes to no tokens (the tokenizer adds no BOS), so there is nothing to "
                 "continue. Fix: pass a non-empty context."
             )
-    if window is None:
-        return
-    if seq2seq:
-        if new_tokens > window:
+    if decoder_limit is not None:
+        limit, source = decoder_limit
+        if new_tokens > limit:
             raise InputError(
-                f"max_new_tokens={new_tokens} is more than the model's window of {window} decoder positions. "
-                f"Fix: set max_new_tokens <= {window}."
+                f"max_new_tokens={new_tokens} (or the max_length giving it) is more than the {limit} decoder "
+                f"positions allowed by {source}. Fix: set max_new_tokens <= {limit}."
             )
+        return
+    if window is None:
         return
     index = max(range(len(prompts)), key=lambda i: len(prompts[i]))
     length = len(prompts[index])
@@ -292,7 +322,7 @@ def generate(
             ``[R, V]`` bool tokens that may come next; applied before temperature, top-k and
             top-p, and included in ``Generation.logprobs``. ``None``: no mask.
         **generation_kwargs: Any ``transformers`` generation argument (``max_new_tokens``,
-            ``do_sample``, ``temperature``, ``top_p``, ``num_return_sequences``, ``stop_strings``...).
+            ``max_length``, turned into the ``max_new_tokens`` it leaves, ``do_sample``, ``temperature``, ``top_p``, ``num_return_sequences``, ``stop_strings``...).
 
     Returns:
         Per context, ``num_return_sequences`` :class:`Generation` objects.
@@ -301,7 +331,9 @@ def generate(
         InputError: For beam search (its scores are not per-token log-probs), for arguments
             this function sets itself, for sampling arguments out of range
             (:func:`~llmgym.llm.validation.check_generation_kwargs`), for a context that encodes to
-            no tokens, or when prompt plus ``max_new_tokens`` would exceed the model window.
+            no tokens, or when prompt plus ``max_new_tokens`` (or ``max_length``) would exceed the
+            model window (for a seq2seq model: the decoder limit of
+            :func:`~llmgym.llm.tokenization.decoder_limit`).
     """
     owned = [k for k in _OWNED_KWARGS if k in generation_kwargs]
     if owned:
@@ -313,12 +345,14 @@ def generate(
         )
     check_generation_kwargs(generation_kwargs)
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
-    new_tokens = _new_tokens(model, generation_kwargs)
     device = next(model.parameters()).device
     prompts = encoder.encode_contexts(encoder.fit_contexts(contexts))
-    _check_prompts(prompts, new_tokens, encoder.window, seq2seq)
+    new_tokens = _new_tokens(model, generation_kwargs, max((len(p) for p in prompts), default=0), seq2seq)
+    _check_prompts(prompts, new_tokens, encoder.window, decoder_limit(model.config, tokenizer) if seq2seq else None)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     kwargs = dict(generation_kwargs)
+    if kwargs.pop("max_length", None) is not None:
+        kwargs["max_new_tokens"] = new_tokens
     kwargs.setdefault("pad_token_id", pad_id)
     if kwargs.get("stop_strings"):
         kwargs.setdefault("tokenizer", tokenizer)

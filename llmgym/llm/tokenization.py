@@ -9,7 +9,7 @@ from typing import Any
 from llmgym.errors import InputError
 from llmgym.llm.layout import ItemSpec, candidate_start
 
-__all__ = ["TextEncoder", "model_window"]
+__all__ = ["TextEncoder", "UNBOUNDED_DECODER_CAP", "decoder_limit", "model_window"]
 
 
 def model_window(model_config: Any) -> int | None:
@@ -19,6 +19,45 @@ def model_window(model_config: Any) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
+
+
+#: Decoder positions allowed for a seq2seq model with no window (relative positions, as T5) whose
+#: tokenizer states no ``model_max_length`` either: refuses absurd lengths before memory is allocated.
+UNBOUNDED_DECODER_CAP = 32768
+
+#: ``model_max_length`` of a tokenizer that does not state one (transformers' ``VERY_LARGE_INTEGER``
+#: is 1e30): values above this mean "unknown".
+_UNSTATED_MODEL_MAX_LENGTH = 10**7
+
+
+def decoder_limit(model_config: Any, tokenizer: Any) -> tuple[int, str]:
+    """Most decoder positions of a seq2seq model, and where the limit comes from (for messages).
+
+    The model's window (``max_position_embeddings`` / ``n_positions``) where it has one; else, for
+    relative-position models such as T5, which have no hard window, the tokenizer's
+    ``model_max_length`` (its ``tokenizer_config.json``; set ``tokenizer.model_max_length`` to
+    change it); else :data:`UNBOUNDED_DECODER_CAP`.
+
+    Args:
+        model_config: The model's ``config``.
+        tokenizer: Its tokenizer.
+
+    Returns:
+        ``(limit, source)``.
+    """
+    window = model_window(model_config)
+    if window is not None:
+        return window, "the model's window"
+    stated = getattr(tokenizer, "model_max_length", None)
+    if isinstance(stated, int) and 0 < stated <= _UNSTATED_MODEL_MAX_LENGTH:
+        return stated, (
+            "the tokenizer's model_max_length (the model has relative positions and no hard window; raise "
+            "tokenizer.model_max_length to allow more)"
+        )
+    return UNBOUNDED_DECODER_CAP, (
+        f"llmgym's cap of {UNBOUNDED_DECODER_CAP} for a model with no window whose tokenizer states no "
+        "model_max_length (set tokenizer.model_max_length to allow more)"
+    )
 
 
 def _special_affixes(tokenizer: Any) -> tuple[list[int], list[int]]:

@@ -170,13 +170,13 @@ _GENERATION_RANGES: dict[str, tuple[float, bool, float, str]] = {
 }
 
 #: ``name -> lowest value`` of the integer generation arguments.
-_GENERATION_COUNTS: dict[str, int] = {"max_new_tokens": 1, "num_return_sequences": 1, "top_k": 0}
+_GENERATION_COUNTS: dict[str, int] = {"max_new_tokens": 1, "max_length": 1, "num_return_sequences": 1, "top_k": 0}
 
 
 def check_generation_kwargs(kwargs: Mapping[str, Any]) -> None:
     """Check the sampling arguments of ``generate`` that transformers would accept silently or fail on late.
 
-    ``max_new_tokens`` and ``num_return_sequences`` must be integers >= 1, ``top_k`` an integer
+    ``max_new_tokens``, ``max_length`` and ``num_return_sequences`` must be integers >= 1, ``top_k`` an integer
     >= 0 (0 disables it), ``temperature`` and ``repetition_penalty`` finite and > 0, ``top_p`` and
     NLPO's ``mask_top_p`` in ``(0, 1]``; ``None`` leaves an argument to the model's generation config.
 

@@ -2,10 +2,11 @@
 
 from llmgym.testing.tiny_models import (
     TINY_CORPUS,
+    save_tiny_classifier,
     save_tiny_model,
     tiny_causal_lm,
     tiny_seq2seq_lm,
     tiny_tokenizer,
 )
 
-__all__ = ["TINY_CORPUS", "save_tiny_model", "tiny_causal_lm", "tiny_seq2seq_lm", "tiny_tokenizer"]
+__all__ = ["TINY_CORPUS", "save_tiny_classifier", "save_tiny_model", "tiny_causal_lm", "tiny_seq2seq_lm", "tiny_tokenizer"]

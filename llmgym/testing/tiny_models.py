@@ -197,3 +197,42 @@ def save_tiny_model(path: str | Path, kind: str = "llama", seed: int = 0, num_la
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def save_tiny_classifier(path: str | Path, num_labels: int = 2, seed: int = 0, hidden_size: int = 32) -> Path:
+    """Write a tiny BERT sequence classifier and its tokenizer to a folder (for model-based rewards and metrics).
+
+    ``AutoModelForSequenceClassification`` (``learned_reward``, ``intent_accuracy``; ``num_labels=1`` for a
+    BLEURT-like regression model) and ``AutoModel`` (BERTScore's encoder) both load it.
+
+    Args:
+        path: Destination folder (created).
+        num_labels: Classifier outputs.
+        seed: Seed of the weight initialisation.
+        hidden_size: Width of the model.
+
+    Returns:
+        The folder path.
+    """
+    import torch
+    from transformers import AutoModelForSequenceClassification, BertConfig
+
+    tok = tiny_tokenizer()
+    tok.model_max_length = 512  # bert-score truncates to it
+    config = BertConfig(  # type: ignore[call-arg]  # num_labels goes to PretrainedConfig
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=hidden_size * 2,
+        max_position_embeddings=512,
+        num_labels=num_labels,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_config(config)
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out

@@ -247,3 +247,19 @@ def test_the_loop_api_is_trained_by_an_algorithm_object_only():
     with pytest.raises(ConfigError, match="has no algorithm"):
         agent.terminate_episode()
     assert agent.terminate_episode(train=False) == {}
+
+
+def test_empty_completion_is_a_valid_free_text_action():
+    """Issue 33 item 6: an empty generation in TextGen (no valid actions) is the action "", not a crash."""
+    fake = FakeLLM("")
+    agent = GenerativeAgent(fake, AgentConfig(use_chat_template=False, history_length=0, system_prompt=""))
+    env = gym.make("llmgym/TextGen-v0", datapool=["Write:"], reward="length_penalty")
+    obs, info = env.reset(seed=0)
+    assert agent.act_batch([obs], [info]) == [""]
+    assert not agent.last_decisions[0].parse_failed
+    _, reward, terminated, _, info = env.step("")
+    assert terminated and info["completion"] == "" and reward == pytest.approx(-1.0)
+    # blank text too: the stripped response is the action
+    fake.reply = "   "
+    agent.observe([0.0], [True], [False])
+    assert agent.act_batch([obs], [info]) == [""]

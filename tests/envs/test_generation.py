@@ -6,7 +6,14 @@ import sys
 import gymnasium as gym
 import pytest
 
-from llmgym.envs import get_reward, list_rewards, load_datapool, register_datapool, register_reward, rewards
+from llmgym.envs import (
+    get_reward,
+    list_rewards,
+    load_datapool,
+    register_datapool,
+    register_reward,
+    text_scores,
+)
 from llmgym.envs.datapools import Sample
 from llmgym.envs.generation import TextGenEnv
 from llmgym.envs.registration import ENV_SPECS, check_env_id
@@ -47,7 +54,8 @@ def test_bleu_and_rouge():
 def test_textgen_extras_match_the_rewards_and_are_checked_before_making(monkeypatch, extra):
     for name in [extra.module, *(m for m in sys.modules if m.startswith(f"{extra.module}."))]:
         monkeypatch.setitem(sys.modules, name, None)  # what an install without the extra looks like
-    rewards._rouge_scorer.cache_clear()
+    text_scores._rouge_scorer.cache_clear()
+    text_scores._bert_scorer.cache_clear()
     for value in extra.values:
         with pytest.raises(MissingDependencyError, match=rf"pip install 'llmgym\[{extra.extra}\]'"):
             get_reward(value)("p", "c", ["r"])  # what the registry declares is what the reward needs

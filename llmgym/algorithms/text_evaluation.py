@@ -1,0 +1,162 @@
+"""Evaluation over whole datapool splits, as RL4LMs runs it (``train.eval_splits``, ``train.eval_metrics``).
+
+Every sample of a split (``val``, ``test``...) of a datapool env such as ``llmgym/TextGen-v0`` is
+completed by the agent (greedy), the split's texts are scored by the configured
+:mod:`llmgym.text_metrics` metrics (corpus-level), and the prompts, completions, references and
+rewards are saved as one JSONL file per split and evaluation under ``predictions/``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from llmgym.agents.base import BaseAgent
+from llmgym.config import Config
+from llmgym.errors import BackendError, ConfigError
+from llmgym.text_metrics import MetricContext, MetricSpec, compute_metrics
+
+__all__ = ["evaluate_splits", "metrics_table", "local_model"]
+
+
+def local_model(llm: Any) -> Any:
+    """The policy's ``transformers`` model when it lives in this process, else ``None`` (Ray servers)."""
+    try:
+        return llm.model
+    except BackendError:
+        return None
+
+
+def _split_env_kwargs(config: Config, split: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = dict(config.env.kwargs)
+    kwargs["datapool_kwargs"] = {**dict(kwargs.get("datapool_kwargs") or {}), "split": split}
+    return kwargs
+
+
+def _complete(agent: BaseAgent, config: Config, split: str, limit: int | None) -> list[dict[str, Any]]:
+    """Run the agent greedily on every sample of ``split`` (at most ``limit``); one record per sample."""
+    import gymnasium as gym
+
+    first = gym.make(config.env.id, **_split_env_kwargs(config, split))
+    samples = getattr(first.unwrapped, "samples", None)
+    if samples is None:
+        first.close()
+        raise ConfigError(
+            f"train.eval_splits needs a datapool env (its samples split by datapool_kwargs.split); {config.env.id!r} "
+            "has none. Fix: use llmgym/TextGen-v0 or leave train.eval_splits empty."
+        )
+    count = len(samples) if limit is None else min(limit, len(samples))
+    width = max(1, min(agent.num_envs, count))
+    shared = {**dict(config.env.kwargs), "datapool": samples, "datapool_kwargs": {}}
+    envs = [first, *(gym.make(config.env.id, **shared) for _ in range(width - 1))]
+    records: list[dict[str, Any]] = [{} for _ in range(count)]
+    pending = iter(range(count))
+    running: dict[int, int] = {}
+    state: dict[int, tuple[Any, dict[str, Any]]] = {}
+    returns = [0.0] * count
+
+    def start_next(slot: int) -> None:
+        index = next(pending, None)
+        if index is None:
+            state.pop(slot, None)
+            return
+        running[slot] = index
+        agent.reset_env(slot)
+        state[slot] = envs[slot].reset(seed=index, options={"index": index})
+
+    try:
+        for slot in range(width):
+            start_next(slot)
+        while state:
+            active = sorted(state)
+            actions = agent.act_batch(
+                [state[i][0] for i in active], [state[i][1] for i in active], greedy=True, env_indices=active
+            )
+            for slot, action in zip(active, actions):
+                obs, reward, terminated, truncated, info = envs[slot].step(action)
+                index = running[slot]
+                returns[index] += float(reward)
+                if terminated or truncated:
+                    sample = samples[index]
+                    records[index] = {
+                        "index": index,
+                        "prompt": sample.prompt,
+                        "completion": info.get(
+                            "completion", obs["completion"] if isinstance(obs, dict) else ""
+                        ),
+                        "references": list(sample.references),
+                        "reward": returns[index],
+                        "metadata": dict(sample.metadata),
+                    }
+                    start_next(slot)
+                else:
+                    state[slot] = (obs, info)
+    finally:
+        for env in envs:
+            env.close()
+    return records
+
+
+def evaluate_splits(
+    agent: BaseAgent,
+    config: Config,
+    splits: Sequence[str],
+    *,
+    run_dir: Path,
+    label: str,
+    env_steps: int,
+    model: Any = None,
+) -> dict[str, float]:
+    """Complete and score every sample of each split; save the predictions.
+
+    Args:
+        agent: The agent (evaluated greedily).
+        config: The run's config (``env`` builds the split's env; ``train.eval_metrics``, ``train.eval_max_samples``).
+        splits: The datapool splits to evaluate.
+        run_dir: The run directory; predictions go to ``predictions/{label}_{env_steps}_{split}.jsonl``.
+        label: The evaluation's label (``before``, ``periodic``, ``after``).
+        env_steps: Env steps trained so far.
+        model: The policy's ``transformers`` model, for metrics that score with it (perplexity).
+
+    Returns:
+        ``{split}/{metric name}`` corpus scores and ``{split}/episode_return`` (the mean reward).
+    """
+    specs = [MetricSpec(str(m["id"]), dict(m.get("args") or {})) for m in config.train.eval_metrics]
+    out_dir = run_dir / "predictions"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, float] = {}
+    for split in splits:
+        records = _complete(agent, config, split, config.train.eval_max_samples)
+        values = compute_metrics(
+            specs,
+            [r["prompt"] for r in records],
+            [r["completion"] for r in records],
+            [r["references"] for r in records],
+            [r["metadata"] for r in records],
+            context=MetricContext(split, model),
+        )
+        path = out_dir / f"{label}_{env_steps}_{split}.jsonl"
+        with path.open("w", encoding="utf-8") as fh:
+            for record in records:
+                fh.write(json.dumps(record, default=str) + "\n")
+        result[f"{split}/episode_return"] = sum(r["reward"] for r in records) / max(1, len(records))
+        result.update({f"{split}/{name}": value.corpus for name, value in values.items()})
+    return result
+
+
+def metrics_table(result: dict[str, Any], splits: Sequence[str]) -> str:
+    """The split metrics of an evaluation as a text table: one row per metric, one column per split."""
+    names = sorted({k.split("/", 1)[1] for k in result for s in splits if k.startswith(f"{s}/")})
+    if not names:
+        return ""
+    width = max(len(n) for n in names)
+    lines = [f"{'metric':<{width}}  " + "  ".join(f"{s:>10}" for s in splits)]
+    for name in names:
+        cells = [result.get(f"{s}/{name}") for s in splits]
+        lines.append(
+            f"{name:<{width}}  "
+            + "  ".join(f"{c:>10.4f}" if isinstance(c, float) else f"{'-':>10}" for c in cells)
+        )
+    return "\n".join(lines)

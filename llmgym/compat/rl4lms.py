@@ -1,0 +1,335 @@
+"""RL4LMs' task YAML (``tokenizer``, ``reward_fn``, ``datapool``, ``env``, ``alg``, ``train_evaluation``) as an llmgym config.
+
+RL4LMs trains on a token-level MDP: each generated token is a step, the reward comes at the end
+(or on every step), ``n_steps`` and ``batch_size`` count token transitions. The conversion keeps
+that: ``llmgym/TextGen-v0`` in ``mode="token"`` with the ``token`` agent, the same datapool,
+reward, splits and metrics. Every RL4LMs key is mapped, or refused with a
+:class:`~llmgym.errors.ConfigError` naming it. Keys llmgym honours only approximately (RL4LMs'
+adaptive KL controller ``alg.kl_div.target_kl``, ``min_length``, beam search in evaluation, SB3's
+A2C RMSprop...) are refused unless ``approximate=True``, which maps them as documented and lists
+each in :attr:`Conversion.approximations`. T5/BART (seq2seq) policies are refused: llmgym does not
+train seq2seq policies with RL yet.
+
+``llmgym train rl4lms_config.yml`` converts such a file strictly; ``llmgym convert CFG
+[--approximate] [--model NAME]`` prints the llmgym YAML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmgym.errors import ConfigError
+
+__all__ = ["Conversion", "is_rl4lms_config", "convert_rl4lms_config"]
+
+_TOP = ("tokenizer", "reward_fn", "datapool", "env", "alg", "train_evaluation")
+# stable-baselines3's defaults, which RL4LMs' algorithms inherit
+_SB3 = {
+    "ppo": {
+        "n_steps": 2048,
+        "batch_size": 64,
+        "n_epochs": 10,
+        "learning_rate": 3e-4,
+        "gae_lambda": 0.95,
+        "normalize_advantage": True,
+    },
+    "a2c": {"n_steps": 5, "learning_rate": 7e-4, "gae_lambda": 1.0, "normalize_advantage": False},
+    "trpo": {
+        "n_steps": 2048,
+        "batch_size": 128,
+        "n_epochs": 10,
+        "learning_rate": 1e-3,
+        "gae_lambda": 0.95,
+        "normalize_advantage": True,
+    },
+}
+_SB3["nlpo"] = _SB3["ppo"]
+_CAUSAL_POLICIES = {"causal_lm_actor_critic_policy", "maskable_causal_lm_actor_critic_policy"}
+_SEQ2SEQ_POLICIES = {"seq2seq_lm_actor_critic_policy", "maskable_seq2seq_lm_actor_critic_policy"}
+
+
+@dataclass
+class Conversion:
+    """An RL4LMs config converted.
+
+    Attributes:
+        config: The llmgym config as nested plain dicts (what a YAML file holds).
+        approximations: One line per RL4LMs key mapped approximately (only with ``approximate=True``).
+    """
+
+    config: dict[str, Any]
+    approximations: list[str] = field(default_factory=list)
+
+
+def is_rl4lms_config(mapping: Mapping[str, Any]) -> bool:
+    """Whether a loaded YAML mapping is an RL4LMs task config (its ``alg`` and ``reward_fn``/``datapool`` sections)."""
+    keys = set(mapping)
+    return "alg" in keys and bool(keys & {"reward_fn", "datapool"}) and keys <= set(_TOP)
+
+
+class _Reader:
+    """Takes the keys of one RL4LMs section; what is left unread at the end is refused by name."""
+
+    def __init__(self, section: Mapping[str, Any] | None, path: str) -> None:
+        if section is not None and not isinstance(section, Mapping):
+            raise ConfigError(f"RL4LMs config: {path} must be a mapping; got {section!r:.100}.")
+        self.data = dict(section or {})
+        self.path = path
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.pop(key, default)
+
+    def sub(self, key: str) -> _Reader:
+        return _Reader(self.data.pop(key, None), f"{self.path}.{key}")
+
+    def done(self) -> None:
+        if self.data:
+            raise ConfigError(
+                f"RL4LMs config: {', '.join(f'{self.path}.{k}' for k in self.data)} has no llmgym equivalent; "
+                "remove it (docs/textgen.md lists the mapped keys)."
+            )
+
+
+def _eos_token(model_name: str) -> str:
+    import transformers
+
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(model_name)
+    except Exception as exc:  # offline, unknown name...
+        raise ConfigError(
+            f"RL4LMs config: env.args.terminate_on_eos needs the EOS token of tokenizer {model_name!r}, which could not "
+            f"be loaded ({type(exc).__name__}). Fix: pass the model you train (llmgym train CFG model.name=NAME, or "
+            "llmgym convert CFG --model NAME)."
+        ) from exc
+    if tokenizer.eos_token is None:
+        raise ConfigError(
+            f"RL4LMs config: tokenizer {model_name!r} has no eos_token; set env.args.terminate_on_eos: false."
+        )
+    return str(tokenizer.eos_token)
+
+
+def convert_rl4lms_config(
+    mapping: Mapping[str, Any], *, approximate: bool = False, model_name: str | None = None
+) -> Conversion:
+    """Convert an RL4LMs task config into an llmgym config.
+
+    Args:
+        mapping: The RL4LMs YAML, loaded.
+        approximate: Map the keys llmgym honours only approximately (listed in the result) instead
+            of refusing them.
+        model_name: The model to train instead of the config's (tests, offline use); its tokenizer
+            gives the EOS token.
+
+    Returns:
+        The llmgym config and the approximations made.
+
+    Raises:
+        ConfigError: Naming the first RL4LMs key that is unknown or unsupported (seq2seq policies,
+            supervised training), or every key mapped approximately when ``approximate`` is false.
+    """
+    approx: list[str] = []
+
+    def approximately(key: str, how: str) -> None:
+        approx.append(f"{key}: {how}")
+
+    root = _Reader(mapping, "config")
+    tok, reward, pool, env, alg, ev = (root.sub(k) for k in _TOP)
+    root.done()
+
+    policy = alg.sub("policy")
+    policy_id = policy.get("id", "causal_lm_actor_critic_policy")
+    if policy_id in _SEQ2SEQ_POLICIES:
+        raise ConfigError(
+            f"RL4LMs config: alg.policy.id={policy_id!r} trains a seq2seq (T5/BART) policy; llmgym does not train "
+            "seq2seq policies with RL yet. Fix: use a causal LM (causal_lm_actor_critic_policy)."
+        )
+    if policy_id not in _CAUSAL_POLICIES:
+        raise ConfigError(
+            f"RL4LMs config: alg.policy.id={policy_id!r} is unknown; expected one of {sorted(_CAUSAL_POLICIES)}."
+        )
+    algo = alg.get("id")
+    if algo not in _SB3:
+        raise ConfigError(
+            f"RL4LMs config: alg.id={algo!r} is not supported; expected one of {sorted(_SB3)} (supervised training: "
+            "use llmgym sft)."
+        )
+    pargs = policy.sub("args")
+    model = model_name or pargs.get("model_name") or tok.get("model_name")
+    tok_model = tok.get("model_name", model)
+    if model_name is None and tok_model != model:
+        raise ConfigError(
+            f"RL4LMs config: tokenizer.model_name={tok_model!r} differs from alg.policy.args.model_name={model!r}; "
+            "llmgym uses the model's own tokenizer."
+        )
+    if tok.get("padding_side", "left") != "left":
+        approximately("tokenizer.padding_side", "llmgym always pads prompts on the left")
+    if tok.get("truncation_side", "left") != "left":
+        approximately("tokenizer.truncation_side", "llmgym truncates prompts on the left")
+    tok.get("pad_token_as_eos_token")  # llmgym sets pad = eos when the tokenizer has no pad token
+    tok.done()
+
+    env_args = env.sub("args")
+    episode_length = int(env_args.get("max_episode_length", 100))
+    prompt_length = int(env_args.get("max_prompt_length", 512))
+    terminate_on_eos = bool(env_args.get("terminate_on_eos", False))
+    if env_args.get("prompt_truncation_side", "left") != "left":
+        approximately("env.args.prompt_truncation_side", "llmgym truncates prompts on the left")
+    env_args.get("context_start_token")  # the decoder start of seq2seq policies; causal ones ignore it in RL4LMs too
+    env_args.done()
+    n_envs = int(env.get("n_envs", 1))
+    env.done()
+
+    env_kwargs: dict[str, Any] = {
+        "datapool": pool.get("id"),
+        "datapool_kwargs": {**dict(pool.get("args") or {}), "split": "train"},
+        "reward": reward.get("id"),
+        "reward_kwargs": dict(reward.get("args") or {}),
+        "mode": "token",
+        "max_tokens": episode_length,
+    }
+    pool.done()
+    reward.done()
+    if terminate_on_eos:
+        env_kwargs["eos_token"] = _eos_token(str(model))
+
+    gen = pargs.sub("generation_kwargs")
+    if gen.get("do_sample", True) is not True:
+        approximately("alg.policy.args.generation_kwargs.do_sample", "llmgym always samples rollouts")
+    for key in ("min_length", "min_new_tokens"):
+        if gen.get(key):
+            approximately(
+                f"alg.policy.args.generation_kwargs.{key}", "dropped: llmgym's policy may end at EOS earlier"
+            )
+    top_k = gen.get("top_k")
+    if top_k not in (None, 0):
+        approximately("alg.policy.args.generation_kwargs.top_k", "llmgym samples from the whole distribution")
+    temperature = float(gen.get("temperature", 1.0))
+    max_new = gen.get("max_new_tokens")
+    if max_new is not None and int(max_new) != episode_length:
+        approximately(
+            "alg.policy.args.generation_kwargs.max_new_tokens",
+            f"episodes end after env.args.max_episode_length={episode_length} tokens",
+        )
+    gen.done()
+    pargs.get("model_name")
+    pargs.get("apply_model_parallel")  # llmgym places the model itself (model.device)
+    if pargs.get("prompt_truncation_side", "left") != "left":
+        approximately("alg.policy.args.prompt_truncation_side", "llmgym truncates prompts on the left")
+
+    defaults = _SB3[algo]
+    args = alg.sub("args")
+    n_steps = int(args.get("n_steps", defaults["n_steps"]))
+    algorithm: dict[str, Any] = {
+        "name": algo,
+        "rollout_steps": n_steps,
+        "learning_rate": float(args.get("learning_rate", defaults["learning_rate"])),
+        "gamma": float(args.get("gamma", 0.99)),
+        "gae_lambda": float(args.get("gae_lambda", defaults["gae_lambda"])),
+        "entropy_coef": float(args.get("ent_coef", 0.0)),
+        "value_coef": float(args.get("vf_coef", 0.5)),
+        "max_grad_norm": args.get("max_grad_norm", 0.5),
+        "normalize_advantages": bool(args.get("normalize_advantage", defaults["normalize_advantage"])),
+    }
+    if algo == "a2c":
+        algorithm["minibatch_size"] = n_steps * n_envs
+        if args.get("use_rms_prop", True):
+            approximately("alg.args.use_rms_prop", "llmgym's A2C uses Adam (SB3's A2C defaults to RMSprop)")
+    else:
+        algorithm["minibatch_size"] = int(args.get("batch_size", defaults["batch_size"]))
+        algorithm["epochs"] = int(args.get("n_epochs", defaults["n_epochs"]))
+    if algo in ("ppo", "nlpo"):
+        algorithm["clip_range"] = float(args.get("clip_range", 0.2))
+        algorithm["value_clip_range"] = args.get("clip_range_vf")
+        algorithm["target_kl"] = args.get("target_kl")
+    args.get("verbose")  # llmgym logs every update (logging.progress)
+    seed = args.get("seed")
+    args.done()
+
+    kl = alg.sub("kl_div")
+    algorithm["kl_coef"] = float(kl.get("coeff", 0.0))
+    if kl.get("target_kl") is not None:
+        approximately(
+            "alg.kl_div.target_kl",
+            "RL4LMs' adaptive KL controller is not reproduced: the KL coefficient stays alg.kl_div.coeff",
+        )
+    kl.done()
+    lora = None
+    if algorithm["kl_coef"] > 0:
+        approximately(
+            "alg.kl_div.coeff",
+            "llmgym's KL reference is the model with its LoRA adapter disabled, so the policy trains LoRA adapters "
+            "(model.lora r=8) instead of every weight",
+        )
+        lora = {"r": 8, "alpha": 16}
+    if algo == "nlpo":
+        algorithm["mask_top_p"] = float(pargs.get("top_mask", 1.0))
+        algorithm["mask_update_interval"] = int(pargs.get("target_update_iterations", 20))
+        if pargs.get("mask_type", "learned_top_p") != "learned_top_p":
+            raise ConfigError(
+                "RL4LMs config: alg.policy.args.mask_type must be 'learned_top_p' (llmgym's NLPO mask)."
+            )
+        if pargs.get("min_tokens_to_keep") is not None:
+            approximately(
+                "alg.policy.args.min_tokens_to_keep", "llmgym's top-p mask keeps at least one token"
+            )
+    pargs.done()
+    policy.done()
+    alg.done()
+
+    per_iter = n_steps * n_envs
+    n_iters = int(ev.get("n_iters", 1))
+    eval_every = ev.get("eval_every")
+    save_every = ev.get("save_every")
+    metrics = [{"id": m["id"], "args": dict(m.get("args") or {})} for m in ev.get("metrics") or []]
+    eval_width = ev.get("eval_batch_size")
+    egen = ev.sub("generation_kwargs")
+    if egen.get("do_sample"):
+        approximately("train_evaluation.generation_kwargs.do_sample", "llmgym evaluates splits greedily")
+    if int(egen.get("num_beams", 1)) != 1:
+        approximately(
+            "train_evaluation.generation_kwargs.num_beams",
+            "llmgym evaluates with greedy decoding, not beam search",
+        )
+    for key in ("min_length", "min_new_tokens", "top_k", "max_new_tokens", "temperature", "top_p"):
+        if egen.get(key) is not None:
+            approximately(
+                f"train_evaluation.generation_kwargs.{key}", "evaluation generates as training does, greedily"
+            )
+    egen.done()
+    ev.done()
+
+    train: dict[str, Any] = {
+        "total_env_steps": max(1, n_iters * per_iter),
+        "eval_every": int(eval_every) * per_iter if eval_every else None,
+        "checkpoint_every": int(save_every) * per_iter if save_every else None,
+        "eval_splits": ["val", "test"],
+        "eval_metrics": metrics,
+        "eval_episodes": n_envs,
+    }
+    if eval_width:
+        train["eval_num_envs"] = int(eval_width)
+    if seed is not None:
+        train["seed"] = int(seed)
+    config = {
+        "model": {"name": str(model), "lora": lora},
+        "env": {"id": "llmgym/TextGen-v0", "num_envs": n_envs, "kwargs": env_kwargs},
+        "agent": {
+            "type": "token",
+            "history_length": 0,
+            "use_chat_template": False,
+            "system_prompt": "",
+            "max_prompt_tokens": prompt_length + episode_length,
+            "temperature": temperature,
+        },
+        "algorithm": algorithm,
+        "train": train,
+    }
+    if approx and not approximate:
+        raise ConfigError(
+            "RL4LMs config: llmgym does not reproduce exactly "
+            + "; ".join(approx)
+            + ". Fix: remove these keys, or convert with approximate=True (llmgym convert CFG --approximate) to accept that."
+        )
+    return Conversion(config, approx)

@@ -1,0 +1,151 @@
+"""RL4LMs' own task configs convert to llmgym configs (every key mapped or refused by name) and train."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmgym.compat.rl4lms import convert_rl4lms_config, is_rl4lms_config
+from llmgym.config import load_config
+from llmgym.errors import ConfigError
+from llmgym.testing import save_tiny_classifier
+
+CONFIGS = Path(__file__).parent / "rl4lms_configs"
+CAUSAL = sorted(p.name for p in CONFIGS.glob("*gpt2*.yml"))
+SEQ2SEQ = sorted(p.name for p in CONFIGS.glob("*t5*.yml"))
+SMOKE = [
+    "env.num_envs=2", "env.kwargs.max_tokens=3", "algorithm.rollout_steps=3", "algorithm.minibatch_size=6",
+    "train.total_env_steps=6", "train.eval_every=null", "train.checkpoint_every=null", "train.eval_before=false",
+    "train.eval_episodes=2", "train.eval_num_envs=2", "train.eval_max_samples=2", "logging.progress=false",
+    "logging.plot=false", "agent.max_prompt_tokens=64", "model.forward_batch_size=8",
+]
+
+
+def _load(name):
+    return yaml.safe_load((CONFIGS / name).read_text())
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_strict_conversion_names_each_approximate_key(name, tiny_model_dir):
+    raw = _load(name)
+    assert is_rl4lms_config(raw)
+    conversion = convert_rl4lms_config(raw, approximate=True, model_name=str(tiny_model_dir))
+    assert any(line.startswith("alg.kl_div.target_kl") for line in conversion.approximations)
+    with pytest.raises(ConfigError, match="does not reproduce exactly") as error:
+        convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
+    assert all(line.split(":")[0] in str(error.value) for line in conversion.approximations)
+    algorithm = conversion.config["algorithm"]
+    assert algorithm["name"] == raw["alg"]["id"] and algorithm["kl_coef"] == raw["alg"]["kl_div"]["coeff"]
+    assert algorithm["rollout_steps"] == raw["alg"]["args"]["n_steps"]
+    assert conversion.config["env"]["kwargs"]["reward"] == raw["reward_fn"]["id"]
+    assert conversion.config["train"]["eval_metrics"][0]["id"] == raw["train_evaluation"]["metrics"][0]["id"]
+
+
+@pytest.mark.parametrize("name", SEQ2SEQ)
+def test_seq2seq_configs_are_refused_by_name(name):
+    with pytest.raises(ConfigError, match="seq2seq_lm_actor_critic_policy.*seq2seq"):
+        convert_rl4lms_config(_load(name), approximate=True)
+
+
+def test_unknown_keys_are_refused_by_path(tiny_model_dir):
+    raw = _load("synthetic_generate_increasing_numbers_gpt2_ppo.yml")
+    raw["alg"]["args"]["use_sde"] = True
+    with pytest.raises(ConfigError, match=r"config\.alg\.args\.use_sde has no llmgym equivalent"):
+        convert_rl4lms_config(raw, approximate=True, model_name=str(tiny_model_dir))
+    raw = _load("synthetic_generate_increasing_numbers_gpt2_ppo.yml")
+    raw["alg"]["id"] = "supervised"
+    with pytest.raises(ConfigError, match="alg.id='supervised'"):
+        convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
+
+
+def _write_converted(raw, tmp_path, tiny_model_dir):
+    conversion = convert_rl4lms_config(raw, approximate=True, model_name=str(tiny_model_dir))
+    path = tmp_path / "converted.yaml"
+    path.write_text(yaml.safe_dump(conversion.config))
+    return path
+
+
+def _train(path, tiny_model_dir, tmp_path, monkeypatch, extra=()):
+    from llmgym.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    args = ["train", str(path), f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path}", "train.run_name=run",
+            *SMOKE, *extra]
+    assert main(args) == 0
+    run = tmp_path / "run"
+    evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return run, [e for e in evals if e["kind"] == "eval"][-1]
+
+
+@pytest.mark.parametrize("name", [n for n in CAUSAL if n.startswith("synthetic")])
+def test_synthetic_configs_train_and_evaluate_splits(name, tiny_model_dir, tmp_path, monkeypatch, capsys):
+    path = _write_converted(_load(name), tmp_path, tiny_model_dir)
+    run, last = _train(path, tiny_model_dir, tmp_path, monkeypatch)
+    for split in ("val", "test"):
+        assert 0.0 <= last[f"{split}/synthetic/increasing_numbers_in_text"] <= 1.0
+        rows = [json.loads(line) for line in next((run / "predictions").glob(f"after_*_{split}.jsonl")).read_text().splitlines()]
+        assert len(rows) == 2 and {"prompt", "completion", "references", "reward"} <= set(rows[0])
+        assert rows[0]["prompt"] == "<|endoftext|>"
+    assert "synthetic/increasing_numbers_in_text" in capsys.readouterr().out  # the metrics table
+
+
+def test_imdb_config_trains_on_fixture_data_with_tiny_models(tiny_model_dir, tmp_path, monkeypatch):
+    classifier = str(save_tiny_classifier(tmp_path / "sentiment", num_labels=2))
+    data = tmp_path / "imdb"
+    data.mkdir()
+    rows = [{"text": f"this film number {i} was a good one to watch", "label": i % 2} for i in range(6)]
+    for split in ("train", "test"):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    raw = _load("imdb_text_continuation_gpt2_ppo.yml")
+    raw["reward_fn"]["args"]["model_name"] = classifier  # lvwerra/distilbert-imdb, offline
+    raw["datapool"]["args"]["data_dir"] = str(data)
+    for metric in raw["train_evaluation"]["metrics"]:
+        if "model_name" in metric.get("args", {}):
+            metric["args"]["model_name"] = classifier
+        if "tokenizer_id" in metric.get("args", {}):
+            metric["args"]["tokenizer_id"] = str(tiny_model_dir)
+    path = _write_converted(raw, tmp_path, tiny_model_dir)
+    run, last = _train(path, tiny_model_dir, tmp_path, monkeypatch)
+    for split in ("val", "test"):
+        assert 0.0 < last[f"{split}/semantic/learned_automodel_metric"] < 1.0
+        assert last[f"{split}/fluency_metrics/perplexity"] > 1.0
+        assert f"{split}/diversity_metrics/distinct-1" in last
+    assert (run / "predictions").is_dir()
+
+
+def test_llmgym_train_converts_an_rl4lms_file_strictly(tiny_model_dir):
+    path = CONFIGS / "synthetic_generate_increasing_numbers_gpt2_ppo.yml"
+    with pytest.raises(ConfigError, match=r"alg\.kl_div\.target_kl.*approximate"):
+        load_config(str(path), [f"model.name={tiny_model_dir}"])
+
+
+def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsys):
+    from llmgym.cli import main
+
+    path = CONFIGS / "imdb_text_continuation_gpt2_nlpo.yml"
+    assert main(["convert", str(path), "--model", str(tiny_model_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "alg.kl_div.target_kl" in err and "generation_kwargs.min_length" in err
+    assert main(["convert", str(path), "--approximate", "--model", str(tiny_model_dir)]) == 0
+    out, err = capsys.readouterr()
+    assert "# approximately: alg.policy.args.min_tokens_to_keep" in err
+    (tmp_path / "nlpo.yaml").write_text(out)
+    config = load_config(str(tmp_path / "nlpo.yaml"))
+    assert (config.algorithm.name, config.algorithm.mask_top_p, config.algorithm.mask_update_interval) == ("nlpo", 0.9, 5)
+    assert config.train.eval_splits == ["val", "test"] and config.env.kwargs["datapool_kwargs"] == {"seed": 42, "split": "train"}
+    assert main(["convert", str(CONFIGS.parent / "test_rl4lms.py")]) == 2
+
+
+def test_llmgym_convert_writes_the_output_file(tiny_model_dir, tmp_path):
+    from llmgym.cli import main
+
+    out = tmp_path / "synthetic.yaml"
+    path = CONFIGS / "synthetic_generate_increasing_numbers_gpt2_ppo.yml"
+    assert main(["convert", str(path), "--approximate", "--model", str(tiny_model_dir), "--output", str(out)]) == 0
+    config = load_config(str(out))
+    assert config.env.kwargs["reward"] == "increasing_numbers" and config.train.eval_metrics[0]["id"] == "increasing_numbers"

@@ -1,4 +1,4 @@
-"""The Ray backend on a real private local Ray instance (one per module; the tests run in order, in one xdist worker).
+"""The Ray backend on a real private local Ray instance (one per module; `make test` runs the ray tests in one process).
 
 Two Ray servers running the real LocalLLM on a tiny model answer like one in-process LocalLLM
 (scores and heads to float32 rounding, greedy generations token for token), every algorithm's
@@ -33,7 +33,7 @@ from tests.distributed.test_algorithms import CANDIDATES, OPTIMIZER, _batches, _
 from tests.distributed.test_local_equivalence import CONTEXTS
 
 ray = pytest.importorskip("ray")
-pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 TOL = 1e-4
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,7 +25,7 @@ from tests.distributed.test_local_equivalence import CONTEXTS
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
-pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 2**20}
 
 

@@ -33,11 +33,10 @@ def iteration_seconds(config: Config, run_dir: str, iterations: int, warmup: int
     try:
         algorithm: Any = trainer.algorithm
         steps = config.algorithm.rollout_steps * config.env.num_envs
-        algorithm.total_env_steps = steps * (warmup + iterations)
         if warmup:
             algorithm.learn(total_env_steps=steps * warmup)
         start = time.perf_counter()
-        algorithm.learn(total_env_steps=steps * iterations)
+        algorithm.learn(total_env_steps=steps * (warmup + iterations))  # a total: it goes on from the warm-up
         return built, (time.perf_counter() - start) / iterations
     finally:
         trainer.close()

@@ -16,6 +16,7 @@ The two most recent checkpoints are kept (``keep=2``), so when ``latest`` fails 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -26,9 +27,10 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from llmgym.errors import CheckpointError, ConfigError
+from llmgym.errors import CheckpointError, ConfigError, DiskFullError, LLMGymError
+from llmgym.run_lock import lock_holder
 
 __all__ = [
     "write_atomic_dir",
@@ -41,10 +43,13 @@ __all__ = [
     "check_resume_config",
     "save_checkpoint",
     "latest_checkpoint",
+    "read_latest_checkpoint",
+    "is_checkpoint_name",
     "load_trainer_state",
     "load_checkpoint_config",
     "capture_rng_state",
     "restore_rng_state",
+    "cuda_rng_states",
 ]
 
 logger = logging.getLogger(__name__)
@@ -304,9 +309,27 @@ def restore_rng_state(json_part: dict[str, Any], tensors: dict[str, Any]) -> Non
     np.random.set_state(np_state)
     torch.set_rng_state(tensors["torch"])
     if torch.cuda.is_available():
-        states = [tensors[k] for k in sorted(tensors) if k.startswith("cuda")]
-        if states:
-            torch.cuda.set_rng_state_all(states)
+        for index, state in cuda_rng_states(tensors, torch.cuda.device_count()):
+            torch.cuda.set_rng_state(state, index)
+
+
+def cuda_rng_states(tensors: dict[str, Any], device_count: int) -> list[tuple[int, Any]]:
+    """``(device index, RNG state)`` of every saved ``cuda<N>`` state of a visible device, by index.
+
+    Indices are numbers, not strings (``cuda10`` after ``cuda2``); states of devices this machine
+    does not have are left out, as are devices without a saved state (they keep their own).
+
+    Args:
+        tensors: The tensor part of :func:`capture_rng_state`.
+        device_count: CUDA devices visible here.
+    """
+    found = [(int(key[4:]), state) for key, state in tensors.items() if key.startswith("cuda") and key[4:].isdigit()]
+    return sorted(((index, state) for index, state in found if index < device_count), key=lambda pair: pair[0])
+
+
+def is_checkpoint_name(name: str) -> bool:
+    """Whether ``name`` is the name of a checkpoint folder (``step-<env_steps>``), not a path."""
+    return _STEP_DIR.fullmatch(name) is not None
 
 
 def _step_dirs(root: Path) -> list[Path]:
@@ -342,6 +365,10 @@ def save_checkpoint(
 
     Returns:
         The checkpoint folder.
+
+    Raises:
+        DiskFullError: When the disk (or quota) is full; the previous checkpoint and ``latest`` are
+            untouched and the message names them.
     """
     import torch
 
@@ -355,14 +382,37 @@ def save_checkpoint(
         (tmp / CONFIG).write_text(config_yaml, encoding="utf-8")
         write_manifest(tmp)
 
-    write_atomic_dir(target, write)
-    write_text_atomic(root / LATEST, target.name + "\n")
+    previous = _candidates(root)[0][:1]
+    try:
+        write_atomic_dir(target, write)
+        write_text_atomic(root / LATEST, target.name + "\n")
+    except OSError as exc:
+        if exc.errno not in _DISK_FULL:
+            raise
+        raise _disk_full(Path(run_dir), target, previous[0] if previous else None, exc) from exc
     others = [p for p in _step_dirs(root) if p != target]
     older = [p for p in others if p.name < target.name]
     stale = [p for p in others if p.name > target.name] + older[: max(0, len(older) - (keep - 1))]
     for folder in stale:
         shutil.rmtree(folder, ignore_errors=True)
     return target
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full(run: Path, target: Path, previous: Path | None, exc: OSError) -> DiskFullError:
+    """The error of a checkpoint that a full disk (or quota) stopped; what was written of it is gone."""
+    where = f"the disk is full ({exc.strerror or exc}) under {run}: checkpoint {target.name} could not be written"
+    if previous is None:
+        return DiskFullError(
+            f"{where}, and no checkpoint was written before, so nothing can be resumed. Fix: free space on that disk "
+            "(or set train.output_dir to another one) and start the run again."
+        )
+    return DiskFullError(
+        f"{where}; the previous checkpoint {previous} is intact (checkpoints/latest names it). Fix: free space on "
+        f"that disk, then resume with train.resume={run}."
+    )
 
 
 def _candidates(root: Path) -> tuple[list[Path], list[str]]:
@@ -419,6 +469,55 @@ def latest_checkpoint(run_dir: str | Path) -> Path:
     )
 
 
+_T = TypeVar("_T")
+_READ_ATTEMPTS = 4
+
+
+def _latest_name(root: Path) -> str | None:
+    try:
+        return (root / LATEST).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def read_latest_checkpoint(run_dir: str | Path, read: Callable[[Path], _T]) -> tuple[Path, _T]:
+    """Read the latest complete checkpoint with ``read``, also while a run is still writing checkpoints.
+
+    A training run deletes older checkpoints as it writes newer ones, so the one chosen may vanish
+    while ``read`` loads it. When ``read`` fails and ``checkpoints/latest`` has moved on meanwhile
+    (or the folder is gone), the newest complete checkpoint is read instead, a few times at most.
+
+    Args:
+        run_dir: The run directory.
+        read: Loads what the caller needs from a checkpoint folder (it may raise any
+            :class:`~llmgym.errors.LLMGymError` or ``OSError`` when files vanish under it).
+
+    Returns:
+        ``(checkpoint folder, what read returned)``.
+
+    Raises:
+        CheckpointError: When the run has no complete checkpoint, or its checkpoints were replaced
+            at every attempt (the message names the process writing the run, from its lock).
+        Exception: What ``read`` raised for a checkpoint that is still in place.
+    """
+    root = Path(run_dir) / CHECKPOINTS
+    for _ in range(_READ_ATTEMPTS):
+        folder = latest_checkpoint(run_dir)
+        try:
+            return folder, read(folder)
+        except (LLMGymError, OSError) as exc:
+            if folder.is_dir() and _latest_name(root) == folder.name:
+                raise
+            logger.warning("Checkpoint %s was replaced while being read (%s); reading the newest one.", folder, exc)
+    holder = lock_holder(run_dir)
+    who = f"process {holder}" if holder is not None else "a run"
+    raise CheckpointError(
+        f"the run {run_dir} is being written by {who}, which replaced its checkpoints {_READ_ATTEMPTS} times while "
+        "this command read them. Fix: run the command again when that run ends (or stop it), or copy a checkpoint "
+        "out of it first."
+    )
+
+
 def load_trainer_state(checkpoint: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read ``(trainer_state, trainer_tensors)`` of a checkpoint (tensors with ``weights_only=True``).
 
@@ -438,7 +537,7 @@ def load_trainer_state(checkpoint: str | Path) -> tuple[dict[str, Any], dict[str
     folder = Path(checkpoint)
     try:
         state = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
-        tensors = torch.load(folder / TRAINER_TENSORS, weights_only=True)
+        tensors = torch.load(folder / TRAINER_TENSORS, map_location="cpu", weights_only=True)
     except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
         raise CheckpointError(f"Checkpoint '{folder}' could not be read: {exc}; resume from another checkpoint.") from exc
     if not isinstance(state, dict) or not isinstance(tensors, dict):

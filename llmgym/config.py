@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.resources
+import logging
 import math
 import numbers
 import os
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from llmgym.errors import ConfigError, require_installed
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -44,6 +47,7 @@ __all__ = [
     "load_config",
     "shipped_configs",
     "resolve_config",
+    "CONFIG_ARGUMENT_RULE",
     "check_requirements",
     "save_config",
     "config_to_dict",
@@ -222,16 +226,35 @@ class ModelConfig(_Section):
     model_type: Optional[str] = _f(None, "causal or seq2seq; null detects it from the model config.")
     gguf_file: Optional[str] = _f(None, "GGUF file name inside the folder given by name.")
     revision: Optional[str] = _f(None, "Hub revision (branch, tag or commit) to load.")
-    dtype: str = _f("float32", "Weights dtype: float32, bfloat16 or float16.")
+    dtype: str = _f(
+        "auto",
+        "Weights dtype: auto (bfloat16 on a CUDA GPU that supports it, else float32), float32, bfloat16 or float16. "
+        "Trained weights stay float32 (fp32 master weights); float16 scales the loss and skips inf/NaN steps.",
+    )
     device: str = _f("auto", "Device: auto (cuda if available, else cpu), cpu, cuda, cuda:N.")
+    attn_implementation: str = _f(
+        "sdpa",
+        "Attention kernel: sdpa (PyTorch's fused kernels), eager, or flash_attention_2 (needs flash-attn; packed "
+        "rows then always attend through llmgym's tree attention, which a FlashAttention kernel cannot replace).",
+    )
     pretrained: bool = _f(True, "false builds the same architecture with freshly initialised weights.")
     trust_remote_code: bool = _f(False, "Allow model code from the hub (only for models you trust).")
     load_in_4bit: bool = _f(False, "QLoRA: load the base weights in 4 bit (bitsandbytes, CUDA only).")
     lora: Optional[LoRAConfig] = _f(None, "LoRA adapters; null trains (or freezes) the full model.")
+    gradient_checkpointing: bool = _f(
+        False,
+        "Recompute each block's activations in backward instead of storing them: much less memory for the update's "
+        "forward passes, about a third more compute.",
+    )
     forward_batch_size: int = _f(
         64,
         "Max sequences per forward pass in score/forward/update (named model.minibatch_size before; that key "
         "still loads, with a FutureWarning).",
+    )
+    forward_batch_tokens: int = _f(
+        0,
+        "Max tokens per forward pass in score/forward/update, on top of forward_batch_size (0: no bound): bounds "
+        "activation memory when sequence lengths vary; an item longer than it still gets a pass of its own.",
     )
     max_context_tokens: Optional[int] = _f(
         None, "Max tokens of a context; null uses the model's window."
@@ -245,7 +268,7 @@ class ModelConfig(_Section):
         1024,
         "Memory for the frozen-trunk cache (0: off): with LoRA on the top blocks only, forward passes reuse "
         "the activations of the frozen blocks below for every prompt seen before, in the update's epochs "
-        "and in later rollouts.",
+        "and in later rollouts. On a GPU it takes at most a quarter of the memory free when the LLM is built.",
     )
     row_tokens: int = _f(
         512,
@@ -261,9 +284,11 @@ class ModelConfig(_Section):
             raise ConfigError("model.name is empty; give a local folder, a hub id or a .gguf file.")
         if self.model_type is not None:
             _check_choice("model", "model_type", self.model_type, ("causal", "seq2seq"))
-        _check_choice("model", "dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        _check_choice("model", "dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
+        _check_choice("model", "attn_implementation", self.attn_implementation, ("sdpa", "eager", "flash_attention_2"))
         _check_choice("model", "context_overflow", self.context_overflow, ("truncate_left", "error"))
         _check_positive("model", "forward_batch_size", self.forward_batch_size)
+        _check_positive("model", "forward_batch_tokens", self.forward_batch_tokens, allow_zero=True)
         _check_positive("model", "max_context_tokens", self.max_context_tokens)
         _check_positive("model", "trunk_cache_mb", self.trunk_cache_mb, allow_zero=True)
         _check_positive("model", "row_tokens", self.row_tokens, allow_zero=True)
@@ -656,12 +681,32 @@ def shipped_configs() -> dict[str, Traversable]:
     return {f.name.removesuffix(".yaml"): f for f in files}
 
 
+#: How a config argument (``llmgym train CONFIG``, ``eval``, ``sweep``, ``config show``) names a file;
+#: ``docs/config.md`` states it.
+CONFIG_ARGUMENT_RULE = (
+    "A config argument with a slash (`./babyai_ppo`, `configs/my.yaml`) is always a file path. A bare name of a "
+    "shipped config (`quickstart`, no slash, no `.yaml`) is always the shipped config, even when a file of that "
+    "name is in the current folder (a warning then names it). A bare file name ending in `.yaml` "
+    "(`quickstart.yaml`) is the file in the current folder when there is one (a warning says when it shadows the "
+    "shipped config of that name), else the shipped config. Any other argument is a file path."
+)
+
+
+def _has_separator(text: str) -> bool:
+    return os.sep in text or "/" in text or (os.altsep is not None and os.altsep in text)
+
+
 def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
-    """The YAML file a config argument names: a file that exists, else a shipped config.
+    """The YAML file a config argument names, by :data:`CONFIG_ARGUMENT_RULE`.
+
+    With a slash it is a path; a bare shipped name (``quickstart``) is the shipped config even when
+    a local file has that name; a bare ``NAME.yaml`` is the local file if there is one, else the
+    shipped config. When a local file and a shipped config share the name, a warning names the
+    one not taken and how to reach it.
 
     Args:
         config: The path of a YAML file, or the name of a shipped config with or without
-            ``.yaml`` (``quickstart``, ``quickstart.yaml``). A path that exists wins over a name.
+            ``.yaml`` (``quickstart``, ``quickstart.yaml``).
 
     Returns:
         The file (open it with ``open()``).
@@ -670,17 +715,31 @@ def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
         ConfigError: If ``config`` is neither an existing file nor a shipped config's name; the
             message lists the shipped names.
     """
+    text = os.fspath(config)
     path = Path(config)
-    if path.is_file():
-        return path
     shipped = shipped_configs()
     name = path.name.removesuffix(".yaml")
-    if path.name == os.fspath(config) and name in shipped:  # a bare name, not a path
+    bare = not _has_separator(text) and name in shipped
+    if bare and not text.endswith(".yaml"):
+        if path.is_file():
+            logger.warning(
+                "Using the shipped config '%s', not the file %s in the current folder (write ./%s to read the file).",
+                name, f"./{text}", text,
+            )
+        return shipped[name]
+    if path.is_file():
+        if bare:
+            logger.warning(
+                "Reading the file ./%s, which shadows the shipped config '%s' (write %s, without .yaml, for the "
+                "shipped one).", text, name, name,
+            )
+        return path
+    if bare:
         return shipped[name]
     close = difflib.get_close_matches(name, list(shipped), n=1)
     hint = f" Did you mean '{close[0]}'?" if close else ""
     raise ConfigError(
-        f"Config file '{os.fspath(config)}' does not exist and is not the name of a shipped config.{hint} "
+        f"Config file '{text}' does not exist and is not the name of a shipped config.{hint} "
         f"Shipped configs: {', '.join(shipped)} (`llmgym config list` describes them). "
         "Fix: pass the path of a YAML file or one of these names."
     )

@@ -18,6 +18,8 @@ __all__ = [
     "AuthenticationError",
     "PlacementError",
     "CheckpointError",
+    "DiskFullError",
+    "RunLockedError",
     "ExportError",
     "MissingDependencyError",
     "SourceCheckoutError",
@@ -65,6 +67,14 @@ class PlacementError(BackendError):
 
 class CheckpointError(LLMGymError, RuntimeError):
     """A checkpoint is missing, incomplete or incompatible with the current config."""
+
+
+class DiskFullError(CheckpointError, OSError):
+    """A checkpoint could not be written because the disk (or the user's quota) is full; the previous one is intact."""
+
+
+class RunLockedError(LLMGymError, RuntimeError):
+    """A run folder is locked by another live process (``llmgym train`` writing it); the message names its pid."""
 
 
 class ExportError(LLMGymError, OSError):

@@ -22,12 +22,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmgym.checkpoint import CHECKPOINTS, CONFIG, latest_checkpoint, load_trainer_state, verify_manifest
+from llmgym.checkpoint import (
+    CHECKPOINTS,
+    CONFIG,
+    is_checkpoint_name,
+    latest_checkpoint,
+    load_trainer_state,
+    read_latest_checkpoint,
+    verify_manifest,
+)
 from llmgym.errors import CheckpointError, ConfigError, ExportError
 
 if TYPE_CHECKING:
@@ -35,7 +42,7 @@ if TYPE_CHECKING:
     from llmgym.llm.local import LocalLLM
     from llmgym.llm.modules import ModuleFunction
 
-__all__ = ["Export", "export_run", "load_heads", "HEADS_WEIGHTS", "HEADS_META", "CONFIG_COPY"]
+__all__ = ["Export", "export_run", "is_export", "load_heads", "HEADS_WEIGHTS", "HEADS_META", "CONFIG_COPY"]
 
 HEADS_WEIGHTS = "llmgym_heads.safetensors"
 HEADS_META = "llmgym_heads.json"
@@ -64,13 +71,18 @@ class Export:
 
 
 def _checkpoint(run_dir: Path, name: str | None) -> Path:
-    """The checkpoint to export, verified against its manifest: ``name`` or the latest."""
+    """The checkpoint to export, verified against its manifest: ``name`` (a name, not a path) or the latest."""
     if name is None:
         return latest_checkpoint(run_dir)
     root = run_dir / CHECKPOINTS
+    available = sorted(p.name for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
+    if not is_checkpoint_name(name):
+        raise CheckpointError(
+            f"--checkpoint {name!r} is not a checkpoint name of {run_dir} (a folder name under {root}: "
+            f"{available or 'none there'}); pass one of those names, not a path, or omit it to export the latest."
+        )
     folder = root / name
     if not folder.is_dir():
-        available = sorted(p.name for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
         raise CheckpointError(
             f"checkpoint {name!r} is not in '{root}' (it holds {available or 'no checkpoint'}); pass one of those "
             "names to --checkpoint, or omit it to export the latest."
@@ -79,13 +91,54 @@ def _checkpoint(run_dir: Path, name: str | None) -> Path:
     return folder
 
 
-def _check_target(target: Path, force: bool) -> None:
+def is_export(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder`` was written by :func:`export_run` (it holds the heads' description and the run's config).
+
+    Args:
+        folder: Any folder.
+    """
+    root = Path(folder)
+    return (root / HEADS_META).is_file() and (root / CONFIG_COPY).is_file()
+
+
+def _check_target(target: Path, run: Path, force: bool) -> None:
+    """Refuse an ``--out`` that would destroy what is not a previous export.
+
+    That is a file, the current folder, the run or a folder above it, a folder in its checkpoints,
+    and a non-empty folder unless ``force`` is set and it is a previous export.
+    """
     if target.is_file() or target.is_symlink():
         raise ExportError(f"--out {target} is a file; give a folder that does not exist or is empty.")
-    if target.is_dir() and any(target.iterdir()) and not force:
+    place = target.resolve()
+    here = Path.cwd().resolve()
+    if place == here or place in here.parents:
         raise ExportError(
-            f"--out {target} already exists and is not empty; give another folder, or pass --force to replace it."
+            f"--out {target} is the current folder{'' if place == here else ' or one above it'}, which an export "
+            f"cannot replace; give the name of a new folder, e.g. --out {run.resolve().name}-export."
         )
+    run_place = run.resolve()
+    checkpoints = run_place / CHECKPOINTS
+    if place == run_place or place in run_place.parents:
+        raise ExportError(
+            f"--out {target} holds the run {run}, which is what is exported; give a folder outside it (or the default "
+            f"{run / 'export'})."
+        )
+    if place == checkpoints or checkpoints in place.parents:
+        raise ExportError(
+            f"--out {target} lies inside {run / CHECKPOINTS}, which is what is exported; give a folder outside it (or "
+            f"the default {run / 'export'})."
+        )
+    if target.is_dir() and any(target.iterdir()):
+        if not force:
+            raise ExportError(
+                f"--out {target} already exists and is not empty; give another folder, or pass --force to replace it "
+                "if it is a previous export."
+            )
+        if not is_export(target):
+            raise ExportError(
+                f"--out {target} is not empty and is not a previous export (it lacks {HEADS_META} and {CONFIG_COPY}); "
+                "--force replaces only a folder written by llmgym export. Give another folder, or empty it yourself."
+            )
 
 
 def _check_export(config: Config, merge: bool) -> None:
@@ -166,11 +219,10 @@ def _save_heads(llm: LocalLLM, folder: Path) -> None:
     (folder / HEADS_META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
 
-def _evaluation_lines(run: Path, checkpoint: Path) -> list[str]:
+def _evaluation_lines(run: Path, env_steps: int) -> list[str]:
     """The model card's line on the greedy evaluation of the checkpoint's weights, from the run's metrics."""
     from llmgym.metrics import read_metrics
 
-    env_steps = load_trainer_state(checkpoint)[0]["algorithm"]["env_steps"]
     try:
         records = read_metrics(run / "metrics.jsonl")
     except (OSError, ValueError):  # no metrics copied with the run, or a line torn by a crash
@@ -186,7 +238,7 @@ def _evaluation_lines(run: Path, checkpoint: Path) -> list[str]:
     ]
 
 
-def _model_card(config: Config, export: Export, source: str, heads: list[str], seq2seq: bool) -> str:
+def _model_card(config: Config, export: Export, source: str, heads: list[str], seq2seq: bool, env_steps: int) -> str:
     """README.md: Hub metadata, what the folder holds, where it comes from and how to load it."""
     import llmgym
 
@@ -228,7 +280,7 @@ def _model_card(config: Config, export: Export, source: str, heads: list[str], s
         f"`{export.checkpoint.name}` of the run `{export.checkpoint.parent.parent.name}`. `{CONFIG_COPY}` is the "
         "run's resolved config.",
         "",
-        *_evaluation_lines(export.checkpoint.parent.parent, export.checkpoint),
+        *_evaluation_lines(export.checkpoint.parent.parent, env_steps),
         "## Load",
         "",
         "```python",
@@ -280,7 +332,7 @@ def export_run(
             run without LoRA writes its full model either way.
         checkpoint: Name of the checkpoint folder under ``RUN/checkpoints`` (e.g.
             ``"step-0000004096"``); ``None`` exports the latest complete one.
-        force: Replace ``out`` when it is not empty.
+        force: Replace ``out`` when it is not empty and a previous export (:func:`is_export`).
         push_to_hub: Upload the folder to this Hugging Face Hub model repo (created private when
             it does not exist); ``None`` uploads nothing.
 
@@ -289,8 +341,9 @@ def export_run(
 
     Raises:
         CheckpointError: When the run has no complete checkpoint, or ``checkpoint`` is not one.
-        ExportError: When ``out`` is a file or a non-empty folder (without ``force``), or the
-            upload fails (the folder is complete then).
+        ExportError: When ``out`` is a file, the current folder, the run or a folder above it, inside
+            the run's checkpoints, or a non-empty folder (without ``force``, or not a previous export),
+            or the upload fails (the folder is complete then).
         ConfigError: ``merge`` on a 4-bit (QLoRA) run, or an adapter of a base that was not
             pretrained (``model.pretrained=false``) without ``merge``.
     """
@@ -298,22 +351,32 @@ def export_run(
     from llmgym.config import load_config
 
     run = Path(run_dir)
-    folder = _checkpoint(run, checkpoint)
     target = Path(out) if out is not None else run / ("export-merged" if merge else "export")
-    _check_target(target, force)
-    config = load_config(folder / CONFIG)
-    _check_export(config, merge)
+    _check_target(target, run, force)
+
+    def read(folder: Path) -> tuple[Config, str, int, LocalLLM]:
+        """Everything the export needs from the checkpoint, read before anything is written."""
+        config = load_config(folder / CONFIG)
+        _check_export(config, merge)
+        text = (folder / CONFIG).read_text(encoding="utf-8")
+        env_steps = int(load_trainer_state(folder)[0]["algorithm"]["env_steps"])
+        return config, text, env_steps, _load_llm(config, folder)
+
+    if checkpoint is None:  # a run still training may replace the latest one meanwhile: then its newest is read
+        folder, (config, config_text, env_steps, llm) = read_latest_checkpoint(run, read)
+    else:
+        folder = _checkpoint(run, checkpoint)
+        config, config_text, env_steps, llm = read(folder)
     kind = "full" if config.model.lora is None else "merged" if merge else "adapter"
-    llm = _load_llm(config, folder)
     try:
         base, source = _base_model(config.model, llm.model)
         export = Export(target, kind, folder, base)
-        card = _model_card(config, export, source, llm.module_function_keys, llm.is_seq2seq)
+        card = _model_card(config, export, source, llm.module_function_keys, llm.is_seq2seq, env_steps)
 
         def write(tmp: Path) -> None:
             _save_model(llm, tmp, kind, base)
             _save_heads(llm, tmp)
-            shutil.copyfile(folder / CONFIG, tmp / CONFIG_COPY)
+            (tmp / CONFIG_COPY).write_text(config_text, encoding="utf-8")
             (tmp / "README.md").write_text(card, encoding="utf-8")  # replaces the card PEFT's save_pretrained writes
 
         write_atomic_dir(target, write)

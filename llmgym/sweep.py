@@ -11,20 +11,24 @@ IQM with its bootstrap interval) and ``sweep_curves.png`` (every run's learning 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from llmgym.config import check_requirements, load_config
+from llmgym.config import Config, check_requirements, load_config
 from llmgym.errors import ConfigError
+from llmgym.lifetime import exit_with_parent
 from llmgym.metrics import read_metrics
+from llmgym.run_lock import default_run_stem, new_run_dir
 from llmgym.stats import bootstrap_ci, iqm
 
 __all__ = [
@@ -37,11 +41,17 @@ __all__ = [
     "format_table",
     "format_aggregates",
     "plot_sweep_curves",
+    "gpu_slots",
+    "visible_gpus",
 ]
 
 SUMMARY_NAME = "sweep.json"
 CURVES_NAME = "sweep_curves.png"
 METRICS = ("success_after", "return_after")
+#: Seconds a stopped run gets to exit after ``SIGTERM`` before ``SIGKILL``.
+STOP_GRACE_S = 10.0
+#: Seconds between two checks of the running runs.
+POLL_S = 0.2
 #: Training records whose rolling means cover fewer episodes than this are left out of the curves.
 MIN_CURVE_EPISODES = 8
 
@@ -327,17 +337,121 @@ def _failure_text(log: Path, returncode: int) -> str:
     return f"{last} (exit status {returncode}; log: {log})"
 
 
-def _run_job(job: _Job, log_dir: Path) -> SweepRun:
-    """Run one job as a subprocess, its output to ``log_dir/<run name>.log``, and read its results."""
-    env = dict(os.environ)
-    if job.threads is not None:
-        env["OMP_NUM_THREADS"] = str(job.threads)
-    log = log_dir / f"{job.run_dir.name}.log"
-    with log.open("w", encoding="utf-8") as fh:
-        returncode = subprocess.call(job.command, stdout=fh, stderr=subprocess.STDOUT, env=env)
-    if returncode != 0:
-        return SweepRun(job.seed, job.threads, str(job.run_dir), error=_failure_text(log, returncode))
-    return read_run(job.run_dir, job.seed, job.threads)
+def visible_gpus() -> list[str]:
+    """The GPUs runs may use, as ``CUDA_VISIBLE_DEVICES`` entries: that variable's list when set, else ``0..n-1``.
+
+    Counted without initialising CUDA in this process (``torch.cuda.device_count`` asks NVML).
+    """
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [entry.strip() for entry in listed.split(",") if entry.strip() and not entry.strip().startswith("-")]
+    import torch
+
+    return [str(index) for index in range(torch.cuda.device_count())]
+
+
+def gpu_slots(jobs: int, gpus: Sequence[str], device: str) -> list[Optional[str]]:
+    """``CUDA_VISIBLE_DEVICES`` of each of the ``jobs`` run slots: the GPUs round-robin.
+
+    A run started in slot ``s`` sees only ``gpus[s % len(gpus)]`` (as its ``cuda:0``), so parallel
+    runs spread over the GPUs instead of all landing on the first. Nothing is set (``None``) with
+    one job, fewer than 2 GPUs, or a ``model.device`` naming a device (``cpu``, ``cuda:N``), which
+    the user chose.
+
+    Args:
+        jobs: Runs at a time.
+        gpus: The visible GPUs (:func:`visible_gpus`).
+        device: The config's ``model.device``.
+    """
+    if jobs < 2 or len(gpus) < 2 or device not in ("auto", "cuda"):
+        return [None] * jobs
+    return [gpus[slot % len(gpus)] for slot in range(jobs)]
+
+
+class _Running:
+    """One job's ``llmgym train`` subprocess, its output going to ``log_dir/<run name>.log``.
+
+    The subprocess gets ``SIGTERM`` from the kernel if the sweep dies without stopping it (even
+    from ``SIGKILL``), and its env workers then die with it.
+    """
+
+    def __init__(self, job: _Job, log_dir: Path, gpu: Optional[str] = None) -> None:
+        env = dict(os.environ)
+        if job.threads is not None:
+            env["OMP_NUM_THREADS"] = str(job.threads)
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        self.job, self.gpu = job, gpu
+        self.log = log_dir / f"{job.run_dir.name}.log"
+        with self.log.open("w", encoding="utf-8") as fh:
+            self.process = subprocess.Popen(
+                job.command, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                preexec_fn=functools.partial(exit_with_parent, os.getpid()),
+            )
+
+    def result(self) -> SweepRun:
+        """The run, read once the subprocess ended."""
+        job, returncode = self.job, self.process.wait()
+        if returncode != 0:
+            return SweepRun(job.seed, job.threads, str(job.run_dir), error=_failure_text(self.log, returncode))
+        return read_run(job.run_dir, job.seed, job.threads)
+
+    def stop(self, reason: str) -> SweepRun:
+        """End the subprocess (``SIGTERM``, then ``SIGKILL`` after ``STOP_GRACE_S``); the run is failed."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        job = self.job
+        return SweepRun(job.seed, job.threads, str(job.run_dir), error=f"{reason} (log: {self.log})")
+
+
+class _Stopped(BaseException):
+    """Raised in the sweep's main thread by ``SIGTERM``: stop the runs, summarise, exit 143."""
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise _Stopped
+
+
+def _run_jobs(
+    job_list: Sequence[_Job], log_dir: Path, slots: Sequence[Optional[str]]
+) -> tuple[dict[int, SweepRun], BaseException | None]:
+    """Run the jobs, one per slot at a time (``len(slots)`` at a time), printing a line as each ends.
+
+    A job started in a slot sees that slot's GPU (``CUDA_VISIBLE_DEVICES``, see :func:`gpu_slots`).
+
+    Ctrl-C (``KeyboardInterrupt``) or ``SIGTERM`` (:class:`_Stopped`, raised by the handler
+    :func:`run_sweep` installs) starts no further job and stops the running ones, which become
+    failed runs that say so.
+
+    Returns:
+        The runs by job index (jobs never started are absent), and the interruption, if any.
+    """
+    results: dict[int, SweepRun] = {}
+    running: dict[int, _Running] = {}
+    free = list(slots)
+    pending = list(enumerate(job_list))
+    try:
+        while pending or running:
+            while pending and free:
+                index, job = pending.pop(0)
+                running[index] = _Running(job, log_dir, free.pop(0))
+            for index in [i for i, r in running.items() if r.process.poll() is not None]:
+                done = running.pop(index)
+                free.append(done.gpu)
+                results[index] = done.result()
+                print(_describe(results[index]), flush=True)
+            time.sleep(POLL_S)
+    except (KeyboardInterrupt, _Stopped) as exc:
+        reason = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "stopped (SIGTERM)"
+        for index, run in running.items():
+            results[index] = run.stop(f"{reason} while running")
+        return results, exc
+    return results, None
 
 
 def _describe(run: SweepRun) -> str:
@@ -348,6 +462,17 @@ def _describe(run: SweepRun) -> str:
         f"{name}: success {_cell(run.success_before)} -> {_cell(run.success_after)}, "
         f"return {_cell(run.return_before)} -> {_cell(run.return_after)}, {_cell(run.train_time_s, 1)} s"
     )
+
+
+def _sweep_dir(config: Config) -> Path:
+    """``train.output_dir/train.run_name`` (absent or empty), else a new ``sweep-ENV-TIME[-N]`` folder."""
+    if not config.train.run_name:
+        stem = default_run_stem(config.env.id, time.strftime("%Y%m%d-%H%M%S"))
+        return new_run_dir(config.train.output_dir, f"sweep-{stem}")  # -2, -3... when started in the same second
+    sweep_dir = Path(config.train.output_dir) / config.train.run_name
+    if sweep_dir.exists() and any(sweep_dir.iterdir()):
+        raise ConfigError(f"sweep directory {sweep_dir} is not empty; set another train.run_name or remove it.")
+    return sweep_dir
 
 
 def run_sweep(
@@ -364,7 +489,12 @@ def run_sweep(
     Each run is an ``llmgym train`` subprocess; ``jobs`` of them run at a time. With ``threads``,
     every seed runs once per thread count with ``OMP_NUM_THREADS`` set to it; without, parallel
     runs get ``OMP_NUM_THREADS = cores // jobs`` and a single job keeps the environment's setting.
-    A line is printed as each run ends.
+    A line is printed as each run ends. Ctrl-C (or ``SIGTERM``) starts no further run, stops the
+    running ones and writes ``sweep.json`` with the runs so far (``"interrupted": true``, the seeds
+    never started in ``"not_run"``), then raises ``KeyboardInterrupt`` (or ends the process by
+    ``SIGTERM``). A run never outlives the sweep, even one killed with ``SIGKILL``.
+    Parallel runs on a machine with several GPUs each see one of them, round-robin over the run
+    slots (:func:`gpu_slots`).
 
     Args:
         config_path: YAML config file or the name of a shipped config, or ``None`` for the defaults.
@@ -384,6 +514,7 @@ def run_sweep(
             sweep directory that is not empty (checked before any run starts), or an unregistered
             ``env.id``.
         MissingDependencyError: If the config needs an optional package that is not installed.
+        KeyboardInterrupt: On Ctrl-C, after ``sweep.json`` is written.
     """
     config = load_config(config_path, list(overrides))
     check_requirements(config)
@@ -397,12 +528,9 @@ def run_sweep(
         raise ConfigError("train.resume cannot be swept: each seed trains its own run from scratch.")
     if config.train.eval_episodes == 0:
         raise ConfigError("train.eval_episodes=0: a sweep compares evaluations; set train.eval_episodes > 0.")
-    name = config.train.run_name or f"sweep-{config.env.id.split('/')[-1]}-{time.strftime('%Y%m%d-%H%M%S')}"
-    sweep_dir = Path(config.train.output_dir) / name
-    if sweep_dir.exists() and any(sweep_dir.iterdir()):
-        raise ConfigError(f"sweep directory {sweep_dir} is not empty; set another train.run_name or remove it.")
+    sweep_dir = _sweep_dir(config)
     log_dir = sweep_dir / "logs"
-    log_dir.mkdir(parents=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
 
     default_threads = max(1, _available_cores() // jobs) if jobs > 1 else None
     plan: list[tuple[int, Optional[int]]] = (
@@ -414,17 +542,27 @@ def run_sweep(
         job_list.append(_Job(seed, count, run_dir, _train_command(config_path, overrides, seed, run_dir)))
 
     print(f"sweep directory: {sweep_dir} ({len(job_list)} runs, {jobs} at a time)", flush=True)
-    results: dict[int, SweepRun] = {}
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_run_job, job, log_dir): i for i, job in enumerate(job_list)}
-        for future in as_completed(futures):
-            run = future.result()
-            results[futures[future]] = run
-            print(_describe(run), flush=True)
-    runs = [results[i] for i in range(len(job_list))]
-
-    header = {"config": config_path, "overrides": list(overrides)}
-    return _write_summary(runs, sweep_dir, config.env.id, header, resamples, confidence)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_stopped) if in_main_thread else None
+    try:
+        slots = gpu_slots(jobs, visible_gpus() if jobs > 1 else [], config.model.device)
+        results, interrupted = _run_jobs(job_list, log_dir, slots)
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    runs = [results[i] for i in sorted(results)]
+    not_run = [job.seed for i, job in enumerate(job_list) if i not in results]
+    header = {
+        "config": config_path, "overrides": list(overrides), "interrupted": interrupted is not None, "not_run": not_run,
+    }
+    result = _write_summary(runs, sweep_dir, config.env.id, header, resamples, confidence)
+    if interrupted is not None:
+        print(f"sweep interrupted: {len(runs)} run(s) summarised in {result.summary_path}", file=sys.stderr, flush=True)
+        if isinstance(interrupted, _Stopped):  # end as SIGTERM's default action would have
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise KeyboardInterrupt
+    return result
 
 
 def _write_summary(

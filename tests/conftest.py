@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
+import psutil
 import pytest
 from hypothesis import settings
 
@@ -76,3 +78,47 @@ def _default_sigterm_after_each_test():
     yield
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
+
+
+#: Python's own helper processes, which live as long as the interpreter and exit with it.
+_INTERPRETER_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+#: How long processes that are still exiting at the end of the session get to finish.
+_EXIT_GRACE_S = 10.0
+
+
+def leftover_children() -> list[psutil.Process]:
+    """This process's running descendants (zombies and Python's interpreter helpers excluded)."""
+    leftovers = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any(helper in " ".join(child.cmdline()) for helper in _INTERPRETER_HELPERS):
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        leftovers.append(child)
+    return leftovers
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_process_left_behind():
+    """Fail the session if a test left a child process running; then kill what is left.
+
+    The multiprocessing forkserver and resource tracker are not counted (they exit with the
+    interpreter), but what they started is.
+    """
+    yield
+    deadline = time.monotonic() + _EXIT_GRACE_S
+    leftovers = leftover_children()
+    while leftovers and time.monotonic() < deadline:
+        time.sleep(0.2)
+        leftovers = leftover_children()
+    described = []
+    for child in leftovers:
+        try:
+            described.append(f"pid {child.pid}: {' '.join(child.cmdline())[:200]}")
+            child.kill()
+        except psutil.NoSuchProcess:
+            continue
+    assert not described, "the tests left processes running (now killed):\n" + "\n".join(described)

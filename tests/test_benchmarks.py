@@ -33,3 +33,21 @@ def test_babyai_bc_probe_refuses_a_config_without_the_action_head():
         cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2 and "agent.action_head=true" in proc.stderr
+
+
+def test_gpu_check_runs_end_to_end_on_cpu():
+    """benchmarks/gpu_check.sh --device cpu --tiny: every check runs (timings not judged), none fails."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "SKIP_SETUP": "1", "PYTHON": sys.executable,
+           "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu", "--tiny"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    lines = {line.split(":")[0].split()[1]: line.split()[0] for line in proc.stdout.splitlines() if line.startswith(("PASS", "FAIL", "SKIP"))}
+    assert lines == {
+        "placement": "PASS", "score_equal_fp32": "PASS", "score_speed": "PASS", "generate_speed": "PASS",
+        "score_equal_bf16": "PASS", "ppo_lora_update": "PASS", "quickstart": "PASS", "load_4bit": "SKIP",
+        "two_servers_one_gpu": "SKIP", "all": "PASS",
+    }
+    assert re.search(r"PASS quickstart: [\d.]+ env steps/s \(32 env steps\)", proc.stdout)

@@ -227,3 +227,12 @@ def test_checkpoint_config_is_read_safely_and_must_be_a_mapping(tmp_path):
     folder = save_checkpoint(tmp_path, 30, lambda f: f.mkdir(), {}, {}, "[1, 2]\n")
     with pytest.raises(CheckpointError, match="holds no config mapping"):
         load_checkpoint_config(folder)
+
+
+def test_cuda_rng_states_restore_by_device_number_not_by_name():
+    from llmgym.checkpoint import cuda_rng_states
+
+    tensors = {"torch": "cpu-state", **{f"cuda{i}": f"state-{i}" for i in (10, 2, 0, 1, 11, 3)}}
+    assert [i for i, _ in cuda_rng_states(tensors, 12)] == [0, 1, 2, 3, 10, 11]
+    assert cuda_rng_states(tensors, 12)[4] == (10, "state-10")  # cuda10's state goes to device 10, not 2
+    assert cuda_rng_states(tensors, 2) == [(0, "state-0"), (1, "state-1")]  # devices this machine lacks: skipped

@@ -169,7 +169,7 @@ def test_missing_run_and_corrupted_checkpoints_are_checkpoint_errors(runs, tmp_p
     assert not (run / "export").exists()
 
 
-def test_cli_writes_the_default_folder_and_refuses_a_non_empty_out_unless_forced(runs, tmp_path, capsys):
+def test_cli_writes_the_default_folder_and_replaces_only_a_previous_export_when_forced(runs, tmp_path, capsys):
     run = _copy(runs / "lora", tmp_path)
     assert main(["export", str(run)]) == 0
     stdout = capsys.readouterr().out
@@ -183,8 +183,10 @@ def test_cli_writes_the_default_folder_and_refuses_a_non_empty_out_unless_forced
     err = capsys.readouterr().err
     assert err.startswith("llmgym export: error: --out ") and "is not empty" in err and "--force" in err
     assert (taken / "notes.txt").read_text() == "mine"
-    assert main(["export", str(run), "--merge", "--out", str(taken), "--force"]) == 0
-    assert (taken / "config.json").is_file() and not (taken / "notes.txt").exists()
+    assert main(["export", str(run), "--merge", "--out", str(taken), "--force"]) == 2  # not a previous export
+    assert "not a previous export" in capsys.readouterr().err and (taken / "notes.txt").read_text() == "mine"
+    assert main(["export", str(run), "--merge", "--out", str(run / "export"), "--force"]) == 0  # a previous export
+    assert (run / "export" / "config.json").is_file() and not (run / "export" / "adapter_config.json").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
 
     assert main(["export", str(tmp_path / "nothing")]) == 2

@@ -183,3 +183,36 @@ def test_sweep_end_to_end_matches_each_runs_own_evaluations(tiny_model_dir, tmp_
         values = finals[agg["metric"]]
         assert agg["iqm"] == pytest.approx(iqm(values))
         assert (agg["ci_low"], agg["ci_high"]) == pytest.approx(bootstrap_ci(values))
+
+
+def test_gpu_slots_spread_parallel_runs_round_robin_over_the_gpus():
+    assert sweep.gpu_slots(4, ["0", "1"], "auto") == ["0", "1", "0", "1"]
+    assert sweep.gpu_slots(3, ["2", "5", "7"], "cuda") == ["2", "5", "7"]
+    assert sweep.gpu_slots(1, ["0", "1"], "auto") == [None]  # one run: the environment's GPUs
+    assert sweep.gpu_slots(2, ["0"], "auto") == [None, None]  # one GPU: nothing to spread
+    assert sweep.gpu_slots(2, ["0", "1"], "cuda:1") == [None, None]  # a device the user named
+    assert sweep.gpu_slots(2, ["0", "1"], "cpu") == [None, None]
+
+
+def test_visible_gpus_reads_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3, 1")
+    assert sweep.visible_gpus() == ["3", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert sweep.visible_gpus() == []
+
+
+FAKE_GPU_TRAIN = FAKE_TRAIN.replace(
+    'threads = int(os.environ["OMP_NUM_THREADS"])', 'threads = int(os.environ.get("CUDA_VISIBLE_DEVICES", "-1"))'
+)
+
+
+def test_parallel_runs_each_see_one_gpu(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    monkeypatch.setattr(
+        sweep, "_train_command",
+        lambda config_path, overrides, seed, run_dir: [sys.executable, "-c", FAKE_GPU_TRAIN, str(run_dir), str(seed)],
+    )
+    result = run_sweep(None, [*BASE, f"train.output_dir={tmp_path}", "train.run_name=g"], seeds=[0, 2, 3, 4], jobs=2)
+    gpus = [r.return_after for r in result.runs]
+    assert set(gpus) <= {4.0, 6.0} and len(gpus) == 4  # never the whole list, never unset
+    assert sorted(gpus).count(4.0) >= 1 and sorted(gpus).count(6.0) >= 1

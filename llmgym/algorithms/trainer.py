@@ -29,6 +29,7 @@ from llmgym.checkpoint import (
     latest_checkpoint,
     load_checkpoint_config,
     load_trainer_state,
+    read_latest_checkpoint,
     restore_rng_state,
     save_checkpoint,
 )
@@ -44,6 +45,7 @@ from llmgym.envs.registration import check_env_id
 from llmgym.errors import CheckpointError, ConfigError
 from llmgym.llm.updater import Updater
 from llmgym.metrics import RunLogger, plot_learning_curve, trim_metrics
+from llmgym.run_lock import RunLock, check_new_run_dir, default_run_stem, new_run_dir
 
 if TYPE_CHECKING:
     from llmgym.llm.modules import ModuleFunction
@@ -266,22 +268,37 @@ class Trainer:
         tokenizer: Its tokenizer.
 
     Raises:
-        ConfigError: If ``env.id`` is not registered (before the run directory or the model exist).
+        ConfigError: If ``env.id`` is not registered (before the run directory or the model exist), or a
+            new run (no ``train.resume``) would write into a folder that already holds a run.
+        RunLockedError: If another live process writes the run folder (its pid is named).
         MissingDependencyError: If the env or a setting needs an optional package that is not installed.
+
+    The run folder is locked (``.llmgym.lock``) from here to :meth:`close`; a default run name gets a
+    ``-2``, ``-3``... suffix when that folder exists already.
     """
 
     def __init__(self, config: Config, run_dir: Optional[str | Path] = None, *, model: Any = None, tokenizer: Any = None) -> None:
         check_requirements(config)
         self.config = config
         train = config.train
-        if run_dir is None:
-            if train.resume is not None:
-                run_dir = train.resume
-            else:
-                name = train.run_name or f"{config.env.id.split('/')[-1]}-{time.strftime('%Y%m%d-%H%M%S')}"
-                run_dir = Path(train.output_dir) / name
+        if run_dir is None and train.resume is None and not train.run_name:
+            run_dir = new_run_dir(train.output_dir, default_run_stem(config.env.id, time.strftime("%Y%m%d-%H%M%S")))
+        elif run_dir is None:
+            run_dir = train.resume if train.resume is not None else Path(train.output_dir) / str(train.run_name)
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = RunLock.acquire(self.run_dir)  # before anything is read or written there
+        try:
+            self._setup(config, model, tokenizer)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _setup(self, config: Config, model: Any, tokenizer: Any) -> None:
+        """Everything of ``__init__`` done under the run folder's lock."""
+        train = config.train
+        if train.resume is None:
+            check_new_run_dir(self.run_dir)
         clean_crash_leftovers(self.run_dir)
         checkpoint = self._resume_checkpoint() if train.resume is not None else None
         save_config(config, self.run_dir / "config.yaml")
@@ -443,9 +460,12 @@ class Trainer:
         }
 
     def close(self) -> None:
-        """Release the envs and the LLM."""
-        self.envs.close()
-        self.llm.close()
+        """Release the envs, the LLM and the run folder's lock."""
+        try:
+            self.envs.close()
+            self.llm.close()
+        finally:
+            self._lock.release()
 
 
 def _before_after(before: Optional[dict[str, Any]], after: dict[str, Any], prefix: str) -> str:
@@ -527,18 +547,27 @@ def evaluate_run(
             config file or shipped config name.
     """
     path = Path(run_dir)
-    folder = latest_checkpoint(path) if path.is_dir() else None
-    config = load_config(folder / "config.yaml" if folder is not None else run_dir, list(overrides))
-    check_env_id(config.env.id, config.env.kwargs)  # before the model loads
     _seed_everything(seed)
-    llm = build_llm(config)
+    built: list[Any] = []  # the LLM, built once (a retry loads the newer checkpoint into it)
+
+    def load(source: Optional[Path]) -> Config:
+        config = load_config(source / "config.yaml" if source is not None else run_dir, list(overrides))
+        if not built:
+            check_env_id(config.env.id, config.env.kwargs)  # before the model loads
+            built.append(build_llm(config))
+        if source is not None:
+            built[0].load(source / "llm")
+        return config
+
     try:
-        if folder is not None:
-            llm.load(folder / "llm")
+        # A run still training may replace its checkpoint while it loads: then its newest one is read.
+        folder, config = read_latest_checkpoint(path, load) if path.is_dir() else (None, load(None))
+        llm = built[0]
         agent = build_agent(config, llm, _eval_width(config, episodes), _env_instructions(config))
         result = evaluate(agent, config, episodes, seed=seed, greedy=greedy)
     finally:
-        llm.close()
+        for llm in built:
+            llm.close()
     policy = "greedy" if greedy else f"sampled at temperature {config.agent.temperature:g}"
     source = f"checkpoint {folder.name}" if folder is not None else f"zero-shot {config.model.name}"
     print(

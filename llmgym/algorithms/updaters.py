@@ -39,6 +39,7 @@ from llmgym.algorithms.protocols import NaturalGradientObjective
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import InputError
 from llmgym.llm.modules import POLICY_KEY, SCORE_KEY, VALUE_KEY
+from llmgym.llm.precision import LossScaling
 from llmgym.llm.updater import Updater
 
 __all__ = ["PolicyUpdater", "UpdateContext"]
@@ -79,6 +80,19 @@ class PolicyUpdater(Updater):
         self.optimizer = torch.optim.AdamW(groups, eps=1e-5, weight_decay=0.0)
         self.base_learning_rates = [float(group["lr"]) for group in groups]
         self.params: list[torch.nn.Parameter] = [p for group in groups for p in group["params"]]
+        #: fp16 loss scaling (skips steps with inf/NaN gradients); a no-op in bf16 and fp32.
+        self.loss_scaling = LossScaling(getattr(self.llm, "compute_dtype", torch.float32), self.params[0].device)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state, and the fp16 loss scale when there is one."""
+        state = super().state_dict()
+        scaling = self.loss_scaling.state_dict()
+        return {**state, "loss_scaling": scaling} if scaling else state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        super().load_state_dict(state)
+        self.loss_scaling.load_state_dict(state.get("loss_scaling", {}))
 
     # ------------------------------------------------------------------ forward passes
     def _evaluate(
@@ -291,7 +305,7 @@ class UpdateContext:
                 local = [self._position[g] for g in chunk]
                 outputs = updater._evaluate(self._contexts, self._candidates, local, chunk, self.batch)
                 chunk_loss, stats = loss(outputs, self.batch.targets(chunk, device))
-                (chunk_loss * (len(chunk) / len(own))).backward()
+                updater.loss_scaling.backward(chunk_loss * (len(chunk) / len(own)))
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + float(value) * len(chunk)
                 seen += len(chunk)
@@ -299,13 +313,14 @@ class UpdateContext:
             for param in updater.params:
                 if id(param) not in stepped:
                     param.grad = None
-            if cfg.max_grad_norm is not None:
-                norm = torch.nn.utils.clip_grad_norm_(list(parameters), cfg.max_grad_norm)
+            norm = updater.loss_scaling.step(updater.optimizer, list(parameters), cfg.max_grad_norm)  # type: ignore[arg-type]
+            if norm is not None:
                 totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(norm) * len(own)
-            updater.optimizer.step()  # type: ignore[union-attr]
         result: dict[str, Any] = {key: value / seen for key, value in totals.items()} if seen else {}
         result["num_samples"] = seen
         return result
 
     def _device(self) -> torch.device:
-        return next(iter(self._updater.params)).device
+        """Where the policy's outputs land, so the targets go there: the LM head's device (the last GPU of a sharded model)."""
+        head_device = getattr(self._updater.llm, "head_device", None)
+        return head_device if isinstance(head_device, torch.device) else next(iter(self._updater.params)).device

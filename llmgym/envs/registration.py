@@ -7,6 +7,7 @@ stays light and an env's module loads on its first :func:`gymnasium.make`.
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from llmgym.envs._scienceworld_tasks import SCIENCEWORLD_TASKS, task_id_name
 from llmgym.envs._textworld_games import DEFAULT_GAME, FAMILIES
 from llmgym.errors import ConfigError, require_installed
 
-__all__ = ["register_envs", "list_envs", "check_env_id", "extras_note", "ENV_SPECS", "EnvEntry", "EnvExtra"]
+__all__ = ["register_envs", "list_envs", "check_env_id", "import_env_module", "extras_note", "ENV_SPECS", "EnvEntry", "EnvExtra"]
 
 
 @dataclass(frozen=True)
@@ -250,33 +251,66 @@ def extras_note(entry: EnvEntry) -> str:
     return "; ".join(notes)
 
 
-def check_env_id(env_id: str, kwargs: Mapping[str, Any] | None = None) -> None:
-    """Check, without building the env or importing its module, that an env id can be made.
+def import_env_module(env_id: str) -> str:
+    """Import the module of a ``module:Namespace/Name-v0`` id, as ``gymnasium.make`` does; return the bare id.
 
-    Meant to run before anything slow (loading a model, creating a run directory).
+    Gymnasium's convention for an env registered in the user's own module: the part before ``:``
+    is imported (registering the env), the part after is the registered id.
 
     Args:
-        env_id: A Gymnasium id, e.g. ``"llmgym/BabyAI-Text-GoToLocal-v0"``.
+        env_id: A Gymnasium id, with or without a ``module:`` prefix.
+
+    Returns:
+        The id without its module prefix (``env_id`` itself when it has none).
+
+    Raises:
+        ConfigError: If the module cannot be found (the message names it and the fix).
+    """
+    module, sep, name = env_id.partition(":")
+    if not sep:
+        return env_id
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"env id {env_id!r} names the module {module!r}, which cannot be imported ({exc}). Fix: put the folder "
+            "holding it on PYTHONPATH (or pip install its package), or drop the 'module:' prefix."
+        ) from exc
+    return name
+
+
+def check_env_id(env_id: str, kwargs: Mapping[str, Any] | None = None) -> None:
+    """Check, without building the env, that an env id can be made.
+
+    Meant to run before anything slow (loading a model, creating a run directory). An llmgym
+    env's module is not imported; an id of the form ``module:Namespace/Name-v0`` (Gymnasium's
+    convention for an env registered in the user's own module) imports ``module`` first, as
+    ``gymnasium.make`` does.
+
+    Args:
+        env_id: A Gymnasium id, e.g. ``"llmgym/BabyAI-Text-GoToLocal-v0"`` or ``"mymodule:my/Env-v0"``.
         kwargs: The keyword arguments it will be made with (``env.kwargs``), which may select a
             feature that needs an optional package (e.g. ``reward="bleu"``).
 
     Raises:
-        ConfigError: If the id is not registered; the message lists close matches and points
-            to ``llmgym envs``.
+        ConfigError: If the id is not registered (the message lists close matches and points
+            to ``llmgym envs``), or its ``module:`` prefix cannot be imported.
         MissingDependencyError: If it is an llmgym env whose ``kwargs`` need an optional package that
             is not installed.
     """
     register_envs()
     if not isinstance(env_id, str):
         raise ConfigError(f"env id {env_id!r:.100} is a {type(env_id).__name__}; expected a string such as 'llmgym/EchoWord-v0'.")
+    name = import_env_module(env_id)
     try:
-        spec = gym.spec(env_id)
+        spec = gym.spec(name)
     except gym.error.Error as exc:
-        close = difflib.get_close_matches(str(env_id), list(gym.registry), n=3)
+        close = difflib.get_close_matches(name, list(gym.registry), n=3)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ConfigError(
             f"env id {env_id!r} is not a registered Gymnasium env.{hint} Fix: run `llmgym envs` to list "
-            "llmgym's envs (or pass env factories instead of an id)."
+            "llmgym's envs (`llmgym envs MODULE` adds those MODULE registers; give those as 'MODULE:ID'), or pass "
+            "env factories instead of an id."
         ) from exc
     for entry in ENV_SPECS:
         if entry.id != spec.id:

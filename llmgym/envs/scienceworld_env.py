@@ -28,6 +28,7 @@ CamelCase (``ScienceWorld-Boil-v0`` for ``boil``, ``ScienceWorld-FindLivingThing
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import shutil
@@ -36,7 +37,7 @@ import threading
 from typing import Any
 
 from llmgym.envs._scienceworld_tasks import SCIENCEWORLD_TASKS
-from llmgym.envs.core import TextEnv, TextSpace, normalize_action_text
+from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace, normalize_action_text
 from llmgym.errors import (
     BackendError,
     ConfigError,
@@ -57,9 +58,20 @@ ALWAYS_VALID: tuple[str, ...] = ("inventory", "look around", "task", "wait1")
 #: The suite's variation sets.
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 
+#: Characters of a rejected action shown in its error, and valid actions shown as the closest.
+_SHOWN_CHARS = 200
+_SHOWN_CLOSEST = 10
+
 _LAUNCH_LOCK = threading.Lock()
 #: (task, split) -> the split's variations; the suite's fixed data, shared by the envs of a process.
 _VARIATIONS: dict[tuple[str, str], tuple[int, ...]] = {}
+
+
+def _preview(action: Any) -> str:
+    """The repr of an action, cut to its first ``_SHOWN_CHARS`` characters (saying its length) when longer."""
+    if isinstance(action, str) and len(action) > _SHOWN_CHARS:
+        return f"{action[:_SHOWN_CHARS]!r}... ({len(action)} characters)"
+    return f"{action!r:.{_SHOWN_CHARS}}"
 
 
 def start_simulator() -> Any:
@@ -149,6 +161,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
             ``"noElectricalAction"`` or ``"easy"`` (all of them); ``""`` for none.
         free_text_actions: Whether any string goes to the game's parser (no ``"valid_actions"`` in
             ``info``) rather than only the valid actions.
+        render_mode: ``"ansi"`` (:meth:`render` returns the last observation text) or ``None``.
 
     Raises:
         ConfigError: If the task, split or simplifications are unknown.
@@ -157,6 +170,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
     """
 
     description = "ScienceWorld: an elementary-science task in a simulated house, played with typed commands."
+    metadata = ANSI_METADATA
 
     def __init__(
         self,
@@ -165,7 +179,10 @@ class ScienceWorldTextEnv(TextEnv[str]):
         *,
         simplifications: str = "",
         free_text_actions: bool = False,
+        render_mode: str | None = None,
     ) -> None:
+        self._init_render_mode(render_mode)
+        self._last_text: str | None = None
         if task not in SCIENCEWORLD_TASKS:
             raise ConfigError(
                 f"task={task!r} is not a ScienceWorld task; expected one of {list(SCIENCEWORLD_TASKS)}. "
@@ -240,6 +257,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
         info = self._info(completed=False)
         if self._actions is not None:
             self._first_actions[variation] = self._actions
+        self._last_text = text
         return text, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -257,7 +275,11 @@ class ScienceWorldTextEnv(TextEnv[str]):
         reward, self._score = (score - self._score) / 100, score
         completed = bool(self._server.getCompleted())
         info = self._info(completed)
-        return _clean(answer), reward, completed or score < 0, False, info
+        self._last_text = _clean(answer)
+        return self._last_text, reward, completed or score < 0, False, info
+
+    def _render_text(self) -> str | None:
+        return self._last_text
 
     def _info(self, completed: bool) -> dict[str, Any]:
         info: dict[str, Any] = {
@@ -290,6 +312,14 @@ class ScienceWorldTextEnv(TextEnv[str]):
                 f"action={action!r} is a {type(action).__name__}; ScienceWorld actions are strings, e.g. "
                 "'look around'. Fix: pass one of info['valid_actions']."
             )
+        try:
+            action.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidActionError(
+                f"action={_preview(action)} is not valid Unicode: it holds a lone surrogate "
+                f"({action[exc.start]!r}) at position {exc.start}, which the game cannot receive. Fix: decode the "
+                "agent's output with errors='replace' (or drop the surrogates) before stepping."
+            ) from None
         if self.free_text_actions:
             return action
         command = self._valid_index().get(normalize_action_text(action))
@@ -324,12 +354,18 @@ class ScienceWorldTextEnv(TextEnv[str]):
             action: The rejected action.
 
         Returns:
-            An :class:`InvalidActionError` naming the action and the valid ones.
+            An :class:`InvalidActionError` naming the action (its first characters and its length
+            when long), the number of valid ones, the closest of them and those valid in every
+            state: bounded, however many actions are valid.
         """
+        index = self._valid_index()
+        typed = normalize_action_text(action[:_SHOWN_CHARS]) if isinstance(action, str) else ""
+        closest = [index[key] for key in difflib.get_close_matches(typed, list(index), n=_SHOWN_CLOSEST, cutoff=0.6)]
         return InvalidActionError(
-            f"action={action!r} is not a valid action in this state of ScienceWorld's {self.task!r}; expected one "
-            f"of {self.valid_actions()}. Fix: pick one of info['valid_actions'], or make the env with "
-            "free_text_actions=True to send any command to the game's parser."
+            f"action={_preview(action)} is not a valid action in this state of ScienceWorld's {self.task!r} "
+            f"({len(index)} valid actions); closest: {closest}; valid in every state: {list(ALWAYS_VALID)}. "
+            "Fix: pick one of info['valid_actions'] (the full list), or make the env with free_text_actions=True "
+            "to send any command to the game's parser."
         )
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ state admits (see :class:`CommandSpace`).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import warnings
@@ -41,6 +42,7 @@ MAX_COMMAND_CHARS = 256
 #: Commands admitted in every state of a game that lists its admissible commands (they change nothing).
 UNIVERSAL_COMMANDS = ("inventory", "look")
 _ZCODE_SUFFIXES = tuple(f".z{version}" for version in range(1, 9))
+_ZCODE_HEADER_BYTES = 0x40
 _END_PROMPT = "would you like to restart, restore a saved game, quit or undo the last command?"
 _BLANK_RUNS = re.compile(r"\n{3,}")
 
@@ -301,15 +303,28 @@ class TextWorldEnv(TextEnv[str]):
         return self._text
 
     def _start(self, index: int) -> Any:
-        """The TextWorld environment of game ``index``, started on first use."""
+        """The TextWorld environment of game ``index``, started on first use.
+
+        Raises:
+            ConfigError: If the story file is damaged (see :func:`check_story_file`), its ``.json``
+                is not a TextWorld game description, or TextWorld cannot play it.
+        """
         if index not in self._started:
             path = self.game_file(index)
+            check_story_file(path)
+            description = path.with_suffix(".json")
+            if description.is_file():
+                _check_game_json(description)
             try:
                 with warnings.catch_warnings():
-                    if path.with_suffix(".json").is_file():  # TextWorld's wrapper gives the score, not Jericho
+                    if description.is_file():  # TextWorld's wrapper gives the score, not Jericho
                         warnings.filterwarnings("ignore", message=r"Game .* is not fully supported")
                     self._started[index] = self._textworld.start(str(path), request_infos=self._infos)
-            except (NotImplementedError, ValueError) as exc:
+            except (NotImplementedError, KeyError, TypeError, ValueError) as exc:
+                if description.is_file() and not isinstance(exc, NotImplementedError):
+                    raise _bad_game_json(description, f"{type(exc).__name__}: {exc}") from exc
+                if not isinstance(exc, (NotImplementedError, ValueError)):
+                    raise
                 raise ConfigError(
                     f"game_path {str(path)!r} cannot be played by TextWorld {self._textworld.__version__}: {exc} "
                     "Fix: use a .z1-.z8 game (TextWorld 1.7 dropped Glulx; tw-make writes .z8)."
@@ -332,6 +347,60 @@ class TextWorldEnv(TextEnv[str]):
         if self._commands:
             info["valid_actions"] = list(self._commands)
         return info
+
+
+def check_story_file(path: Path) -> None:
+    """Refuse a Z-machine story file whose bytes disagree with its header.
+
+    The interpreter ends the whole process (``exit(1)``, no exception) on a story file shorter than
+    its header's length, and plays garbage from a damaged one: both are refused here by the
+    header's length and checksum (bytes ``0x1A``-``0x1D``; a length of 0, which old story files
+    give, is not checked). Other files (Glulx) pass unchecked.
+
+    Args:
+        path: The story file.
+
+    Raises:
+        ConfigError: If the file is shorter than its header, or its checksum is wrong.
+    """
+    data = path.read_bytes()
+    if path.suffix.lower() not in _ZCODE_SUFFIXES:
+        return
+    fix = (
+        "Fix: regenerate the game (tw-make writes the .z8 and its .json together; an llmgym/TextWorld-* game "
+        f"is regenerated once its folder is removed from {games.cache_root()}) or copy it again in full."
+    )
+    if len(data) < _ZCODE_HEADER_BYTES:
+        raise ConfigError(f"game_path {str(path)!r} is truncated: {len(data)} bytes, less than a story file's header. {fix}")
+    version = data[0]
+    length = int.from_bytes(data[0x1A:0x1C], "big") * (2 if version <= 3 else 4 if version <= 5 else 8)
+    if length and len(data) < length:
+        raise ConfigError(
+            f"game_path {str(path)!r} is truncated: {len(data)} bytes where its header says {length}. {fix}"
+        )
+    checksum = int.from_bytes(data[0x1C:0x1E], "big")
+    if length and sum(data[_ZCODE_HEADER_BYTES:length]) % 0x10000 != checksum:
+        raise ConfigError(f"game_path {str(path)!r} is damaged: its bytes do not match its header's checksum. {fix}")
+
+
+def _check_game_json(description: Path) -> None:
+    """Refuse a TextWorld ``.json`` that is no JSON object with a ``KB`` (TextWorld needs one)."""
+    try:
+        data = json.loads(description.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _bad_game_json(description, f"not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise _bad_game_json(description, f"a JSON {type(data).__name__}, not an object")
+    if "KB" not in data:
+        raise _bad_game_json(description, "it has no 'KB' (the game's knowledge base)")
+
+
+def _bad_game_json(description: Path, problem: str) -> ConfigError:
+    return ConfigError(
+        f"{description} is not a TextWorld game description: {problem}. Fix: regenerate the game with tw-make "
+        "(it writes the story file and its .json together), or remove the .json to play the story file alone "
+        "with admissible_only=False (free text, no admissible commands)."
+    )
 
 
 def _check_game_paths(game_path: Any) -> list[Path]:
@@ -359,5 +428,6 @@ def _check_game_paths(game_path: Any) -> list[Path]:
                 "one (.ulx) with its header. Fix: pass the story file itself (TextWorld writes game.z8 and "
                 "game.json: pass the .z8)."
             )
+        check_story_file(path)
         checked.append(path)
     return checked

@@ -31,6 +31,9 @@ from __future__ import annotations
 import functools
 import multiprocessing as mp
 import os
+import signal
+import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -46,8 +49,9 @@ from llmgym.envs.core import TextEnv, observation_text
 from llmgym.envs.registration import check_env_id, register_envs
 from llmgym.envs.reward_checks import check_reward, check_reward_clip, reward_number
 from llmgym.errors import BackendError, ConfigError, InputError, InvalidActionError
+from llmgym.lifetime import exit_with_parent, watch_parent
 
-__all__ = ["TextVectorEnv", "make_vec", "PromptBuilder"]
+__all__ = ["TextVectorEnv", "make_vec", "PromptBuilder", "worker_start_method"]
 
 #: ``builder(observation, info) -> prompt``.
 PromptBuilder = Callable[[Any, dict[str, Any]], str]
@@ -149,8 +153,23 @@ def _run_command(slots: list[_Slot], offset: int, command: str, data: Any) -> An
     raise InputError(f"unknown vector env command={command!r}")
 
 
-def _worker(conn: Connection, payload: bytes, offset: int, reward_clip: float | None) -> None:
-    """Worker process: build its envs, then answer commands until "close"."""
+def _worker(
+    conn: Connection,
+    payload: bytes,
+    offset: int,
+    reward_clip: float | None,
+    parent: tuple[int | None, bool],
+    inherited: list[Connection],
+) -> None:
+    """Worker process: build its envs, then answer commands until "close".
+
+    It never outlives its parent (see :func:`_follow_parent`, called with ``parent``);
+    ``inherited`` are the parent's ends of the pipes, which a forked worker holds copies of and
+    closes, so that it sees an EOF on its pipe when the parent closes or loses its end.
+    """
+    for end in inherited:
+        end.close()
+    _follow_parent(*parent)
     slots: list[_Slot] = []
     try:
         slots = [_Slot(fn(), offset + i, reward_clip) for i, fn in enumerate(cloudpickle.loads(payload))]
@@ -169,6 +188,25 @@ def _worker(conn: Connection, payload: bytes, offset: int, reward_clip: float | 
         for slot in slots:
             slot.env.close()
         conn.close()
+
+
+def _follow_parent(parent_pid: int | None, death_signal: bool) -> None:
+    """End this worker when its parent dies, however it dies (even ``SIGKILL``).
+
+    A thread watches the parent's pid; with ``death_signal`` the kernel also kills the worker at
+    once (it sends that signal when the *thread* that started the worker ends, so only a parent
+    that started it from its main thread, or a forkserver, asks for it). The worker's own children
+    end with it (ScienceWorld's JVM exits at the EOF of its stdin).
+
+    Args:
+        parent_pid: The pid of the process that started the worker (``None``: this process's
+            parent now, e.g. a forkserver).
+        death_signal: Whether to ask for the kernel's ``SIGKILL`` on the parent's death.
+    """
+    parent = os.getppid() if parent_pid is None else parent_pid
+    if death_signal:
+        exit_with_parent(parent, signal.SIGKILL)
+    watch_parent(parent)
 
 
 def _send_error(conn: Connection, exc: Exception) -> None:
@@ -203,6 +241,21 @@ class _SyncBackend:
             slot.env.close()
 
 
+def worker_start_method(context: str | None) -> str | None:
+    """The start method of async env workers: ``context`` when given, else ``"spawn"`` after CUDA is initialised.
+
+    A process forked from one that has initialised CUDA cannot use CUDA and may deadlock on its
+    locks; the trainer loads the LLM (on the GPU) before it starts the env workers. Otherwise
+    ``None``: the platform's default. Torch is not imported here for the check (envs do not need it).
+    """
+    if context is not None:
+        return context
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "spawn"
+    return None
+
+
 class _AsyncBackend:
     def __init__(
         self,
@@ -211,20 +264,33 @@ class _AsyncBackend:
         context: str | None,
         reward_clip: float | None,
     ) -> None:
-        ctx: Any = mp.get_context(context)
+        ctx: Any = mp.get_context(worker_start_method(context))
         bounds = np.linspace(0, len(env_fns), num_workers + 1).round().astype(int).tolist()
         self.chunks = [(start, stop) for start, stop in zip(bounds[:-1], bounds[1:]) if stop > start]
         self.conns: list[Connection] = []
         self.processes: list[Any] = []
+        method = ctx.get_start_method()
+        # A forkserver starts the workers from its one thread; fork and spawn from this thread.
+        parent = (None, True) if method == "forkserver" else (
+            os.getpid(), threading.current_thread() is threading.main_thread()
+        )
         for start, stop in self.chunks:
-            parent, child = ctx.Pipe()
+            parent_end, child = ctx.Pipe()
             proc = ctx.Process(
-                target=_worker, args=(child, cloudpickle.dumps(list(env_fns[start:stop])), start, reward_clip),
+                target=_worker,
+                args=(
+                    child,
+                    cloudpickle.dumps(list(env_fns[start:stop])),
+                    start,
+                    reward_clip,
+                    parent,
+                    [*self.conns, parent_end] if method == "fork" else [],
+                ),
                 daemon=True,
             )
             proc.start()
             child.close()
-            self.conns.append(parent)
+            self.conns.append(parent_end)
             self.processes.append(proc)
         self.broken = False
         self._gather(list(range(len(self.conns))))
@@ -507,7 +573,8 @@ def make_vec(
         max_episode_steps: Time limit of each env's episodes.
         prompt_builder: ``builder(observation, info) -> str`` for :attr:`TextVectorEnv.prompts`.
         num_workers: Worker processes in async mode.
-        context: Multiprocessing start method in async mode.
+        context: Multiprocessing start method in async mode (``None``: the platform's, or
+            ``"spawn"`` once this process has initialised CUDA, see :func:`worker_start_method`).
         reward_clip: ``None`` (bad rewards are errors) or the bound rewards are clipped to (see
             :class:`TextVectorEnv`).
 

@@ -47,15 +47,20 @@ def apply_lora(model: Any, lora: LoRAConfig, *, quantized: bool = False) -> Any:
     Args:
         model: A transformers causal or seq2seq LM.
         lora: Rank, alpha, dropout and target modules (``None``: every linear layer but the LM head).
-        quantized: The model was loaded in 4 bit (QLoRA): prepare it for k-bit training first.
+        quantized: The model was loaded in 4 bit (QLoRA): its base is frozen as loaded (dtypes kept).
 
     Returns:
         The ``peft.PeftModel``.
     """
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from peft import LoraConfig, get_peft_model
 
     if quantized:
-        model = prepare_model_for_kbit_training(model)
+        # Not peft's prepare_model_for_kbit_training: it casts the embeddings, norms and LM head to
+        # fp32 whatever model.dtype is, and makes the input embeddings require grad, so a trunk-cache
+        # miss would backpropagate through every frozen block. A frozen 4-bit base is all LoRA needs
+        # (get_peft_model adds the adapters in fp32); gradient checkpointing is set up separately.
+        for param in model.parameters():
+            param.requires_grad_(False)
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
     config = LoraConfig(
         r=lora.r,

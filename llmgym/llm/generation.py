@@ -25,12 +25,21 @@ from llmgym.errors import InputError
 from llmgym.llm.adapters import base_model
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows
 from llmgym.llm.masking import MaskLogitsProcessor
-from llmgym.llm.scoring import split_causal_lm
+from llmgym.llm.precision import activation_dtype
+from llmgym.llm.scoring import input_device, split_causal_lm
 from llmgym.llm.tokenization import TextEncoder, decoder_limit
-from llmgym.llm.tree_attention import packed_row_attention, supports_tree_attention
+from llmgym.llm.tree_attention import packed_row_attention, reads_dense_mask, supports_tree_attention
 from llmgym.llm.validation import check_generation_kwargs
 
-__all__ = ["Generation", "cache_kwarg", "generated_length", "generate", "packed_prompt_cache", "PreallocatedLayer"]
+__all__ = [
+    "Generation",
+    "cache_kwarg",
+    "gather_cache_rows",
+    "generated_length",
+    "generate",
+    "packed_prompt_cache",
+    "PreallocatedLayer",
+]
 
 #: Target length of a prefill row under a dense prefix-sharing mask, whose attention costs the
 #: square of it: short prompts share a row up to it (see ``plan_rows``).
@@ -179,8 +188,9 @@ def packed_prompt_cache(
 
     Returns:
         A ``DynamicCache`` with ``len(prompts)`` rows of ``max(len(p)) - 1`` positions, or ``None``
-        when there is nothing to prefill or the model's cache is not a plain dynamic cache (sliding
-        windows, linear attention...), where ``generate`` prefills as usual.
+        when there is nothing to prefill, the model's cache is not a plain dynamic cache (sliding
+        windows, linear attention...), or its attention (FlashAttention) reads no custom mask and
+        tree attention cannot replace it: there ``generate`` prefills as usual.
     """
     heads = [list(p[:-1]) for p in prompts]
     width = max(len(h) for h in heads)
@@ -188,12 +198,13 @@ def packed_prompt_cache(
         return None
     items = [ItemSpec(h, [], []) for h in heads]
     tree = supports_tree_attention(model)
+    if not tree and not reads_dense_mask(model):
+        return None  # FlashAttention without tree attention: generate's own padded prefill
     groups = plan_rows(items, [len(h) for h in heads], TREE_PREFILL_ROW_TOKENS if tree else PREFILL_ROW_TOKENS)
     rows = [pack_items([items[i] for i in group]) for group in groups]
-    device = next(model.parameters()).device
-    batch = collate_rows(rows, pad_token_id, device)
+    batch = collate_rows(rows, pad_token_id, input_device(model))
     backbone, head = split_causal_lm(model)
-    with packed_row_attention(model, batch, next(head.parameters()).dtype, tree) as mask:
+    with packed_row_attention(model, batch, activation_dtype(batch.input_ids.device, next(head.parameters()).dtype), tree) as mask:
         out = backbone(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=True)
     cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     layers = getattr(cache, "layers", None)
@@ -206,10 +217,28 @@ def packed_prompt_cache(
             start = width - len(heads[index])
             for j in range(len(heads[index])):
                 source[index][start + j] = r * length + batch.pad[r] + rows[r].locate(slot, 0, j)
-    gather = torch.tensor(source, dtype=torch.long, device=device)
-    for index, layer in enumerate(layers):
-        layers[index] = PreallocatedLayer(_gather_positions(layer.keys, gather), _gather_positions(layer.values, gather), spare)
+    gather_cache_rows(layers, torch.tensor(source, dtype=torch.long), spare)
     return cache
+
+
+def gather_cache_rows(layers: list[Any], gather: torch.Tensor, spare: int) -> None:
+    """Replace each packed-row cache layer by a :class:`PreallocatedLayer` of the positions ``gather [B, W]``.
+
+    The index is copied once to each device the layers live on (a sharded model's layers span
+    several GPUs), never from the host per layer.
+
+    Args:
+        layers: The cache's ``DynamicLayer`` objects (``[R, heads, L, d]`` states), replaced in place.
+        gather: ``[B, W]`` flat row position of every cache slot (on any device).
+        spare: Positions reserved per row for decoding.
+    """
+    on_device: dict[torch.device, torch.Tensor] = {}
+    for index, layer in enumerate(layers):
+        device = layer.keys.device
+        if device not in on_device:
+            on_device[device] = gather.to(device, non_blocking=True)
+        where = on_device[device]
+        layers[index] = PreallocatedLayer(_gather_positions(layer.keys, where), _gather_positions(layer.values, where), spare)
 
 
 def _gather_positions(states: torch.Tensor, gather: torch.Tensor) -> torch.Tensor:
@@ -305,7 +334,7 @@ def generate(
     contexts: Sequence[str],
     *,
     packed_prefill: bool = True,
-    logits_mask: Callable[[list[list[int]]], torch.Tensor] | None = None,
+    logits_mask: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     **generation_kwargs: Any,
 ) -> list[list[Generation]]:
     """Sample continuations of all contexts in one batched ``model.generate`` call.
@@ -317,10 +346,10 @@ def generate(
         contexts: ``B`` prompt strings (already validated).
         packed_prefill: Prefill causal models' prompts in packed prefix-sharing rows
             (:func:`packed_prompt_cache`); ``False`` leaves the padded prefill to ``generate``.
-        logits_mask: NLPO's mask (:class:`~llmgym.llm.masking.MaskLogitsProcessor`): given each
-            row's token ids so far (prompt without padding, then the generated ones), the
-            ``[R, V]`` bool tokens that may come next; applied before temperature, top-k and
-            top-p, and included in ``Generation.logprobs``. ``None``: no mask.
+        logits_mask: NLPO's mask (:class:`~llmgym.llm.masking.MaskLogitsProcessor`): given the
+            left-padded ``input_ids [R, T]`` so far (prompt, then the generated ids) and each row's
+            left padding ``[R]``, the ``[R, V]`` bool tokens that may come next; applied before
+            temperature, top-k and top-p, and included in ``Generation.logprobs``. ``None``: no mask.
         **generation_kwargs: Any ``transformers`` generation argument (``max_new_tokens``,
             ``max_length``, turned into the ``max_new_tokens`` it leaves, ``do_sample``, ``temperature``, ``top_p``, ``num_return_sequences``, ``stop_strings``...).
 
@@ -345,7 +374,7 @@ def generate(
         )
     check_generation_kwargs(generation_kwargs)
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
-    device = next(model.parameters()).device
+    device = input_device(model)
     prompts = encoder.encode_contexts(encoder.fit_contexts(contexts))
     new_tokens = _new_tokens(model, generation_kwargs, max((len(p) for p in prompts), default=0), seq2seq)
     _check_prompts(prompts, new_tokens, encoder.window, decoder_limit(model.config, tokenizer) if seq2seq else None)
@@ -392,6 +421,7 @@ def generate(
     per_context = tokens.shape[0] // len(prompts)
     results: list[list[Generation]] = []
     token_lists = tokens.cpu().tolist()
+    processed, raw = processed.cpu(), raw.cpu()  # one copy each, not one per row
     for b, prompt in enumerate(prompts):
         group: list[Generation] = []
         for s in range(per_context):
@@ -402,8 +432,8 @@ def generate(
                 Generation(
                     text=tokenizer.decode(ids[:keep], skip_special_tokens=True),
                     token_ids=ids[:keep],
-                    logprobs=processed[row, :keep].cpu(),
-                    raw_logprobs=raw[row, :keep].cpu(),
+                    logprobs=processed[row, :keep].clone(),
+                    raw_logprobs=raw[row, :keep].clone(),
                     prompt_ids=list(prompt),
                 )
             )

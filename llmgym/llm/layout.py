@@ -306,17 +306,21 @@ def plan_rows(items: Sequence[ItemSpec], lengths: Sequence[int], row_tokens: int
     return [row for row in rows if row]
 
 
-def plan_minibatches(sizes: Sequence[int], lengths: Sequence[int], minibatch_size: int) -> list[list[int]]:
-    """Group items into forward passes of at most ``minibatch_size`` sequences.
+def plan_minibatches(
+    sizes: Sequence[int], lengths: Sequence[int], minibatch_size: int, max_tokens: int = 0
+) -> list[list[int]]:
+    """Group items into forward passes of at most ``minibatch_size`` sequences and ``max_tokens`` tokens.
 
     Items are sorted by decreasing row length (so rows of similar length share a pass and little
-    padding is computed) and never split: an item larger than ``minibatch_size`` gets a pass of
-    its own.
+    padding is computed) and never split: an item larger than ``minibatch_size`` or ``max_tokens``
+    gets a pass of its own.
 
     Args:
         sizes: Number of sequences of each item (its candidates, at least 1).
         lengths: Packed row length of each item.
         minibatch_size: Maximum number of sequences per pass.
+        max_tokens: Maximum sum of ``lengths`` per pass (a bound on its activations' memory,
+            whatever the sequences' lengths); 0: no bound.
 
     Returns:
         Item indices of each pass.
@@ -324,14 +328,16 @@ def plan_minibatches(sizes: Sequence[int], lengths: Sequence[int], minibatch_siz
     order = sorted(range(len(sizes)), key=lambda i: (-lengths[i], i))
     plans: list[list[int]] = []
     current: list[int] = []
-    used = 0
+    used = tokens = 0
     for index in order:
         size = max(1, sizes[index])
-        if current and used + size > minibatch_size:
+        over_tokens = max_tokens > 0 and tokens + lengths[index] > max_tokens
+        if current and (used + size > minibatch_size or over_tokens):
             plans.append(current)
-            current, used = [], 0
+            current, used, tokens = [], 0, 0
         current.append(index)
         used += size
+        tokens += lengths[index]
     if current:
         plans.append(current)
     return plans

@@ -16,14 +16,27 @@ from llmgym.config import ModelConfig
 from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
 from llmgym.llm.collectives import Collectives, SingleProcess
+from llmgym.llm.fingerprint import base_fingerprint
 from llmgym.llm.generation import Generation, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
 from llmgym.llm.masking import IncrementalMask, MaskPolicy, check_mask_top_p
+from llmgym.llm.memory import enable_gradient_checkpointing, trunk_cache_bytes
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, load_mask_policy, save_llm_state
+from llmgym.llm.precision import compute_autocast, keep_trainable_fp32
 from llmgym.llm.sampling import Sampling
-from llmgym.llm.scoring import Minibatch, forward_items, reduce_token_scores, row_length, score_items
+from llmgym.llm.scoring import (
+    Minibatch,
+    forward_items,
+    input_device,
+    module_device,
+    reduce_token_scores,
+    row_length,
+    score_items,
+    split_causal_lm,
+)
 from llmgym.llm.tokenization import TextEncoder, model_window
+from llmgym.llm.tree_attention import check_packed_attention
 from llmgym.llm.trunk_cache import TrunkCache
 from llmgym.llm.updater import Updater
 from llmgym.llm.validation import (
@@ -76,13 +89,27 @@ class LocalLLM:
             from llmgym.llm.models import load_model
 
             model, tokenizer = load_model(config)
+        #: The base model's fingerprint as loaded (``None`` for a fresh random init), recorded by :meth:`save`
+        #: and compared by :meth:`load`.
+        self.base_fingerprint = base_fingerprint(model, config.name) if config.pretrained else None
+        #: The dtype the frozen weights compute in; forward passes autocast to it when it is a half dtype.
+        self.compute_dtype = _weights_dtype(model)
         if config.lora is not None and not is_peft_model(model):
             model = apply_lora(model, config.lora, quantized=config.load_in_4bit)
+        # fp32 master weights for what trains (precision.py). LoRA adapters and heads are fp32 already and
+        # cast their inputs themselves; weights cast here (full fine-tuning in half precision) sit in layers
+        # that also get half inputs, so those forward passes run under autocast.
+        self._autocast = keep_trainable_fp32(model) > 0
+        if config.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
         self.config = config
         self.model = model
         self.tokenizer = tokenizer
         self.is_seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
-        self.device = next(model.parameters()).device
+        check_packed_attention(model)
+        self.device = input_device(model)
+        #: Where the last hidden states land (the last GPU of a sharded model): the heads live there.
+        self.head_device = _output_device(model, self.device)
         self.window = model_window(model.config)
         limit = config.max_context_tokens or self.window
         self.encoder = TextEncoder(tokenizer, self.is_seq2seq, limit, config.context_overflow, self.window)
@@ -97,10 +124,10 @@ class LocalLLM:
                     f"{SCORE_KEY!r} (built in) and values must be llmgym.ModuleFunction instances."
                 )
             module.bind(model.config, hidden_size, config.seed, key)
-            self.module_functions[key] = module.to(self.device)
+            self.module_functions[key] = module.to(self.head_device)
         self.collectives: Collectives = collectives if collectives is not None else SingleProcess()
         self.updater = updater() if isinstance(updater, type) else updater
-        self.trunk_cache = TrunkCache(config.trunk_cache_mb * 2**20)
+        self.trunk_cache = TrunkCache(trunk_cache_bytes(config.trunk_cache_mb, self.device))
         #: NLPO's mask policy: a snapshot of the trainable weights (empty until refresh_mask_policy).
         self.mask_policy = MaskPolicy()
         self._closed = False
@@ -108,6 +135,10 @@ class LocalLLM:
             self.updater.bind(self)
 
     # ------------------------------------------------------------------ helpers
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        """Autocast to :attr:`compute_dtype` where fp32 trainable weights meet half ones (full fine-tuning in half precision)."""
+        return compute_autocast(self.device, self.compute_dtype if self._autocast else torch.float32)
+
     def _check_open(self) -> None:
         if self._closed:
             raise BackendError("This LLM was closed; build a new llmgym.LLM to keep using the model.")
@@ -146,10 +177,12 @@ class LocalLLM:
         plans = [
             [part[i] for i in plan]
             for part in self._trunk_partition(items)
-            for plan in plan_minibatches([sizes[i] for i in part], [lengths[i] for i in part], minibatch_size)
+            for plan in plan_minibatches(
+                [sizes[i] for i in part], [lengths[i] for i in part], minibatch_size, self.config.forward_batch_tokens
+            )
         ]
         grad_mode = torch.enable_grad() if require_grad else torch.no_grad()
-        with grad_mode:
+        with grad_mode, self.autocast():
             for plan in plans:
                 chosen = [items[i] for i in plan]
                 outputs, input_ids, position_ids = forward_items(
@@ -160,15 +193,20 @@ class LocalLLM:
                 counts = [len(item.candidate_ids) for item in chosen]
                 states = [sum(len(ids) - s for ids, s in zip(i.candidate_ids, i.candidate_starts)) for i in chosen] if token_mode else [1] * len(chosen)
                 minibatch = Minibatch(plan, [item.context_ids for item in chosen], counts, states, input_ids, position_ids)
+                # Without gradients each output crosses to the host once per pass, not once per item.
+                out = (lambda t: t) if require_grad else (lambda t: t.detach().cpu())
                 per_key: dict[str, list[Any]] = {}
                 if extra_key is not None:
-                    per_key[extra_key] = list(outputs.token_logprobs.split(states))
+                    per_key[extra_key] = list(out(outputs.token_logprobs).split(states))
                 if SCORE_KEY in keys:
                     scores = reduce_token_scores(outputs.token_logprobs, outputs.token_counts, normalize)
-                    per_key[SCORE_KEY] = list(scores.split(counts))
+                    per_key[SCORE_KEY] = list(out(scores).split(counts))
                 for key in keys:
                     if key != SCORE_KEY:
-                        value = self.module_functions[key](outputs, minibatch, minibatch.tokenized_contexts, **kwargs)
+                        module = self.module_functions[key]
+                        seen = outputs.to(module_device(module) or outputs.context_hidden.device)
+                        value = module(seen, minibatch, minibatch.tokenized_contexts, **kwargs)
+                        value = out(value) if isinstance(value, torch.Tensor) else value
                         per_key[key] = self._split_module_output(key, value, states, token_mode)
                 for position, index in enumerate(plan):
                     for key, values in per_key.items():
@@ -189,8 +227,8 @@ class LocalLLM:
         if self.is_seq2seq:
             raise InputError("mask_top_p < 1 (NLPO) needs a causal LM; seq2seq models are not supported.")
 
-    def _mask_keep(self, top_p: float) -> Callable[[list[list[int]]], torch.Tensor]:
-        """For ``generate``: the ``[R, V]`` tokens the mask policy keeps after each row's ids so far."""
+    def _mask_keep(self, top_p: float) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """For ``generate``: the ``[R, V]`` tokens the mask policy keeps after each left-padded row so far."""
         return IncrementalMask(self.mask_policy, self.model, top_p, self._special_ids(), self.pad_token_id)
 
     def _trunk_partition(self, items: Sequence[ItemSpec]) -> list[list[int]]:
@@ -249,10 +287,12 @@ class LocalLLM:
         groups = check_candidates(candidates, len(contexts))
         normalize = check_normalize(normalize)
         items = self.encoder.encode_items(self.encoder.fit_contexts(contexts), groups, add_eos)
-        return score_items(
-            self.model, items, self.pad_token_id, is_seq2seq=self.is_seq2seq, normalize=normalize,
-            minibatch_size=self._minibatch_size(minibatch_size), row_tokens=self.config.row_tokens,
-        )
+        with self.autocast():
+            return score_items(
+                self.model, items, self.pad_token_id, is_seq2seq=self.is_seq2seq, normalize=normalize,
+                minibatch_size=self._minibatch_size(minibatch_size), row_tokens=self.config.row_tokens,
+                max_tokens=self.config.forward_batch_tokens,
+            )
 
     def forward(
         self,
@@ -347,14 +387,15 @@ class LocalLLM:
         if sampling is not None and sampling.is_masked:
             self._check_maskable()
             size = self._minibatch_size(minibatch_size)
-            keep = [
-                mask
-                for start in range(0, len(prompts), size)
-                for mask in self.mask_policy.keep_masks(
-                    self.model, prompts[start : start + size], completions[start : start + size], sampling.mask_top_p,
-                    self.pad_token_id, self._special_ids(),
-                )
-            ]
+            with self.autocast():
+                keep = [
+                    mask
+                    for start in range(0, len(prompts), size)
+                    for mask in self.mask_policy.keep_masks(
+                        self.model, prompts[start : start + size], completions[start : start + size], sampling.mask_top_p,
+                        self.pad_token_id, self._special_ids(),
+                    )
+                ]
         return self._run(
             items, keys, token_mode=True, require_grad=require_grad, normalize="sum",
             minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs, extra_key="logprobs", sampling=sampling,
@@ -378,7 +419,8 @@ class LocalLLM:
         if mask_top_p < 1.0:
             self._check_maskable()
             generation_kwargs["logits_mask"] = self._mask_keep(mask_top_p)
-        return generate(self.model, self.tokenizer, self.encoder, contexts, **generation_kwargs)
+        with self.autocast():
+            return generate(self.model, self.tokenizer, self.encoder, contexts, **generation_kwargs)
 
     def refresh_mask_policy(self) -> None:
         """Snapshot the current trainable weights as NLPO's mask policy (:class:`~llmgym.llm.masking.MaskPolicy`)."""
@@ -465,12 +507,16 @@ class LocalLLM:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Atomically save trainable weights, module functions, updater state and mask policy to a folder.
 
+        The base model's fingerprint (:attr:`base_fingerprint`) is recorded with them.
+
         The frozen-trunk cache is emptied too, as :meth:`load` empties it: a run resumed from
         the checkpoint then computes exactly what the run that wrote it computes next.
         """
         self._check_open()
         state = self.updater.state_dict() if self.updater is not None else None
-        save_llm_state(path, self.model, dict(self.module_functions.items()), state, self.mask_policy.state_dict())
+        save_llm_state(
+            path, self.model, dict(self.module_functions.items()), state, self.mask_policy.state_dict(), self.base_fingerprint
+        )
         self.clear_trunk_cache()
 
     def clear_trunk_cache(self) -> None:
@@ -479,10 +525,15 @@ class LocalLLM:
         self.trunk_cache.clear()
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Load what :meth:`save` wrote (same model, adapter setup and module names)."""
+        """Load what :meth:`save` wrote (same model, adapter setup and module names).
+
+        Raises:
+            CheckpointError: When the folder is incomplete or corrupted, or was trained from another base
+                model than the one loaded (its recorded fingerprint differs from :attr:`base_fingerprint`).
+        """
         self._check_open()
-        state = load_llm_state(path, self.model, dict(self.module_functions.items()))
-        self.mask_policy.load_state_dict(load_mask_policy(path), self.device)
+        state = load_llm_state(path, self.model, dict(self.module_functions.items()), self.base_fingerprint)
+        self.mask_policy.load_state_dict(load_mask_policy(path), self.model)
         self.trunk_cache.clear()
         if state is not None and self.updater is not None:
             self.updater.load_state_dict(state)
@@ -497,6 +548,21 @@ class LocalLLM:
         self.module_functions = torch.nn.ModuleDict()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _weights_dtype(model: Any) -> torch.dtype:
+    """Dtype of the model's input embeddings (the dtype it was loaded in)."""
+    weight = getattr(model.get_input_embeddings(), "weight", None)
+    return weight.dtype if isinstance(weight, torch.Tensor) and weight.is_floating_point() else torch.float32
+
+
+def _output_device(model: Any, default: torch.device) -> torch.device:
+    """Device of the LM head (causal) or of the decoder's last block (seq2seq): where hidden states end."""
+    if bool(getattr(model.config, "is_encoder_decoder", False)):
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    else:
+        _, head = split_causal_lm(model)
+    return (module_device(head) if isinstance(head, torch.nn.Module) else None) or default
 
 
 def _concat_masks(masks: Sequence[torch.Tensor]) -> torch.Tensor | None:

@@ -20,6 +20,7 @@ import torch
 from transformers import LogitsProcessor
 
 from llmgym.errors import InputError
+from llmgym.llm.scoring import input_device
 
 __all__ = ["IncrementalMask", "MaskLogitsProcessor", "MaskPolicy", "check_mask_top_p", "top_p_mask"]
 
@@ -35,7 +36,7 @@ def check_mask_top_p(top_p: float) -> float:
     return float(top_p)
 
 
-def top_p_mask(mask_logits: torch.Tensor, top_p: float, always_keep: Sequence[int] = ()) -> torch.Tensor:
+def top_p_mask(mask_logits: torch.Tensor, top_p: float, always_keep: Sequence[int] | torch.Tensor = ()) -> torch.Tensor:
     """The smallest set of most likely tokens whose mask-policy probability reaches ``top_p``.
 
     Tokens are sorted by probability (descending); a token is kept while the mass of the tokens
@@ -45,7 +46,7 @@ def top_p_mask(mask_logits: torch.Tensor, top_p: float, always_keep: Sequence[in
     Args:
         mask_logits: ``[N, V]`` logits of the mask policy.
         top_p: Mass to reach, in ``(0, 1]`` (1 keeps every token).
-        always_keep: Token ids kept in every row.
+        always_keep: Token ids kept in every row (a list, or a long tensor already on the device).
 
     Returns:
         ``[N, V]`` bool, True for the tokens kept.
@@ -60,7 +61,9 @@ def top_p_mask(mask_logits: torch.Tensor, top_p: float, always_keep: Sequence[in
     keep_sorted = mass_before < top_p
     keep_sorted[..., 0] = True
     keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-    if always_keep:
+    if isinstance(always_keep, torch.Tensor):
+        keep[..., always_keep.to(keep.device, non_blocking=True)] = True
+    elif always_keep:
         keep[..., torch.as_tensor(list(always_keep), dtype=torch.long, device=keep.device)] = True
     return keep
 
@@ -94,9 +97,14 @@ class MaskPolicy:
         """The snapshot (saved in checkpoints), or ``None`` before the first refresh."""
         return self.params
 
-    def load_state_dict(self, params: dict[str, torch.Tensor] | None, device: torch.device) -> None:
-        """Restore a snapshot written by :meth:`state_dict` onto ``device``."""
-        self.params = None if params is None else {name: t.to(device) for name, t in params.items()}
+    def load_state_dict(self, params: dict[str, torch.Tensor] | None, model: Any) -> None:
+        """Restore a snapshot written by :meth:`state_dict`, each tensor on its parameter's device in ``model``."""
+        if params is None:
+            self.params = None
+            return
+        devices = {name: p.device for name, p in model.named_parameters()}
+        fallback = next(iter(devices.values()))
+        self.params = {name: t.to(devices.get(name, fallback)) for name, t in params.items()}
 
     def _snapshot(self) -> dict[str, torch.Tensor]:
         if self.params is None:
@@ -128,7 +136,7 @@ class MaskPolicy:
         keep = max(counts, default=0)
         if keep == 0:
             return [torch.zeros(0, 0) for _ in sequences]
-        device = next(model.parameters()).device
+        device = input_device(model)
         inputs = {**_left_padded(sequences, pad_token_id, device), "use_cache": False,
                   "logits_to_keep": keep}
         with torch.no_grad():
@@ -179,8 +187,10 @@ class IncrementalMask:
 
     ``generate`` extends every row by one token per step; recomputing the mask policy over each
     whole row at every step would cost a full forward per token. The first call runs the snapshot
-    over the rows (left-padded) and keeps its KV cache; each later call feeds only the rows' newest
-    tokens. A call whose rows are not the previous rows plus one token each starts over.
+    over the left-padded rows and keeps its KV cache; each later call whose rows are one token
+    longer feeds only their newest tokens; any other shape starts over. Everything stays on the
+    device: no host sync per decoding step (the rows are compared by shape, not content, so use
+    one instance per ``generate`` call).
 
     Args:
         policy: The mask policy (its snapshot must exist).
@@ -196,38 +206,47 @@ class IncrementalMask:
         self.top_p = check_mask_top_p(top_p)
         self.always_keep = list(always_keep)
         self.pad_token_id = pad_token_id
-        self._rows: list[list[int]] | None = None
+        self._shape: tuple[int, int] | None = None
         self._cache: Any = None
         self._attention: torch.Tensor | None = None
+        self._positions: torch.Tensor | None = None
+        self._always: torch.Tensor | None = None
 
-    def _extends(self, rows: list[list[int]]) -> bool:
-        before = self._rows
-        return (
-            before is not None and self._cache is not None and len(before) == len(rows)
-            and all(len(r) == len(b) + 1 and r[:-1] == b for r, b in zip(rows, before))
-        )
+    def __call__(self, input_ids: torch.Tensor, pads: torch.Tensor) -> torch.Tensor:
+        """``[R, V]`` bool: the tokens the mask policy keeps after each row of ``input_ids``.
 
-    def __call__(self, rows: list[list[int]]) -> torch.Tensor:
-        """``[R, V]`` bool: the tokens the mask policy keeps after each row's ids so far."""
+        Args:
+            input_ids: ``[R, T]`` left-padded rows (prompt, then what was generated).
+            pads: ``[R]`` left padding of each row (on ``input_ids``' device).
+        """
         from llmgym.llm.generation import cache_kwarg  # generation imports this module
 
         params = self.policy._snapshot()
-        device = next(self.model.parameters()).device
-        if self._extends(rows) and self._attention is not None:
-            attention = torch.cat([self._attention, self._attention.new_ones(len(rows), 1)], dim=1)
+        device = input_device(self.model)
+        input_ids = input_ids.to(device, non_blocking=True)
+        rows, length = input_ids.shape
+        if self._shape == (rows, length - 1) and self._attention is not None and self._positions is not None:
+            attention = torch.cat([self._attention, self._attention.new_ones(rows, 1)], dim=1)
+            positions = self._positions[:, -1:] + 1
             inputs: dict[str, Any] = {
-                "input_ids": torch.tensor([[r[-1]] for r in rows], device=device), "attention_mask": attention,
-                "position_ids": torch.tensor([[len(r) - 1] for r in rows], device=device),
+                "input_ids": input_ids[:, -1:], "attention_mask": attention, "position_ids": positions,
                 cache_kwarg(self.model): self._cache, "use_cache": True,
             }
         else:
-            inputs = {**_left_padded(rows, self.pad_token_id, device), "use_cache": True, "logits_to_keep": 1}
-            attention = inputs["attention_mask"]
+            columns = torch.arange(length, device=device)
+            attention = (columns[None, :] >= pads.to(device, non_blocking=True)[:, None]).long()
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)
+            ids = input_ids.masked_fill(attention == 0, self.pad_token_id)
+            inputs = {"input_ids": ids, "attention_mask": attention, "position_ids": positions, "use_cache": True,
+                      "logits_to_keep": 1}
         with torch.no_grad():
             out = torch.func.functional_call(self.model, params, (), inputs)
-        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-        self._rows, self._cache, self._attention = [list(r) for r in rows], cache, attention
-        return top_p_mask(out.logits[:, -1].float(), self.top_p, self.always_keep)
+        self._cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        self._shape, self._attention, self._positions = (rows, length), attention, positions
+        logits = out.logits[:, -1].float()
+        if self._always is None or self._always.device != logits.device:
+            self._always = torch.tensor(self.always_keep, dtype=torch.long).to(logits.device, non_blocking=True)
+        return top_p_mask(logits, self.top_p, self._always)
 
 
 class MaskLogitsProcessor(LogitsProcessor):
@@ -235,20 +254,22 @@ class MaskLogitsProcessor(LogitsProcessor):
 
     Transformers runs custom processors before its temperature, top-k and top-p warpers, so the
     sampled distribution is those warpers applied to the masked scores; :func:`~llmgym.llm.sampling.sampled_logprobs`
-    recomputes it in that order.
+    recomputes it in that order. Nothing here copies to the host: no sync per decoding step.
 
     Args:
-        keep: Given the token ids of each row so far (its prompt without padding, then what was
-            generated), the ``[R, V]`` bool tokens that may come next.
+        keep: Given ``generate``'s ``input_ids [R, T]`` (left-padded: prompt, then what was
+            generated) and each row's left padding ``[R]``, the ``[R, V]`` bool tokens that may come next.
         pads: Left padding of each of the ``R`` rows of ``generate``'s ``input_ids``.
     """
 
-    def __init__(self, keep: Callable[[list[list[int]]], torch.Tensor], pads: Sequence[int]) -> None:
+    def __init__(self, keep: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], pads: Sequence[int]) -> None:
         self.keep = keep
         self.pads = list(pads)
+        self._pads: torch.Tensor | None = None
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """``scores [R, V]`` with the masked-out tokens at ``-inf``."""
-        rows = [ids[pad:] for ids, pad in zip(input_ids.tolist(), self.pads)]
-        keep = self.keep(rows).to(scores.device)
+        if self._pads is None or self._pads.device != input_ids.device:
+            self._pads = torch.tensor(self.pads, dtype=torch.long).to(input_ids.device, non_blocking=True)
+        keep = self.keep(input_ids, self._pads).to(scores.device, non_blocking=True)
         return scores.masked_fill(~keep, float("-inf"))

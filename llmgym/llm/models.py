@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from llmgym.config import ModelConfig
 from llmgym.errors import ConfigError, ModelNotFoundError
 from llmgym.llm.adapters import check_quantization
+from llmgym.llm.precision import enable_tf32
 
 if TYPE_CHECKING:
     import torch
@@ -43,6 +44,7 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "load_model",
+    "quantized_device_map",
     "default_model_gguf",
 ]
 
@@ -174,13 +176,21 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
-def resolve_dtype(name: str) -> torch.dtype:
-    """Map ``"float32" | "bfloat16" | "float16"`` to the torch dtype."""
+def resolve_dtype(name: str, device: torch.device | None = None) -> torch.dtype:
+    """Map ``"auto" | "float32" | "bfloat16" | "float16"`` to the torch dtype.
+
+    ``"auto"`` is bfloat16 on a CUDA ``device`` that supports it, else float32
+    (:func:`~llmgym.llm.precision.auto_dtype`).
+    """
     import torch
 
+    from llmgym.llm.precision import auto_dtype
+
     table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name == "auto":
+        return auto_dtype(device if device is not None else torch.device("cpu"))
     if name not in table:
-        raise ConfigError(f"model.dtype={name!r} is not supported; use one of {sorted(table)}.")
+        raise ConfigError(f"model.dtype={name!r} is not supported; use auto or one of {sorted(table)}.")
     return table[name]
 
 
@@ -230,12 +240,14 @@ def _detect_model_type(config: ModelConfig, hf_config: Any) -> str:
     return "seq2seq" if getattr(hf_config, "is_encoder_decoder", False) else "causal"
 
 
-def load_model(config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_model(config: ModelConfig, *, shard: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load the model and tokenizer named by a :class:`~llmgym.config.ModelConfig`.
 
     Args:
         config: Model section: ``name``, ``model_type``, ``dtype``, ``device``, ``pretrained``,
             ``trust_remote_code``, ``revision``, ``gguf_file``, ``load_in_4bit``.
+        shard: 4-bit only: spread the quantised model over every visible GPU as it loads (a
+            model-parallel server), instead of putting it on ``config.device``.
 
     Returns:
         ``(model, tokenizer)``: the model in eval mode on the configured device, the tokenizer
@@ -250,8 +262,10 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenize
     check_quantization(config.load_in_4bit)
     source = resolve_model(config)
     device = resolve_device(config.device)
-    dtype = resolve_dtype(config.dtype)
+    dtype = resolve_dtype(config.dtype, device)
+    enable_tf32(device)
     common: dict[str, Any] = {"trust_remote_code": config.trust_remote_code}
+    attention = {"attn_implementation": config.attn_implementation}
     if source.kind == "hub" and config.revision is not None:
         common["revision"] = config.revision
     if source.kind == "gguf":
@@ -264,11 +278,13 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenize
     auto_cls = AutoModelForSeq2SeqLM if model_type == "seq2seq" else AutoModelForCausalLM
     tokenizer = AutoTokenizer.from_pretrained(source.location, **common)
     if config.load_in_4bit:
-        model = _load_4bit(auto_cls, source.location, dtype, common)
+        model = _load_4bit(auto_cls, source.location, dtype, {**common, **attention}, quantized_device_map(device, shard))
     elif config.pretrained:
-        model = auto_cls.from_pretrained(source.location, dtype=dtype, **common).to(device)  # type: ignore[arg-type]
+        model = auto_cls.from_pretrained(source.location, dtype=dtype, **common, **attention).to(device)  # type: ignore[arg-type]
     else:
-        model = auto_cls.from_config(hf_config, dtype=dtype, trust_remote_code=config.trust_remote_code).to(device)
+        model = auto_cls.from_config(
+            hf_config, dtype=dtype, trust_remote_code=config.trust_remote_code, **attention
+        ).to(device)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -277,11 +293,28 @@ def load_model(config: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenize
     return model.eval(), tokenizer
 
 
-def _load_4bit(auto_cls: Any, location: str, dtype: torch.dtype, common: dict[str, Any]) -> Any:
+def quantized_device_map(device: torch.device, shard: bool) -> dict[str, int] | str:
+    """The ``device_map`` a 4-bit model loads with: ``"auto"`` when sharded, else ``{"": N}`` for ``cuda:N``.
+
+    A quantised model cannot be moved after loading, so it must load where it will run: on the
+    configured GPU (not always GPU 0), or, for a model-parallel server, straight over its GPUs
+    (never first onto GPU 0 and then dispatched again).
+
+    Raises:
+        ConfigError: ``device`` is not a CUDA device.
+    """
+    if shard:
+        return "auto"
+    if device.type != "cuda":
+        raise ConfigError(f"model.load_in_4bit=true needs a CUDA device, not model.device={str(device)!r}; use cuda or cuda:N.")
+    return {"": device.index if device.index is not None else 0}
+
+
+def _load_4bit(auto_cls: Any, location: str, dtype: torch.dtype, common: dict[str, Any], device_map: Any) -> Any:
     from llmgym.errors import require
 
     require("bitsandbytes", "quantization", "model.load_in_4bit")
     from transformers import BitsAndBytesConfig
 
     quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type="nf4")
-    return auto_cls.from_pretrained(location, quantization_config=quant, device_map={"": 0}, **common)
+    return auto_cls.from_pretrained(location, quantization_config=quant, device_map=device_map, dtype=dtype, **common)

@@ -2,10 +2,11 @@
 
 Layout of a saved folder::
 
-    meta.json              {"format": 1, "weights": "adapter" | "full" | "none", "modules": [...]}
+    meta.json              {"format": 1, "weights": "adapter" | "full" | "none", "modules": [...],
+                            "base_model": {"name", "architecture", "weights"} (the base's fingerprint)}
     weights.safetensors    LoRA adapter weights, or the model's trainable parameters
     modules.safetensors    module function weights, keys "<name>.<param>"
-    updater.pt             updater state (optimizer...), read with torch.load(weights_only=True)
+    updater.pt             updater state (optimizer...), read with torch.load(weights_only=True) onto the CPU
     mask_policy.safetensors  NLPO's mask-policy snapshot of the trainable weights, when one was taken
     manifest.json          sha256 of every other file, written last and verified on load
 
@@ -28,6 +29,7 @@ import torch
 from llmgym.checkpoint import verify_manifest, write_atomic_dir, write_manifest
 from llmgym.errors import CheckpointError
 from llmgym.llm.adapters import is_peft_model
+from llmgym.llm.fingerprint import BaseFingerprint
 
 __all__ = ["save_llm_state", "load_llm_state", "load_mask_policy"]
 
@@ -56,6 +58,7 @@ def save_llm_state(
     modules: Mapping[str, torch.nn.Module],
     updater_state: dict[str, Any] | None,
     mask_policy: Mapping[str, torch.Tensor] | None = None,
+    base: BaseFingerprint | None = None,
 ) -> Path:
     """Write trainable weights, module functions, updater state and mask policy to ``path`` atomically.
 
@@ -65,6 +68,7 @@ def save_llm_state(
         modules: Module functions by name.
         updater_state: The updater's ``state_dict()``, or ``None``.
         mask_policy: NLPO's mask-policy snapshot (:class:`~llmgym.llm.masking.MaskPolicy`), or ``None``.
+        base: The fingerprint of the base model the training started from, or ``None`` (not recorded).
 
     Returns:
         The folder path.
@@ -79,7 +83,9 @@ def save_llm_state(
             torch.save(updater_state, tmp / "updater.pt")
         if mask_policy is not None:
             _save_tensors(mask_policy, tmp / _MASK_FILE)
-        meta = {"format": _FORMAT, "weights": kind, "modules": sorted(modules)}
+        meta: dict[str, Any] = {"format": _FORMAT, "weights": kind, "modules": sorted(modules)}
+        if base is not None:
+            meta["base_model"] = base.to_json()
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         write_manifest(tmp)
 
@@ -92,6 +98,11 @@ _READ_ERRORS = (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingEr
 
 def _read_meta(folder: Path) -> dict[str, Any]:
     meta_path = folder / "meta.json"
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"path={str(folder)!r} does not exist, so there is no meta.json to read (a training run deletes its older "
+            "checkpoints); pass a folder written by LLM.save."
+        )
     if not meta_path.is_file():
         raise CheckpointError(f"path={str(folder)!r} holds no LLM checkpoint (meta.json missing); pass a folder written by LLM.save.")
     verify_manifest(folder)
@@ -102,6 +113,17 @@ def _read_meta(folder: Path) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise CheckpointError(f"{meta_path} holds no LLM checkpoint metadata; pass a folder written by LLM.save.")
     return meta
+
+
+def _check_base(folder: Path, meta: dict[str, Any], base: BaseFingerprint | None) -> None:
+    saved = BaseFingerprint.from_json(meta.get("base_model"))
+    if saved is None or base is None or saved.matches(base):
+        return
+    raise CheckpointError(
+        f"checkpoint {str(folder)!r} was trained from the base model {saved.describe()}, but the base model loaded now "
+        f"is {base.describe()}: its weights or architecture changed since (another revision, or the folder rewritten). "
+        "Fix: load the base it was trained from (model.name, model.revision), or start a new run from this one."
+    )
 
 
 def _check_meta(folder: Path, meta: dict[str, Any], kind: str, modules: Mapping[str, torch.nn.Module]) -> None:
@@ -142,7 +164,12 @@ def _load_modules(folder: Path, modules: Mapping[str, torch.nn.Module]) -> None:
         module.load_state_dict({k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
 
 
-def load_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[str, torch.nn.Module]) -> dict[str, Any] | None:
+def load_llm_state(
+    path: str | os.PathLike[str],
+    model: Any,
+    modules: Mapping[str, torch.nn.Module],
+    base: BaseFingerprint | None = None,
+) -> dict[str, Any] | None:
     """Load what :func:`save_llm_state` wrote into ``model`` and ``modules``.
 
     The folder's manifest is verified first: every file it lists must be there, unchanged.
@@ -151,25 +178,31 @@ def load_llm_state(path: str | os.PathLike[str], model: Any, modules: Mapping[st
         path: Folder written by :func:`save_llm_state`.
         model: The model to load trainable weights into (same adapter setup as when saved).
         modules: Module functions by name (same names as when saved).
+        base: The fingerprint of ``model``'s base as loaded; compared with the one the folder
+            records (``None``, or a folder without one: not compared).
 
     Returns:
-        The saved updater state, or ``None`` if none was saved.
+        The saved updater state (tensors on the CPU, wherever they were saved), or ``None`` if none was saved.
 
     Raises:
-        CheckpointError: When the folder is missing, incomplete, corrupted or does not match the model.
+        CheckpointError: When the folder is missing, incomplete, corrupted or does not match the model
+            (another base model's weights included, naming both fingerprints).
     """
     from safetensors import SafetensorError
 
     folder = Path(path)
     meta = _read_meta(folder)
     kind, _ = _trainable_weights(model)
+    _check_base(folder, meta, base)
     _check_meta(folder, meta, kind, modules)
     updater_path = folder / "updater.pt"
     try:
         if kind != "none":
             _load_weights(folder, model, kind)
         _load_modules(folder, modules)
-        return torch.load(updater_path, weights_only=True) if updater_path.is_file() else None
+        # map_location: a state saved on a GPU loads where there is none (eval, export on CPU); the
+        # optimizer's load_state_dict moves each tensor to its parameter's device.
+        return torch.load(updater_path, map_location="cpu", weights_only=True) if updater_path.is_file() else None
     except CheckpointError:
         raise
     except (*_READ_ERRORS, SafetensorError) as exc:

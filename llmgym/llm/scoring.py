@@ -29,15 +29,18 @@ from llmgym.llm.layout import (
     plan_minibatches,
     plan_rows,
 )
+from llmgym.llm.precision import activation_dtype
 from llmgym.llm.sampling import Sampling, sampled_logprobs
 from llmgym.llm.tokenization import TextEncoder, model_window
-from llmgym.llm.tree_attention import packed_row_attention, supports_tree_attention
+from llmgym.llm.tree_attention import packed_row_attention, use_tree_attention
 from llmgym.llm.trunk_cache import TrunkCache
 from llmgym.llm.validation import check_candidates, check_contexts, check_minibatch_size, check_normalize
 
 __all__ = [
     "ForwardOutputs",
     "Minibatch",
+    "input_device",
+    "module_device",
     "gather_logprobs",
     "reduce_token_scores",
     "split_causal_lm",
@@ -90,6 +93,32 @@ class ForwardOutputs:
     token_logprobs: torch.Tensor
     token_counts: list[int]
 
+    def to(self, device: torch.device) -> ForwardOutputs:
+        """These outputs on ``device`` (``self`` when they are there already), e.g. a head's device."""
+        if self.context_hidden.device == device and self.token_logprobs.device == device:
+            return self
+        return ForwardOutputs(
+            self.hidden_states.to(device, non_blocking=True),
+            self.context_hidden.to(device, non_blocking=True),
+            self.candidate_hidden.to(device, non_blocking=True),
+            self.token_logprobs.to(device, non_blocking=True),
+            self.token_counts,
+        )
+
+
+def input_device(model: Any) -> torch.device:
+    """Device of the model's input embeddings: where its input ids go (the first GPU of a sharded model)."""
+    embeddings = base_model(model).get_input_embeddings()
+    weight = getattr(embeddings, "weight", None)
+    return weight.device if isinstance(weight, torch.Tensor) else next(model.parameters()).device
+
+
+def module_device(module: torch.nn.Module) -> torch.device | None:
+    """Device of a module's first parameter or buffer, or ``None`` when it has neither."""
+    for tensor in (*module.parameters(), *module.buffers()):
+        return tensor.device
+    return None
+
 
 def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Log-softmax of logits (in fp32) gathered at target ids.
@@ -115,8 +144,10 @@ def reduce_token_scores(token_logprobs: torch.Tensor, token_counts: Sequence[int
     Returns:
         ``[C]`` scores.
     """
-    counts = torch.tensor(list(token_counts), dtype=torch.long, device=token_logprobs.device)
-    owner = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
+    token_counts = list(token_counts)
+    counts = torch.tensor(token_counts, dtype=torch.long).to(token_logprobs.device, non_blocking=True)
+    # output_size known on the host: no GPU sync to size the result
+    owner = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts, output_size=sum(token_counts))
     totals = torch.zeros(len(counts), dtype=token_logprobs.dtype, device=token_logprobs.device)
     totals = totals.index_add(0, owner, token_logprobs)
     return totals / counts.to(totals.dtype) if normalize == "mean" else totals
@@ -164,19 +195,21 @@ def _forward_causal(
     keep: torch.Tensor | None,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor]:
     backbone, head = split_causal_lm(model)
-    device = next(model.parameters()).device
     groups, rows = layout_rows(items, row_tokens)
-    batch = collate_rows(rows, pad_token_id, device)
-    tree = batch.input_ids.shape[1] > DENSE_MASK_MAX_TOKENS and supports_tree_attention(model)
+    batch = collate_rows(rows, pad_token_id, input_device(model))
+    tree = use_tree_attention(model, batch.input_ids.shape[1], DENSE_MASK_MAX_TOKENS)
     trunk = (
         trunk_cache.around(backbone, items, groups, rows, batch.pad)
         if trunk_cache is not None
         else contextlib.nullcontext()
     )
-    with trunk, packed_row_attention(model, batch, next(head.parameters()).dtype, tree) as mask:
+    with trunk, packed_row_attention(model, batch, activation_dtype(batch.input_ids.device, next(head.parameters()).dtype), tree) as mask:
         hidden = backbone(
             input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=False
         ).last_hidden_state
+    # A sharded model (Accelerate) leaves the last hidden state on its last GPU: every index below is
+    # built where the tensor it selects from lives, and the head's input moves to the head.
+    device = hidden.device
     length = hidden.shape[1]
     flat = hidden.reshape(-1, hidden.shape[-1])
     where = {index: (r, slot) for r, group in enumerate(groups) for slot, index in enumerate(group)}
@@ -199,18 +232,23 @@ def _forward_causal(
                 states.extend(positions)
         if not token_mode:
             states.append(base + row.locate(slot, 0, len(item.context_ids) - 1))
-    index = torch.tensor(predict, dtype=torch.long, device=device)
-    unique, inverse = torch.unique(index, return_inverse=True)
-    logits = head(flat[unique])
-    target = torch.tensor(targets, dtype=torch.long, device=device)
+    # Deduplicated on the host (the positions are Python ints): torch.unique would sync with the GPU.
+    distinct = sorted(set(predict))
+    rank = {position: i for i, position in enumerate(distinct)}
+    unique = torch.tensor(distinct, dtype=torch.long).to(device, non_blocking=True)
+    head_device = module_device(head) or device
+    logits = head(flat[unique].to(head_device, non_blocking=True))
+    inverse = torch.tensor([rank[p] for p in predict], dtype=torch.long).to(logits.device, non_blocking=True)
+    target = torch.tensor(targets, dtype=torch.long).to(logits.device, non_blocking=True)
     if sampling is None and keep is None:
         logprobs = torch.log_softmax(logits.float(), dim=-1)[inverse, target]
     else:
+        keep = None if keep is None else keep.to(logits.device, non_blocking=True)
         logprobs = sampled_logprobs(logits[inverse], target, sampling, keep)
     outputs = ForwardOutputs(
         hidden_states=hidden,
-        context_hidden=flat[torch.tensor(states, dtype=torch.long, device=device)],
-        candidate_hidden=flat[torch.tensor(last, dtype=torch.long, device=device)],
+        context_hidden=flat[torch.tensor(states, dtype=torch.long).to(device, non_blocking=True)],
+        candidate_hidden=flat[torch.tensor(last, dtype=torch.long).to(device, non_blocking=True)],
         token_logprobs=logprobs,
         token_counts=counts,
     )
@@ -222,7 +260,7 @@ def _forward_seq2seq(
 ) -> tuple[ForwardOutputs, torch.Tensor, None]:
     from transformers.modeling_outputs import BaseModelOutput
 
-    device = next(model.parameters()).device
+    device = input_device(model)
     width = max(len(item.context_ids) for item in items)
     enc_ids = torch.tensor(
         [[pad_token_id] * (width - len(it.context_ids)) + it.context_ids for it in items], dtype=torch.long, device=device
@@ -242,23 +280,30 @@ def _forward_seq2seq(
     dec_len = max(len(s) for s in sequences) + 1
     dec_ids = torch.tensor([[start_id, *s] + [pad_token_id] * (dec_len - 1 - len(s)) for s in sequences], device=device)
     dec_mask = torch.tensor([[1] * (len(s) + 1) + [0] * (dec_len - 1 - len(s)) for s in sequences], device=device)
-    select = torch.tensor(owners, dtype=torch.long, device=device)
+    select = torch.tensor(owners, dtype=torch.long).to(encoded.device, non_blocking=True)
     out = model(
         encoder_outputs=BaseModelOutput(last_hidden_state=encoded.index_select(0, select)),
-        attention_mask=enc_mask.index_select(0, select),
+        attention_mask=enc_mask.index_select(0, select.to(device, non_blocking=True)),
         decoder_input_ids=dec_ids,
         decoder_attention_mask=dec_mask,
         output_hidden_states=True,
         use_cache=False,
     )
     decoder_hidden = out.decoder_hidden_states[-1]
-    rows = torch.cat([torch.full((len(s),), c, dtype=torch.long) for c, s in enumerate(sequences)]).to(device)
-    cols = torch.cat([torch.arange(len(s)) for s in sequences]).to(device)
-    target = torch.tensor([t for s in sequences for t in s], dtype=torch.long, device=device)
-    logprobs = sampled_logprobs(out.logits[rows, cols], target, sampling)
-    lengths = torch.tensor([len(s) for s in sequences], device=device)
-    last = decoder_hidden[torch.arange(len(sequences), device=device), lengths]
-    context_hidden = decoder_hidden[rows, cols] if token_mode else encoded[:, -1]
+    rows = torch.cat([torch.full((len(s),), c, dtype=torch.long) for c, s in enumerate(sequences)])
+    cols = torch.cat([torch.arange(len(s)) for s in sequences])
+    on_logits = out.logits.device
+    target = torch.tensor([t for s in sequences for t in s], dtype=torch.long).to(on_logits, non_blocking=True)
+    logprobs = sampled_logprobs(
+        out.logits[rows.to(on_logits, non_blocking=True), cols.to(on_logits, non_blocking=True)], target, sampling
+    )
+    hidden_device = decoder_hidden.device
+    lengths = torch.tensor([len(s) for s in sequences]).to(hidden_device, non_blocking=True)
+    last = decoder_hidden[torch.arange(len(sequences), device=hidden_device), lengths]
+    if token_mode:
+        context_hidden = decoder_hidden[rows.to(hidden_device, non_blocking=True), cols.to(hidden_device, non_blocking=True)]
+    else:
+        context_hidden = encoded[:, -1].to(hidden_device, non_blocking=True)
     outputs = ForwardOutputs(encoded, context_hidden, last, logprobs, [len(s) for s in sequences])
     return outputs, enc_ids, None
 
@@ -310,6 +355,7 @@ def score_items(
     normalize: str = "sum",
     minibatch_size: int = 64,
     row_tokens: int = 0,
+    max_tokens: int = 0,
 ) -> list[torch.Tensor]:
     """Score tokenized items in minibatches, without gradients.
 
@@ -321,13 +367,14 @@ def score_items(
         normalize: ``"sum"`` or ``"mean"`` over candidate tokens.
         minibatch_size: Maximum number of context-candidate sequences per forward pass.
         row_tokens: Row layout of causal models (see :func:`layout_rows`).
+        max_tokens: Maximum tokens per forward pass (:func:`~llmgym.llm.layout.plan_minibatches`); 0: no bound.
 
     Returns:
         Per item, a float32 CPU tensor ``[k]`` of candidate log-probs.
     """
     results: list[torch.Tensor] = [torch.zeros(0) for _ in items]
     lengths = [row_length(item, row_tokens) for item in items]
-    plans = plan_minibatches([len(item.candidate_ids) for item in items], lengths, minibatch_size)
+    plans = plan_minibatches([len(item.candidate_ids) for item in items], lengths, minibatch_size, max_tokens)
     with torch.inference_mode():
         for plan in plans:
             chosen = [items[i] for i in plan if items[i].candidate_ids]

@@ -27,14 +27,19 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from llmgym.errors import BackendError, InputError
+from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import base_model
 from llmgym.llm.layout import PackedBatch, prefix_sharing_mask
 
 __all__ = [
     "TREE_ATTENTION",
     "TreeAttentionPlan",
+    "DENSE_MASK_IMPLEMENTATIONS",
     "ancestor_table",
+    "check_packed_attention",
+    "reads_dense_mask",
+    "token_depths",
+    "use_tree_attention",
     "packed_row_attention",
     "plan_tree_attention",
     "supports_tree_attention",
@@ -82,13 +87,28 @@ def ancestor_table(parents: torch.Tensor) -> torch.Tensor:
     """
     rows, length = parents.shape
     current = torch.arange(length, device=parents.device).expand(rows, length)
+    depth = token_depths(parents)
     columns = [current]
-    while True:
-        above = parents.gather(1, current)
-        if torch.equal(above, current):
-            return torch.stack(columns, -1)
-        columns.append(above)
-        current = above
+    for _ in range(int(depth.max()) if depth.numel() else 0):  # the one host sync of the table
+        current = parents.gather(1, current)
+        columns.append(current)
+    return torch.stack(columns, -1)
+
+
+def token_depths(parents: torch.Tensor) -> torch.Tensor:
+    """``[R, L]`` number of ancestors of every token, by pointer jumping (``log2 L`` gathers, no host sync).
+
+    Args:
+        parents: ``[R, L]`` parent index of each token (see :func:`ancestor_table`).
+    """
+    rows, length = parents.shape
+    index = torch.arange(length, device=parents.device).expand(rows, length)
+    depth = (parents != index).long()
+    jump = parents
+    for _ in range(max(length - 1, 0).bit_length()):
+        depth = depth + depth.gather(1, jump)
+        jump = jump.gather(1, jump)
+    return depth
 
 
 def plan_tree_attention(parents: torch.Tensor, block: int = DEFAULT_BLOCK) -> TreeAttentionPlan:
@@ -114,7 +134,7 @@ def plan_tree_attention(parents: torch.Tensor, block: int = DEFAULT_BLOCK) -> Tr
     rows, length = parents.shape
     device = parents.device
     ancestors = ancestor_table(parents)  # [R, L, D]
-    depth = (ancestors[..., 1:] != ancestors[..., :-1]).sum(-1)  # [R, L]
+    depth = token_depths(parents)  # [R, L]
     blocks = -(-length // block)
     # queries past the row's end (the last block's remainder) stand in for its last token
     query = torch.arange(blocks * block, device=device).clamp(max=length - 1)
@@ -166,14 +186,17 @@ def tree_attention(
         picked = states.transpose(1, 2).reshape(rows * length, kv_heads, dim).index_select(0, flat)
         return picked.reshape(rows * blocks, slots, kv_heads, dim).transpose(1, 2)
 
+    def expanded(states: torch.Tensor) -> torch.Tensor:
+        """Grouped-query K/V repeated to the query heads: the fused kernels take a mask only without ``enable_gqa``."""
+        return states if heads == kv_heads else states.repeat_interleave(heads // kv_heads, dim=1)
+
     out = F.scaled_dot_product_attention(
         queries,
-        gathered(key),
-        gathered(value),
+        expanded(gathered(key)),
+        expanded(gathered(value)),
         attn_mask=plan.allowed,
         dropout_p=dropout,
         scale=scaling,
-        enable_gqa=heads != kv_heads,
     )
     return out.transpose(1, 2).reshape(rows, padded, heads, dim)[:, :length]
 
@@ -213,14 +236,12 @@ def supports_tree_attention(model: Any) -> bool:
     """Whether :func:`tree_attention_pass` can run ``model``'s packed rows.
 
     It can for causal transformers models that dispatch attention through transformers'
-    attention interface with SDPA or eager attention, and use no sliding window, logit
-    soft-capping or attention sinks.
+    attention interface (whatever implementation they were loaded with: the pass swaps it for
+    its own), and use no sliding window, logit soft-capping or attention sinks.
     """
     base = base_model(model)
     config = base.config
     if getattr(config, "is_encoder_decoder", False) or not getattr(base, "_supports_attention_backend", False):
-        return False
-    if config._attn_implementation not in ("sdpa", "eager"):
         return False
     windowed = getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True)
     layer_types = getattr(config, "layer_types", None) or []
@@ -250,6 +271,48 @@ def tree_attention_pass(model: Any, plan: TreeAttentionPlan) -> Iterator[None]:
     finally:
         config._attn_implementation = previous
         _ACTIVE_PLAN.reset(token)
+
+
+#: Attention implementations that read a dense 4-D mask (FlashAttention does not).
+DENSE_MASK_IMPLEMENTATIONS = ("sdpa", "eager")
+
+
+def reads_dense_mask(model: Any) -> bool:
+    """Whether ``model``'s attention implementation applies a dense ``[R, 1, L, L]`` mask (SDPA, eager)."""
+    return base_model(model).config._attn_implementation in DENSE_MASK_IMPLEMENTATIONS
+
+
+def check_packed_attention(model: Any) -> None:
+    """Refuse a causal model whose packed rows could get neither a dense mask nor tree attention.
+
+    Raises:
+        ConfigError: The model runs an attention implementation that cannot read a custom mask
+            (``flash_attention_2``...) and tree attention cannot replace it (sliding windows,
+            soft-capping, attention sinks, no attention interface).
+    """
+    config = base_model(model).config
+    if getattr(config, "is_encoder_decoder", False) or reads_dense_mask(model) or supports_tree_attention(model):
+        return
+    raise ConfigError(
+        f"model.attn_implementation={config._attn_implementation!r} cannot read the prefix-sharing mask of packed "
+        f"rows, and {type(base_model(model)).__name__} cannot run llmgym's tree attention instead; set "
+        "model.attn_implementation=sdpa (or eager)."
+    )
+
+
+def use_tree_attention(model: Any, length: int, dense_max_tokens: int) -> bool:
+    """Whether packed rows of ``length`` tokens attend through tree attention rather than a dense mask.
+
+    Long rows do where the model allows it; so do rows of any length of a model whose attention
+    cannot read a dense mask (FlashAttention), which never receives one.
+
+    Raises:
+        ConfigError: From :func:`check_packed_attention`.
+    """
+    check_packed_attention(model)
+    if not reads_dense_mask(model):
+        return True
+    return length > dense_max_tokens and supports_tree_attention(model)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,6 @@
 """Trainer: logs, evaluation, checkpoints, exact resume."""
 
+import dataclasses
 import json
 import logging
 import re
@@ -82,7 +83,8 @@ def test_eval_sample_also_evaluates_the_sampled_policy_reproducibly(tmp_path, ca
     assert all(first[k] == second[k] for k in sampled)
 
     model, tokenizer = tiny_causal_lm("llama", seed=0)
-    summary = run_training(config, model=model, tokenizer=tokenizer)
+    again = dataclasses.replace(config, train=dataclasses.replace(config.train, run_name="s2"))  # a new run: a new folder
+    summary = run_training(again, model=model, tokenizer=tokenizer)
     assert all(sampled <= e.keys() for e in summary["evaluations"])
     assert "sampled at temperature 3: before " in capsys.readouterr().out
 

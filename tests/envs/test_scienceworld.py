@@ -150,6 +150,28 @@ def test_an_invalid_command_raises_naming_the_valid_ones_and_changes_nothing(boi
     assert step_info["valid_actions"] == info["valid_actions"]
 
 
+def test_an_invalid_command_error_is_bounded_and_says_the_lengths(boil):
+    boil.reset(seed=0)
+    long_action = "pour " + "x" * 100_000
+    with pytest.raises(InvalidActionError) as info:
+        boil.step(long_action)
+    message = str(info.value)
+    assert len(message) < 3000, f"a {len(message)}-character error"
+    assert "100005 characters" in message and "'look around'" in message
+    assert f"{len(boil.unwrapped.valid_actions())} valid actions" in message
+    with pytest.raises(InvalidActionError, match=r"closest.*'look around'"):
+        boil.step("look arond")
+
+
+@pytest.mark.parametrize("mode", ["valid", "free"])
+def test_a_lone_surrogate_in_the_action_is_an_invalid_action(boil, free, mode):
+    env = boil if mode == "valid" else free
+    env.reset(seed=0)
+    with pytest.raises(InvalidActionError, match=r"not valid Unicode.*position 5"):
+        env.step("look \ud800around")
+    assert env.step("look around")[0]  # the env still plays
+
+
 def test_action_space_samples_commands_valid_everywhere_and_gymnasium_check_env_passes(boil):
     from gymnasium.utils.env_checker import check_env
 
@@ -233,3 +255,17 @@ def test_check_text_env_in_free_text_mode_and_its_close_ends_the_jvm(free):  # l
     check_text_env(free.unwrapped, num_steps=10, check_gymnasium=False)  # closes the env at the end
     assert process.poll() is not None and _java_children() == before - 1
     free.close()  # idempotent
+
+
+def test_ansi_render_mode_renders_the_last_observation():
+    env = gym.make("llmgym/ScienceWorld-Boil-v0", render_mode="ansi")
+    try:
+        assert env.metadata["render_modes"] == ["ansi"]
+        obs, info = env.reset(seed=0)
+        assert env.render() == obs
+        obs, *_ = env.step("look around")
+        assert env.render() == obs
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match="render_mode='human'"):
+        gym.make("llmgym/ScienceWorld-Boil-v0", render_mode="human")

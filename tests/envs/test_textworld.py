@@ -263,3 +263,55 @@ def test_a_failed_generation_is_an_error_with_tw_make_output_and_leaves_nothing(
         games.game_file("Broken", broken, 8)
     folder = next(tmp_path.glob("textworld-*/Broken-*"))
     assert sorted(p.name for p in folder.iterdir()) == ["game-0.lock"]
+
+
+_PLAY = """
+import sys, gymnasium as gym, llmgym
+from llmgym.errors import ConfigError
+try:
+    gym.make("llmgym/TextWorld-v0", game_path=sys.argv[1]).reset(seed=0)
+except ConfigError as exc:
+    print("ConfigError:", exc)
+"""
+
+
+def _copy_game(tmp_path: Path) -> Path:
+    source = _cached_game()
+    for suffix in (".z8", ".json"):
+        shutil.copy(source.with_suffix(suffix), tmp_path / f"mine{suffix}")
+    return tmp_path / "mine.z8"
+
+
+@needs_textworld
+def test_a_truncated_story_file_is_a_config_error_not_an_exit(tmp_path):
+    """The interpreter exits the process on a truncated story file: played in a subprocess to see it."""
+    game = _copy_game(tmp_path)
+    data = game.read_bytes()
+    game.write_bytes(data[: len(data) // 2])
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    played = subprocess.run(
+        [sys.executable, "-c", _PLAY, str(game)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert played.returncode == 0, played.stdout + played.stderr
+    assert f"ConfigError: game_path {str(game)!r} is truncated" in played.stdout
+    assert f"{len(data) // 2} bytes" in played.stdout and "regenerate" in played.stdout
+
+
+@needs_textworld
+@pytest.mark.parametrize("damage", ["not json", "no KB", "not an object"])
+def test_a_broken_game_json_is_a_config_error_naming_it(tmp_path, damage):
+    game = _copy_game(tmp_path)
+    description = game.with_suffix(".json")
+    if damage == "not json":
+        description.write_text("{not json")
+    elif damage == "no KB":
+        data = json.loads(description.read_text())
+        del data["KB"]
+        description.write_text(json.dumps(data))
+    else:
+        description.write_text("[1, 2]")
+    with pytest.raises(ConfigError) as info:
+        gym.make("llmgym/TextWorld-v0", game_path=game).reset(seed=0)
+    message = str(info.value)
+    assert str(description) in message and "tw-make" in message and "admissible_only=False" in message
+    assert "Glulx" not in message

@@ -224,3 +224,23 @@ def test_a_step_that_failed_part_way_names_its_cause_on_the_next_step(failure):
         envs.reset()
         if failure == "invalid":
             envs.step(["left", "left"])
+
+
+def test_async_workers_are_spawned_not_forked_once_cuda_is_initialised(monkeypatch):
+    import multiprocessing as mp
+
+    import torch
+
+    from llmgym.envs import vector
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert vector.worker_start_method(None) is None  # the platform default (fork on Linux)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # the trainer put the LLM on the GPU
+    assert vector.worker_start_method(None) == "spawn"
+    assert vector.worker_start_method("forkserver") == "forkserver"  # an explicit choice wins
+    methods = []
+    real = mp.get_context
+    monkeypatch.setattr(vector.mp, "get_context", lambda method=None: methods.append(method) or real(method))
+    with make_vec("llmgym/EchoWord-v0", 2, "async", seed=0, num_workers=1) as envs:
+        observations, _ = envs.reset()
+    assert len(observations) == 2 and methods == ["spawn"]

@@ -157,3 +157,10 @@ def test_packed_rows_give_every_token_exactly_its_own_sequence(raw):
     # a token is computed once per distinct prefix, whatever the number of items sharing it
     distinct = {tuple(seq[: i + 1]) for item in items for seq in (item.context_ids, *item.candidate_ids) for i in range(len(seq))}
     assert len(rows[0].input_ids) == len(distinct)
+
+
+def test_plan_minibatches_bounds_tokens_per_pass():
+    lengths = [100, 90, 80, 70, 60, 500]
+    plans = plan_minibatches(sizes=[1] * 6, lengths=lengths, minibatch_size=64, max_tokens=200)
+    assert plans == [[5], [0, 1], [2, 3], [4]]  # the 500-token item alone; never more than 200 tokens otherwise
+    assert plan_minibatches(sizes=[1] * 6, lengths=lengths, minibatch_size=64) == [[5, 0, 1, 2, 3, 4]]

@@ -197,7 +197,7 @@ def test_load_names_a_missing_or_corrupted_file(tmp_path, name, damage, match):
 
 def test_load_into_a_differently_shaped_adapter_is_a_checkpoint_error(tmp_path):
     _llm(lora=True, module_functions={"value": ValueHead()}).save(tmp_path / "a")
-    model, tok = tiny_causal_lm("llama", seed=0)
+    model, tok = tiny_causal_lm("llama", seed=1)  # the same base
     other = LocalLLM(ModelConfig(name="tiny", lora=LoRAConfig(r=2)), {"value": ValueHead()}, model=model, tokenizer=tok)
     with pytest.raises(CheckpointError, match="same model and model.lora settings"):
         other.load(tmp_path / "a")
@@ -280,3 +280,19 @@ def test_load_in_4bit_without_cuda_is_a_config_error(tiny_llama):
     model, tok = tiny_llama
     with pytest.raises(ConfigError, match="load_in_4bit"):
         LLM(ModelConfig(name="tiny", load_in_4bit=True, lora=LoRAConfig()), model=model, tokenizer=tok)
+
+
+def test_forward_batch_tokens_splits_passes_and_keeps_the_scores():
+
+    model, tok = tiny_causal_lm()
+    contexts = ["go to the red ball " * 3, "open the door", "pick up the key " * 2, "x"]
+    candidates = [[" left", " right"], [" toggle"], [" pick up", " drop"], [" y"]]
+    calls = []
+    model.model.register_forward_hook(lambda *_: calls.append(1))
+    whole = LocalLLM(ModelConfig(trunk_cache_mb=0, row_tokens=0), model=model, tokenizer=tok).score(contexts, candidates)
+    passes_whole = len(calls)
+    budget = LocalLLM(ModelConfig(trunk_cache_mb=0, row_tokens=0, forward_batch_tokens=1), model=model, tokenizer=tok)
+    split = budget.score(contexts, candidates)
+    assert passes_whole == 1 and len(calls) - passes_whole == 4  # every item over the budget: one pass each
+    for a, b in zip(whole, split):
+        assert torch.allclose(a, b, atol=1e-5)

@@ -92,21 +92,68 @@ def test_generation_samples_inside_the_mask_and_token_logprobs_recompute_its_log
     assert not all(torch.allclose(m["logprobs"], u["logprobs"], atol=1e-3) for m, u in zip(masked, unmasked))
 
 
+def _left_padded(rows, pad):
+    width = max(len(r) for r in rows)
+    return torch.tensor([[pad] * (width - len(r)) + r for r in rows]), torch.tensor([width - len(r) for r in rows])
+
+
 def test_the_incremental_mask_equals_the_mask_of_the_whole_rows():
     llm = _llm(lora=True)
     llm.refresh_mask_policy()
     special = llm.tokenizer.all_special_ids
     rows = [llm.tokenizer(p)["input_ids"] for p in PROMPTS]
     incremental = IncrementalMask(llm.mask_policy, llm.model, 0.6, special, llm.pad_token_id)
+    ids, pads = _left_padded(rows, llm.pad_token_id)
     for step in range(4):
-        got = incremental(rows)
+        got = incremental(ids, pads)
         whole = llm.mask_policy.last_logits(llm.model, rows, [1] * len(rows), llm.pad_token_id)
         assert torch.equal(got, top_p_mask(torch.cat(whole), 0.6, special)), step
-        rows = [r + [int(torch.nonzero(k)[0, 0])] for r, k in zip(rows, got)]  # one more token per row
-    assert len(incremental._rows or []) == 3 and incremental._cache is not None
-    fresh = incremental([r[:2] for r in rows])  # not an extension of the last rows: recomputed from scratch
-    whole = llm.mask_policy.last_logits(llm.model, [r[:2] for r in rows], [1] * 3, llm.pad_token_id)
+        chosen = [int(torch.nonzero(k)[0, 0]) for k in got]
+        rows = [r + [c] for r, c in zip(rows, chosen)]  # one more token per row
+        ids = torch.cat([ids, torch.tensor(chosen)[:, None]], dim=1)
+    assert incremental._shape == (3, ids.shape[1] - 1) and incremental._cache is not None
+    short = [r[:2] for r in rows]
+    fresh = incremental(*_left_padded(short, llm.pad_token_id))  # not an extension of the last rows: from scratch
+    whole = llm.mask_policy.last_logits(llm.model, short, [1] * 3, llm.pad_token_id)
     assert torch.equal(fresh, top_p_mask(torch.cat(whole), 0.6, special))
+
+
+def test_masked_decoding_never_syncs_with_the_host(monkeypatch):
+    """NLPO's mask runs at every decoding step: no .tolist()/.item()/bool()/.cpu() in it (each a GPU sync).
+
+    Counted where llmgym's masking code calls them (transformers' own mask helpers sync in every
+    model forward, generate's included).
+    """
+    import sys
+
+    from llmgym.llm import masking
+
+    llm = _llm(lora=True)
+    llm.refresh_mask_policy()
+    inside, syncs, steps = [False], [], []
+    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "cpu", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *args, _original=original, _name=name, **kwargs):
+            if inside[0] and sys._getframe(1).f_code.co_filename == masking.__file__:
+                syncs.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    call = masking.MaskLogitsProcessor.__call__
+
+    def spy(self, input_ids, scores):
+        inside[0] = True
+        steps.append(1)
+        try:
+            return call(self, input_ids, scores)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(masking.MaskLogitsProcessor, "__call__", spy)
+    gens = llm.generate(PROMPTS, max_new_tokens=5, **Sampling(mask_top_p=0.6).generation_kwargs())
+    assert len(steps) >= 4 and syncs == []
+    assert all(len(g[0].token_ids) >= 1 for g in gens)
 
 
 def test_keep_masks_keep_the_sampled_token_even_where_rounding_moved_it_out():

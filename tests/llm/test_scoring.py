@@ -108,3 +108,18 @@ def test_score_property(tiny_gpt2, context, candidates, minibatch_size):
         assume("nothing to be conditioned on" not in str(exc))
         raise
     _check(model, tok, [context, "Action:"], [candidates, candidates[:1]], scores)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa", "flash_attention_2"])
+@pytest.mark.parametrize("row_tokens", [0, 512])
+def test_scores_equal_the_plain_forward_under_every_attention_implementation(tiny_llama, implementation, row_tokens):
+    """eager/sdpa read the dense prefix-sharing mask; a FlashAttention model (which cannot) takes tree attention."""
+    import copy
+
+    model, tok = tiny_llama
+    expected = [torch.tensor([reference_score(model, tok, c, x) for x in group]) for c, group in zip(CONTEXTS, CANDIDATES)]
+    other = copy.deepcopy(model)
+    other.config._attn_implementation = implementation  # FA2's kernel is never called: no flash-attn needed
+    scores = score(other, tok, CONTEXTS, CANDIDATES, row_tokens=row_tokens)
+    for got, want in zip(scores, expected):
+        assert torch.allclose(got, want, atol=1e-4)

@@ -123,3 +123,52 @@ def test_packed_row_attention_yields_the_dense_mask_or_switches_to_the_plan():
             model(input_ids=other)  # not the planned rows: an error, never a silent other attention
     assert model.config._attn_implementation == "sdpa"
 
+
+
+@settings(max_examples=40, deadline=None)
+@given(_items)
+def test_token_depths_count_ancestors_without_walking_the_tree(raw):
+    from llmgym.llm.tree_attention import token_depths
+
+    batch = _batch(raw)
+    table = ancestor_table(batch.parents)
+    assert torch.equal(token_depths(batch.parents), (table[..., 1:] != table[..., :-1]).sum(-1))
+
+
+def test_ancestor_table_syncs_with_the_device_once_not_once_per_depth(monkeypatch):
+    parents = torch.tensor([[0, 0, 1, 2, 3, 4, 5, 6]])  # a chain 8 deep
+    syncs = []
+    for name in ("item", "__int__", "__bool__", "tolist"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _o=original, _n=name: syncs.append(_n) or _o(self, *a))
+    monkeypatch.setattr(torch, "equal", lambda *a: syncs.append("equal") or True)
+    table = ancestor_table(parents)
+    assert table.shape == (1, 8, 8) and len(syncs) == 1
+
+
+def test_tree_attention_hands_sdpa_expanded_heads_and_no_enable_gqa(monkeypatch):
+    """PyTorch's fused CUDA kernels refuse a mask together with enable_gqa=True (math kernel only)."""
+    from llmgym.llm import tree_attention as module
+
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(module.F, "scaled_dot_product_attention", lambda q, k, v, **kw: calls.append((q, k, kw)) or sdpa(q, k, v, **kw))
+    batch = _batch([([1, 2, 3], [[1], [2, 3]])])
+    rows, length = batch.parents.shape
+    query, key = torch.randn(rows, 6, length, 4), torch.randn(rows, 2, length, 4)
+    tree_attention(query, key, key, plan_tree_attention(batch.parents, 2))
+    (q, k, kwargs), = calls
+    assert k.shape[1] == q.shape[1] == 6 and not kwargs.get("enable_gqa", False)
+
+
+def test_flash_attention_models_take_tree_attention_for_every_packed_row():
+    from llmgym.errors import ConfigError
+    from llmgym.llm.tree_attention import check_packed_attention, use_tree_attention
+
+    model, _ = tiny_causal_lm("llama")
+    assert not use_tree_attention(model, 16, 1024) and use_tree_attention(model, 2048, 1024)
+    model.config._attn_implementation = "flash_attention_2"
+    assert use_tree_attention(model, 16, 1024)  # FA2 never gets the dense mask
+    model.config.attn_logit_softcapping = 30.0  # and where tree attention cannot stand in: refused
+    with pytest.raises(ConfigError, match="model.attn_implementation=sdpa"):
+        check_packed_attention(model)

@@ -69,9 +69,12 @@ class LocalLLMFactory:
         config = dataclasses.replace(as_model_config(self.config), device=placement.device)
         model, tokenizer = self.model, self.tokenizer
         if placement.model_parallel:
-            if model is None:
-                model, tokenizer = load_model(dataclasses.replace(config, device="cpu"))
-            model = shard_model(model, len(placement.gpus))
+            if model is None and config.load_in_4bit:  # quantised weights load straight onto the server's GPUs
+                model, tokenizer = load_model(config, shard=True)
+            else:
+                if model is None:
+                    model, tokenizer = load_model(dataclasses.replace(config, device="cpu"))
+                model = shard_model(model, len(placement.gpus))
         elif model is not None:
             model = model.to(placement.device)
         return LocalLLM(

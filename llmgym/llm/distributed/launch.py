@@ -41,8 +41,8 @@ from typing import Any
 
 from llmgym.config import DistributedConfig
 from llmgym.errors import ConfigError
+from llmgym.lifetime import exit_with_parent
 from llmgym.llm.distributed import transport
-from llmgym.llm.distributed.lifetime import exit_with_parent
 from llmgym.llm.distributed.placement import (
     assign_gpus,
     first_server_rank,

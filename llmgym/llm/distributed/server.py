@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
+from llmgym.lifetime import exit_with_parent
 from llmgym.llm.distributed import transport
 from llmgym.llm.distributed.gradients import GradientSync, WeightedMean, broadcast_parameters, fingerprint
-from llmgym.llm.distributed.lifetime import exit_with_parent
 from llmgym.llm.distributed.placement import Placement
 
 __all__ = ["SERVER_METHODS", "serve", "main"]

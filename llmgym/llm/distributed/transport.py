@@ -14,8 +14,12 @@ A connection is authenticated before anything is unpickled:
 3. the listener checks it and proves itself with ``HMAC-SHA256(secret, "listener" | nonce_c | nonce_l)``.
 
 Handshake frames are at most 96 bytes and the handshake must finish within
-``HANDSHAKE_TIMEOUT_S``; a peer that fails it is logged and dropped, and the listener keeps
-waiting for the real servers. Afterwards each frame carries ``HMAC-SHA256(key, sequence number |
+``HANDSHAKE_TIMEOUT_S`` (the listener gives a peer ``LISTENER_HANDSHAKE_TIMEOUT_S``); a peer that
+fails it is logged and dropped, and the listener keeps waiting for the real servers. Connections
+that never authenticate cannot shut the servers out: the listener runs at most 32 handshakes at
+once, and a new connection then drops the oldest of them (one at least 0.2 s old; the real
+servers answer within milliseconds), and a server whose connection is closed before the greeting
+tries again until its own timeout. Afterwards each frame carries ``HMAC-SHA256(key, sequence number |
 payload)`` under a per-direction session key derived from both nonces, so a frame that was
 injected, replayed, reordered or altered is refused before :func:`pickle.loads` sees it.
 
@@ -39,6 +43,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -63,12 +68,16 @@ SECRET_ENV = "LLMGYM_AUTHKEY"
 SECRET_FILE_ENV = "LLMGYM_AUTHKEY_FILE"
 #: Longest time a peer may take to complete the handshake.
 HANDSHAKE_TIMEOUT_S = 5.0
+#: Longest time the listener gives a peer to complete the handshake.
+LISTENER_HANDSHAKE_TIMEOUT_S = 2.0
 
 _MIN_SECRET_BYTES = 16
 _MAGIC = b"llmgym-control-plane-v2"
 _NONCE_BYTES = 32
 _TAG_BYTES = hashlib.sha256().digest_size
 _MAX_PENDING_HANDSHAKES = 32
+#: A handshake this recent is never dropped for a newer connection.
+_MIN_HANDSHAKE_AGE_S = 0.2
 _SECRET_HELP = (
     f"set {SECRET_ENV} to the same random value on every node (e.g. `export {SECRET_ENV}=$(python -c "
     f"'import secrets; print(secrets.token_hex(32))')`) or {SECRET_FILE_ENV} to a file only you can read"
@@ -221,7 +230,8 @@ class ControlListener:
             ) from exc
         self._secret = secret
         self._ready: queue.Queue[Channel] = queue.Queue()
-        self._pending = threading.BoundedSemaphore(_MAX_PENDING_HANDSHAKES)
+        self._pending: dict[int, _Pending] = {}
+        self._next_id = 0
         self._lock = threading.Lock()
         self._closed = False
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
@@ -275,6 +285,8 @@ class ControlListener:
         """Stop listening; peers still in their handshake are dropped."""
         with self._lock:
             self._closed = True
+            for pending in self._pending.values():
+                pending.drop()
         self._sock.close()
         while True:
             try:
@@ -283,41 +295,82 @@ class ControlListener:
                 return
 
     def _admit(self, sock: socket.socket, address: tuple[str, int]) -> None:
+        """Start the handshake of a new connection, dropping the oldest pending one if all slots are taken."""
         peer = f"{address[0]}:{address[1]}"
-        if not self._pending.acquire(blocking=False):
-            logger.warning("refused a control-plane connection from %s: too many handshakes in progress", peer)
-            sock.close()
-            return
-        threading.Thread(target=self._authenticate, args=(sock, peer), name="llmgym-handshake", daemon=True).start()
-
-    def _authenticate(self, sock: socket.socket, peer: str) -> None:
-        try:
-            channel = _handshake(sock, self._secret, peer, listening=True)
-        except (AuthenticationError, EOFError, OSError) as exc:
-            logger.warning("refused a control-plane connection from %s: %s", peer, exc)
-            return
-        finally:
-            self._pending.release()
         with self._lock:
-            if self._closed:
+            if len(self._pending) >= _MAX_PENDING_HANDSHAKES:
+                oldest_id = min(self._pending, key=lambda key: self._pending[key].started)
+                oldest = self._pending[oldest_id]
+                if time.monotonic() - oldest.started < _MIN_HANDSHAKE_AGE_S:
+                    logger.warning("refused a control-plane connection from %s: too many handshakes in progress", peer)
+                    sock.close()
+                    return
+                del self._pending[oldest_id]
+                oldest.drop()
+            key, self._next_id = self._next_id, self._next_id + 1
+            self._pending[key] = _Pending(sock.dup(), time.monotonic())
+        threading.Thread(
+            target=self._authenticate, args=(key, sock, peer), name="llmgym-handshake", daemon=True
+        ).start()
+
+    def _authenticate(self, key: int, sock: socket.socket, peer: str) -> None:
+        try:
+            channel = _handshake(sock, self._secret, peer, listening=True, timeout_s=LISTENER_HANDSHAKE_TIMEOUT_S)
+        except (AuthenticationError, EOFError, OSError) as exc:
+            with self._lock:
+                pending = self._pending.pop(key, None)
+            reason = "dropped for a newer connection, all handshake slots taken" if pending is None else exc
+            logger.warning("refused a control-plane connection from %s: %s", peer, reason)
+            if pending is not None:
+                pending.watch.close()
+            return
+        with self._lock:
+            pending = self._pending.pop(key, None)
+            if pending is None or self._closed:  # dropped as it finished, or the listener closed
                 channel.close()
             else:
                 self._ready.put(channel)
+        if pending is not None:
+            pending.watch.close()
+
+
+@dataclass
+class _Pending:
+    """A connection in its handshake: a duplicate of its socket (to drop it) and when it started."""
+
+    watch: socket.socket
+    started: float
+
+    def drop(self) -> None:
+        """End the handshake: its thread reads an EOF."""
+        try:
+            self.watch.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.watch.close()
+
+
+class _NoGreeting(ConnectionError):
+    """The listener closed the connection (or stayed silent) before its greeting."""
 
 
 def connect(address: tuple[str, int], secret: bytes, timeout_s: float) -> Channel:
-    """Connect to the RL client and authenticate both ways, retrying while it is not listening yet.
+    """Connect to the RL client and authenticate both ways.
+
+    Retries while the client is not listening yet, or closes the connection before its greeting
+    (e.g. while it drops connections that flood it).
 
     Raises:
-        BackendTimeoutError: When no connection succeeded within ``timeout_s``.
+        BackendTimeoutError: When no connection succeeded within ``timeout_s``, saying whether the
+            port refused the connections or closed them before the greeting.
         AuthenticationError: When the peer on that address does not know the job secret.
     """
     deadline = time.monotonic() + timeout_s
     peer = f"{address[0]}:{address[1]}"
+    dropped = 0
     while True:
         try:
             sock = socket.create_connection(address, timeout=HANDSHAKE_TIMEOUT_S)
-            break
         except (TimeoutError, ConnectionRefusedError, ConnectionResetError) as exc:
             if time.monotonic() >= deadline:
                 raise BackendTimeoutError(
@@ -325,25 +378,44 @@ def connect(address: tuple[str, int], secret: bytes, timeout_s: float) -> Channe
                     f"{timeout_s:g}s ({exc}); check --master-addr/--master-port and that node 0 runs."
                 ) from exc
             time.sleep(0.2)
-    try:
-        return _handshake(sock, secret, peer, listening=False)
-    except (EOFError, OSError) as exc:
-        raise AuthenticationError(
-            f"the peer at {peer} broke off the control-plane handshake ({exc!r}): it is not this job's RL client, "
-            f"or it has another ${SECRET_ENV}."
-        ) from exc
+            continue
+        try:
+            return _handshake(sock, secret, peer, listening=False)
+        except _NoGreeting as exc:
+            dropped += 1
+            if time.monotonic() >= deadline:
+                raise BackendTimeoutError(
+                    f"the RL client at {peer} accepted this LLM server's connection but closed it before its greeting "
+                    f"(or stayed silent), {dropped} time(s) within {timeout_s:g}s (last: {exc.__cause__!r}): it may be "
+                    "flooded with connections by another process on this machine, or what listens on that port is "
+                    "not an llmgym RL client. Fix: check --master-addr/--master-port and which process holds the "
+                    "port (`ss -tlnp`)."
+                ) from exc
+        except (EOFError, OSError) as exc:
+            raise AuthenticationError(
+                f"the RL client at {peer} broke off the control-plane handshake after its greeting ({exc!r}): it "
+                f"refused this server's proof, so it has another ${SECRET_ENV}."
+            ) from exc
+        time.sleep(0.05)
 
 
 # --------------------------------------------------------------------------- handshake
 
 
-def _handshake(sock: socket.socket, secret: bytes, peer: str, listening: bool) -> Channel:
+def _handshake(
+    sock: socket.socket, secret: bytes, peer: str, listening: bool, timeout_s: float = HANDSHAKE_TIMEOUT_S
+) -> Channel:
     """Run the mutual challenge on a fresh socket and return the channel (see the module docstring).
 
-    The socket's reads and writes time out after ``HANDSHAKE_TIMEOUT_S`` during the handshake only.
+    The socket's reads and writes time out after ``timeout_s`` during the handshake only.
+
+    Raises:
+        AuthenticationError: When the peer does not know the secret (or is no llmgym peer).
+        _NoGreeting: (connecting side) When the listener closed or stayed silent before its greeting.
+        EOFError, OSError: When the peer broke off the handshake otherwise.
     """
     sock.settimeout(None)
-    _set_io_timeout(sock, HANDSHAKE_TIMEOUT_S)
+    _set_io_timeout(sock, timeout_s)
     local_address = str(sock.getsockname()[0])
     conn = Connection(sock.detach())
     try:
@@ -356,7 +428,10 @@ def _handshake(sock: socket.socket, secret: bytes, peer: str, listening: bool) -
             conn.send_bytes(_proof(secret, b"listener", theirs, mine))
             nonce_l, nonce_c = mine, theirs
         else:
-            hello = conn.recv_bytes(maxlength=len(_MAGIC) + _NONCE_BYTES)
+            try:
+                hello = conn.recv_bytes(maxlength=len(_MAGIC) + _NONCE_BYTES)
+            except (EOFError, OSError) as exc:
+                raise _NoGreeting(f"no greeting from {peer}") from exc
             if not hello.startswith(_MAGIC) or len(hello) != len(_MAGIC) + _NONCE_BYTES:
                 raise AuthenticationError(f"the peer at {peer} is not an llmgym RL client (unexpected greeting)")
             theirs = hello[len(_MAGIC):]

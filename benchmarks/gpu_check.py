@@ -1,0 +1,261 @@
+"""GPU check of the LLM layer: one line per check, ``PASS|FAIL|SKIP <check>: <number> <unit> (<detail>)``.
+
+Checks, on one device: placement of every tensor, score equality with a plain transformers forward
+(fp32, TF32 off; and bf16), score speed against a per-pair loop and one padded batch, generate
+speed against a per-prompt loop, a short quickstart run (PPO with LoRA: update time and env
+steps/s), 4-bit loading, and 2 LLM servers on one GPU. Exits 1 when a check fails.
+
+``--device cpu --tiny`` runs every check on a tiny offline model on the CPU in about a minute
+(timings meaningless, not judged), so the script cannot rot; ``benchmarks/gpu_check.sh`` sets up
+and runs it. Speed checks pass on a GPU when llmgym is at least as fast as the per-item loop.
+
+Run: ``python benchmarks/gpu_check.py [--device cuda|cpu] [--tiny] [--model NAME]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from llmgym.config import LoRAConfig, ModelConfig
+from llmgym.llm.local import LocalLLM
+from llmgym.llm.modules import ValueHead
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOAD = ROOT / "benchmarks" / "data" / "score_workload.json"
+FAILED: list[str] = []
+
+
+def report(status: str, name: str, number: float | int | None, unit: str = "", detail: str = "") -> None:
+    if status == "FAIL":
+        FAILED.append(name)
+    value = "-" if number is None else (f"{number:.4g}" if isinstance(number, float) else str(number))
+    print(f"{status} {name}: {value}{(' ' + unit) if unit else ''}{f' ({detail})' if detail else ''}", flush=True)
+
+
+def run_check(name: str, check: Callable[[], None]) -> None:
+    try:
+        check()
+    except Exception as exc:  # a check that crashes is a failed check, and the others still run
+        report("FAIL", name, None, detail=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+        traceback.print_exc(file=sys.stderr)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(device: torch.device, fn: Callable[[], Any], repeats: int = 2) -> float:
+    """Best wall time of ``repeats`` calls after one warm-up call."""
+    fn()
+    best = math.inf
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def workload(tiny: bool) -> tuple[list[str], list[list[str]]]:
+    data = json.loads(WORKLOAD.read_text())
+    count = 8 if tiny else 32
+    contexts = data["contexts"][:count]
+    return contexts, [list(c) for c in data["candidates"][:count]]
+
+
+def build(model_name: str, device: str, dtype: str, **kwargs: Any) -> LocalLLM:
+    config = ModelConfig(name=model_name, device=device, dtype=dtype, trunk_cache_mb=0, **kwargs)
+    return LocalLLM(config, module_functions={"value": ValueHead(hidden_sizes=(64,))})
+
+
+def item_pairs(llm: LocalLLM, contexts: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[tuple[list[int], int]]:
+    """Every (context + candidate token ids, first candidate position), tokenized exactly as llmgym does."""
+    items = llm.encoder.encode_items(llm.encoder.fit_contexts(list(contexts)), [list(c) for c in candidates], False)
+    return [(list(ids), start) for item in items for ids, start in zip(item.candidate_ids, item.candidate_starts)]
+
+
+def per_pair_scores(llm: LocalLLM, pairs: Sequence[tuple[list[int], int]]) -> list[float]:
+    """The plain transformers reference: one full forward per (context, candidate), log-softmax, gather."""
+    scores = []
+    with torch.inference_mode(), llm.autocast():
+        for ids, start in pairs:
+            logits = llm.model(torch.tensor([ids], device=llm.device)).logits[0].float()
+            logprobs = logits.log_softmax(-1)
+            target = torch.tensor(ids[start:], device=llm.device)
+            scores.append(logprobs[torch.arange(start - 1, len(ids) - 1, device=llm.device), target].sum())
+    return [float(s) for s in torch.stack(scores).cpu()]
+
+
+def padded_batch_scores(llm: LocalLLM, pairs: Sequence[tuple[list[int], int]]) -> list[float]:
+    """Every (context, candidate) sequence left-padded into one batch, one forward."""
+    width = max(len(ids) for ids, _ in pairs)
+    pad = llm.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(i)) + i for i, _ in pairs], device=llm.device)
+    mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i, _ in pairs], device=llm.device)
+    with torch.inference_mode(), llm.autocast():
+        logprobs = llm.model(input_ids=ids, attention_mask=mask).logits.float().log_softmax(-1)
+        picked = logprobs[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
+        starts = torch.tensor([width - len(i) + s for i, s in pairs], device=llm.device)
+        keep = torch.arange(1, width, device=llm.device)[None, :] >= starts[:, None]
+        return [float(s) for s in (picked * keep).sum(-1).cpu()]
+
+
+def check_placement(llm: LocalLLM, device: torch.device, contexts: list[str], candidates: list[list[str]]) -> None:
+    tensors = [*llm.model.parameters(), *llm.model.buffers(), *llm.module_functions.parameters()]
+    out = llm.forward(["value", "score"], contexts[:4], candidates[:4], require_grad=True)
+    tensors += [o[key] for o in out for key in ("value", "score")]
+    wrong = [t for t in tensors if t.device.type != device.type]
+    report("PASS" if not wrong else "FAIL", "placement", len(tensors) - len(wrong), f"of {len(tensors)} tensors on {device.type}")
+
+
+def check_equality(name: str, llm: LocalLLM, contexts: list[str], candidates: list[list[str]], tolerance: float) -> None:
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")  # TF32 off: fp32 means fp32 here
+    try:
+        got = torch.cat(llm.score(contexts, candidates)).tolist()
+        reference = per_pair_scores(llm, item_pairs(llm, contexts, candidates))
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    worst = max(abs(g - r) / (1.0 + abs(r)) for g, r in zip(got, reference))
+    report("PASS" if worst <= tolerance else "FAIL", name, worst, "max |diff| / (1 + |ref|)", f"{len(got)} scores, tolerance {tolerance:g}")
+
+
+def check_score_speed(llm: LocalLLM, device: torch.device, contexts: list[str], candidates: list[list[str]]) -> None:
+    pairs = item_pairs(llm, contexts, candidates)
+    ours = timed(device, lambda: llm.score(contexts, candidates))
+    loop = timed(device, lambda: per_pair_scores(llm, pairs), repeats=1)
+    padded = timed(device, lambda: padded_batch_scores(llm, pairs))
+    judged = device.type == "cuda"
+    status = "PASS" if not judged or ours <= loop else "FAIL"
+    detail = f"llmgym {ours * 1e3:.1f} ms, per-pair loop {loop * 1e3:.1f} ms, one padded batch {padded * 1e3:.1f} ms ({padded / ours:.2f}x)"
+    report(status, "score_speed", loop / ours, "x vs per-pair loop", detail + ("" if judged else "; cpu: not judged"))
+
+
+def check_generate_speed(llm: LocalLLM, device: torch.device, contexts: list[str], new_tokens: int) -> None:
+    kwargs = {"max_new_tokens": new_tokens, "do_sample": False}
+    ours = timed(device, lambda: llm.generate(contexts, **kwargs), repeats=1)
+    loop = timed(device, lambda: [llm.generate([c], **kwargs) for c in contexts], repeats=1)
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")  # TF32 rounding could flip a near-tie of the greedy choice
+    try:
+        batched = [g[0].token_ids for g in llm.generate(contexts[:2], **kwargs)]
+        alone = [llm.generate([c], **kwargs)[0][0].token_ids for c in contexts[:2]]
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    judged = device.type == "cuda"
+    status = "PASS" if (not judged or ours <= loop) and batched == alone else "FAIL"
+    detail = (
+        f"{len(contexts)} prompts x {new_tokens} tokens: batched {ours:.2f} s, per-prompt loop {loop:.2f} s; "
+        f"greedy batched == alone: {batched == alone}" + ("" if judged else "; cpu: not judged")
+    )
+    report(status, "generate_speed", loop / ours, "x vs per-prompt loop", detail)
+
+
+def check_quickstart(model_name: str, device: str, tiny: bool, workdir: Path) -> None:
+    steps, envs = (32, 4) if tiny else (512, 16)
+    overrides = [
+        f"model.name={model_name}", f"model.device={device}", f"train.total_env_steps={steps}", f"env.num_envs={envs}",
+        "train.eval_episodes=0", "train.eval_before=false", f"train.output_dir={workdir}", "train.run_name=quickstart",
+    ]
+    if tiny:
+        overrides += ["model.dtype=float32", "model.lora.layers=null", "algorithm.minibatch_size=16"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmgym.cli", "train", "quickstart", *overrides], env=env, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        report("FAIL", "ppo_lora_update", None, detail=(proc.stderr.strip().splitlines() or ["no output"])[-1][:300])
+        report("FAIL", "quickstart", None, detail="the run failed")
+        return
+    records = [json.loads(line) for line in (workdir / "quickstart" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r.get("kind") == "train"]
+    finite = train and all(math.isfinite(r["loss"]) for r in train)
+    updates = [r["update_s"] for r in train]
+    report("PASS" if finite else "FAIL", "ppo_lora_update", sum(updates) / max(len(updates), 1), "s per update", f"{len(updates)} updates, losses finite: {bool(finite)}")
+    last = train[-1] if train else {}
+    rate = last.get("env_steps", 0) / max(last.get("time_s", math.inf), 1e-9)
+    report("PASS" if last.get("env_steps") == steps else "FAIL", "quickstart", rate, "env steps/s", f"{last.get('env_steps')} env steps")
+
+
+def check_4bit(model_name: str, device: torch.device, contexts: list[str], candidates: list[list[str]]) -> None:
+    if device.type != "cuda":
+        report("SKIP", "load_4bit", None, detail="4-bit kernels (bitsandbytes) need a CUDA GPU")
+        return
+    if importlib.util.find_spec("bitsandbytes") is None:
+        report("SKIP", "load_4bit", None, detail="bitsandbytes is not installed (pip install 'llmgym[quantization]')")
+        return
+    torch.cuda.reset_peak_memory_stats(device)
+    llm = build(model_name, str(device), "bfloat16", load_in_4bit=True, lora=LoRAConfig(r=8))
+    scores = torch.cat(llm.score(contexts, candidates))
+    memory = torch.cuda.max_memory_allocated(device) / 2**20
+    report("PASS" if bool(torch.isfinite(scores).all()) else "FAIL", "load_4bit", memory, "MiB peak", f"{len(scores)} finite scores: {bool(torch.isfinite(scores).all())}")
+    llm.close()
+
+
+def check_two_servers(device: torch.device) -> None:
+    if device.type != "cuda":
+        report("SKIP", "two_servers_one_gpu", None, detail="needs a CUDA GPU")
+        return
+    if importlib.util.find_spec("ray") is None:
+        report("SKIP", "two_servers_one_gpu", None, detail="the Ray backend is absent (ray not installed)")
+        return
+    backends = sorted(p.name for p in (ROOT / "llmgym" / "llm" / "distributed").glob("*ray*"))
+    if not backends:
+        report("SKIP", "two_servers_one_gpu", None, detail="the Ray backend is absent from llmgym/llm/distributed")
+        return
+    report("SKIP", "two_servers_one_gpu", None, detail=f"Ray backend {backends} found; its check is run by its own benchmark")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:N or cpu.")
+    parser.add_argument("--tiny", action="store_true", help="A tiny offline model and small workloads (CPU smoke run).")
+    parser.add_argument("--model", default="SmolLM2-135M-Instruct", help="Model name (ignored with --tiny).")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), torch {torch.__version__}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="llmgym-gpu-check-") as tmp:
+        workdir = Path(tmp)
+        model_name = args.model
+        if args.tiny:
+            from llmgym.testing import save_tiny_model
+
+            model_name = str(save_tiny_model(workdir / "tiny", num_layers=2))
+        contexts, candidates = workload(args.tiny)
+        fp32 = build(model_name, str(device), "float32", lora=LoRAConfig(r=8))
+        run_check("placement", lambda: check_placement(fp32, device, contexts, candidates))
+        run_check("score_equal_fp32", lambda: check_equality("score_equal_fp32", fp32, contexts, candidates, 1e-4))
+        run_check("score_speed", lambda: check_score_speed(fp32, device, contexts, candidates))
+        run_check("generate_speed", lambda: check_generate_speed(fp32, device, contexts, 8 if args.tiny else 32))
+        fp32.close()
+        if device.type == "cpu" or torch.cuda.is_bf16_supported():
+            bf16 = build(model_name, str(device), "bfloat16")
+            run_check("score_equal_bf16", lambda: check_equality("score_equal_bf16", bf16, contexts, candidates, 0.02))
+            bf16.close()
+        else:
+            report("SKIP", "score_equal_bf16", None, detail="this GPU has no bf16")
+        run_check("quickstart", lambda: check_quickstart(model_name, str(device), args.tiny, workdir))
+        run_check("load_4bit", lambda: check_4bit(model_name, device, contexts, candidates))
+        run_check("two_servers_one_gpu", lambda: check_two_servers(device))
+    print(f"{'FAIL' if FAILED else 'PASS'} all: {len(FAILED)} failed" + (f" ({', '.join(FAILED)})" if FAILED else ""), flush=True)
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The ``llmgym`` command: ``train | sweep | eval | export | launch | envs | play | config | bench``."""
+"""The ``llmgym`` command: ``train | sweep | eval | report | export | launch | envs | play | config | bench``."""
 
 from __future__ import annotations
 
@@ -100,6 +100,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="sample actions from the policy (at agent.temperature) instead of taking the most likely one",
     )
     ev.add_argument("overrides", nargs="*", help="dotted overrides applied to the run's config")
+
+    report = sub.add_parser(
+        "report",
+        help="write one self-contained HTML report of runs or sweeps (curves, evaluations, episode replays)",
+        description=(
+            "Write one HTML file that opens offline: the config, the learning curves with the zero-shot line, the "
+            "evaluation table, the action distribution over training (scoring agents) and replays of the recorded "
+            "evaluation episodes (logging.record_episodes); for several runs or a sweep folder, the curves side by "
+            "side with the IQM of the final success and its bootstrap interval. llmgym train, sweep and eval write "
+            "it themselves. See docs/report.md. Example: llmgym report runs/quickstart"
+        ),
+    )
+    report.add_argument("runs", nargs="+", metavar="RUN", help="run directories or sweep folders")
+    report.add_argument(
+        "--out", default=None, metavar="FILE",
+        help="the HTML file (default: RUN/report.html for one run or sweep, ./report.html for several)",
+    )
 
     export = sub.add_parser(
         "export",
@@ -375,6 +392,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     print(f"summary: {result.summary_path}")
     if result.curves_path:
         print(f"learning curves: {result.curves_path}")
+    if any(run.error is None for run in result.runs):  # a report of the runs that finished
+        from llmgym.report.html import write_report
+
+        print(f"report: {write_report([result.sweep_dir])}")
     if result.failed:
         print(f"{len(result.failed)} of {len(result.runs)} runs failed", file=sys.stderr)
         return 1
@@ -458,6 +479,11 @@ def _run(argv: list[str]) -> int:
         from llmgym.algorithms.trainer import evaluate_run
 
         evaluate_run(args.run_dir, episodes=args.episodes, seed=args.seed, overrides=args.overrides, greedy=not args.sample)
+        return 0
+    if args.command == "report":
+        from llmgym.report.html import write_report
+
+        print(f"report: {write_report(args.runs, args.out)}")
         return 0
     if args.command == "export":
         return _cmd_export(args)

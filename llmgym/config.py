@@ -612,10 +612,16 @@ class LoggingConfig(_Section):
     log_every: int = _f(1, "Write metrics every this many updates.")
     tensorboard: bool = _f(False, "Also write TensorBoard event files.")
     plot: bool = _f(True, "Write learning_curve.png at the end of training.")
+    record_episodes: int = _f(
+        3, "Episodes of each evaluation stored in episodes.jsonl (observations, action probabilities, generated "
+        "text, rewards) for the run report; 0 records none.",
+    )
+    report: bool = _f(True, "Write report.html (curves, evaluations, episode replays) at the end of training.")
     wandb: WandbConfig = _f(WandbConfig, "Weights & Biases settings.")
 
     def _check(self) -> None:
         _check_positive("logging", "log_every", self.log_every)
+        _check_positive("logging", "record_episodes", self.record_episodes, allow_zero=True)
 
 
 @dataclass

@@ -12,13 +12,16 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmgym.checkpoint import write_text_atomic
 from llmgym.config import LoggingConfig
 from llmgym.errors import require
+
+if TYPE_CHECKING:
+    from llmgym.report.records import EpisodeRecord
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +136,29 @@ class RunLogger:
         if self._tensorboard is not None:
             for key, value in numeric.items():
                 self._tensorboard.add_scalar(key, value, int(env_steps))
+
+    def log_episodes(self, env_steps: int, records: Sequence[EpisodeRecord]) -> None:
+        """Send recorded evaluation episodes to wandb (a table, one row per step) and TensorBoard (text).
+
+        ``episodes.jsonl`` already holds them; nothing is written when neither sink is configured.
+
+        Args:
+            env_steps: Env steps of the evaluation (x axis).
+            records: Its recorded episodes.
+        """
+        if not records:
+            return
+        from llmgym.report.records import episode_markdown, episode_rows
+
+        if self._wandb is not None:
+            import wandb
+
+            columns, rows = episode_rows(records)
+            table = wandb.Table(columns=list[Any](columns), data=rows)
+            self._wandb.log({"eval/episodes": table}, step=int(env_steps))
+        if self._tensorboard is not None:
+            for record in records:
+                self._tensorboard.add_text(f"eval/episode_{record.episode}", episode_markdown(record), int(env_steps))
 
     def sync(self) -> None:
         """Flush ``metrics.jsonl`` to disk (before a checkpoint, so the records it covers survive it)."""

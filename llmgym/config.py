@@ -307,10 +307,35 @@ class DistributedConfig(_Section):
     master_addr: str = _f("127.0.0.1", "Address of the rank-0 machine (127.0.0.1 for one machine).")
     master_port: int = _f(29500, "TCP port of the rendezvous on the rank-0 machine.")
     timeout_s: float = _f(60.0, "Seconds before a silent LLM server is declared dead.")
+    backend: str = _f(
+        "ray", "ray (the LLM servers are Ray actors) or spawn (child processes over llmgym's own sockets; deprecated)."
+    )
+    ray_address: Optional[str] = _f(None, "Ray cluster to join (auto or host:port); null starts a private local Ray.")
+    cpus_per_server: int = _f(1, "CPUs (and torch threads) each LLM server reserves.")
+    gpus_per_server: Optional[float] = _f(
+        None, "GPUs each server reserves: null = model_parallelism_size if the cluster has GPUs, else 0; "
+        "a fraction < 1 shares one GPU between servers."
+    )
+    object_store_mb: int = _f(256, "Object store size of a private local Ray instance, in MiB.")
+    allow_unauthenticated_cluster: bool = _f(
+        False, "Join a Ray cluster whose token authentication is off (anyone who reaches it runs code)."
+    )
+    check_weights: bool = _f(False, "Debug: compare the servers' weight fingerprints after every update.")
 
     def _check(self) -> None:
-        for name in ("llm_processes", "model_parallelism_size", "nnodes", "timeout_s"):
+        for name in ("llm_processes", "model_parallelism_size", "nnodes", "timeout_s", "cpus_per_server", "object_store_mb"):
             _check_positive("distributed", name, getattr(self, name))
+        _check_choice("distributed", "backend", self.backend, ("ray", "spawn"))
+        gpus = self.gpus_per_server
+        fits = gpus is None or gpus == 0 or gpus == self.model_parallelism_size or (
+            0 < gpus < 1 and self.model_parallelism_size == 1
+        )
+        if not fits:
+            raise ConfigError(
+                f"distributed.gpus_per_server={gpus} does not fit model_parallelism_size="
+                f"{self.model_parallelism_size}: use 0 (CPU), a fraction in (0, 1) with "
+                "model_parallelism_size=1, exactly model_parallelism_size, or null to derive it."
+            )
         if self.rl_processes != 1:
             raise ConfigError(
                 f"distributed.rl_processes={self.rl_processes} is not supported; use 1 "

@@ -16,6 +16,7 @@ __all__ = [
     "BackendError",
     "BackendTimeoutError",
     "AuthenticationError",
+    "PlacementError",
     "CheckpointError",
     "DiskFullError",
     "RunLockedError",
@@ -58,6 +59,10 @@ class BackendTimeoutError(BackendError, TimeoutError):
 
 class AuthenticationError(BackendError):
     """A control-plane peer did not prove it knows the job's secret, or a message failed its check."""
+
+
+class PlacementError(BackendError):
+    """The LLM servers' resources (CPUs, GPUs) cannot be found on the Ray cluster."""
 
 
 class CheckpointError(LLMGymError, RuntimeError):

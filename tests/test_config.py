@@ -246,3 +246,22 @@ def test_the_glam_configs_train_glams_policy(name):
     config = load_config(name)
     assert config.agent.type == "scoring"
     assert config.agent.action_head is False
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"backend": "mpi"}, r"distributed.backend='mpi' is not allowed; expected one of \['ray', 'spawn'\]"),
+        ({"gpus_per_server": 0.5, "model_parallelism_size": 2}, r"gpus_per_server=0.5 does not fit model_parallelism_size=2"),
+        ({"gpus_per_server": 3.0, "model_parallelism_size": 2}, r"gpus_per_server=3.0 does not fit"),
+        ({"gpus_per_server": -1.0}, r"gpus_per_server=-1.0 does not fit"),
+        ({"cpus_per_server": 0}, r"distributed.cpus_per_server=0 must be > 0"),
+    ],
+)
+def test_distributed_ray_settings_are_checked(overrides, message):
+    from llmgym.config import DistributedConfig
+
+    with pytest.raises(ConfigError, match=message):
+        DistributedConfig(**overrides)
+    for fits in ({"gpus_per_server": 0.25}, {"gpus_per_server": 2.0, "model_parallelism_size": 2}, {"gpus_per_server": 0.0}):
+        assert DistributedConfig(**fits).gpus_per_server == fits["gpus_per_server"]

@@ -15,7 +15,7 @@ import torch
 from llmgym.config import ModelConfig
 from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
-from llmgym.llm.distributed.gradients import WeightedMean
+from llmgym.llm.collectives import Collectives, SingleProcess
 from llmgym.llm.fingerprint import base_fingerprint
 from llmgym.llm.generation import Generation, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
@@ -64,6 +64,8 @@ class LocalLLM:
         model: A prebuilt transformers causal or seq2seq LM (``None``: loaded from ``config``);
             wrapped with LoRA when ``config.lora`` is set and it is not a PEFT model yet.
         tokenizer: The prebuilt model's fast tokenizer.
+        collectives: How ``sync_gradients`` and ``all_reduce_mean`` reach the other LLM servers
+            (a Ray server passes its process group's); ``None``: this LLM is alone.
 
     Raises:
         ConfigError: On a reserved or non-module function, or ``load_in_4bit`` without CUDA.
@@ -77,6 +79,7 @@ class LocalLLM:
         *,
         model: Any = None,
         tokenizer: Any = None,
+        collectives: Collectives | None = None,
     ) -> None:
         config = as_model_config(config)
         check_quantization(config.load_in_4bit)
@@ -122,6 +125,7 @@ class LocalLLM:
                 )
             module.bind(model.config, hidden_size, config.seed, key)
             self.module_functions[key] = module.to(self.head_device)
+        self.collectives: Collectives = collectives if collectives is not None else SingleProcess()
         self.updater = updater() if isinstance(updater, type) else updater
         self.trunk_cache = TrunkCache(trunk_cache_bytes(config.trunk_cache_mb, self.device))
         #: NLPO's mask policy: a snapshot of the trainable weights (empty until refresh_mask_policy).
@@ -480,21 +484,25 @@ class LocalLLM:
         return params + [p for p in self.module_functions.parameters() if p.requires_grad]
 
     def sync_gradients(self, num_samples: int) -> None:
-        """Average gradients across LLM servers weighted by ``num_samples``; nothing to do in-process."""
-        del num_samples
+        """Average the trainable parameters' gradients across LLM servers, weighted by ``num_samples``.
+
+        The Updater calls it after ``backward()`` and before its optimizer step; in-process it only
+        checks ``num_samples``.
+        """
+        self.collectives.sync_gradients(self.trainable_parameters(), num_samples)
 
     def all_reduce_mean(self, values: torch.Tensor, num_samples: int) -> torch.Tensor:
         """The mean of ``values`` over the LLM servers, weighted by their ``num_samples``.
 
         Each server passes the mean of a quantity over its own samples (a gradient vector, a loss);
         every server gets the mean over all samples. In-process: ``values`` itself (zeros for 0
-        samples); on a server, :class:`~llmgym.llm.distributed.gradients.WeightedMean`.
+        samples); on a server, its group's mean (:mod:`llmgym.llm.collectives`).
 
         Args:
             values: This server's mean, any shape (the same on every server).
             num_samples: Samples behind it (0: this server contributes nothing).
         """
-        return WeightedMean(enabled=False)(values, num_samples)
+        return self.collectives.all_reduce_mean(values, num_samples)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Atomically save trainable weights, module functions, updater state and mask policy to a folder.

@@ -23,7 +23,7 @@ def _build(llm_processes: int):
     return make_backend(
         ModelConfig(name="tiny", forward_batch_size=4), {"value": ValueHead(hidden_sizes=(8,))},
         PPO(config=OPTIMIZER).updater(), model=model, tokenizer=tokenizer,
-        distributed=DistributedConfig(llm_processes=llm_processes, timeout_s=60.0),
+        distributed=DistributedConfig(llm_processes=llm_processes, timeout_s=60.0, backend="spawn"),
     )
 
 

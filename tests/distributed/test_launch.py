@@ -108,7 +108,7 @@ def test_make_backend_selection(monkeypatch):
         monkeypatch.setenv(f"LLMGYM_{key}", value)
     backend.make_backend("tiny", distributed=DistributedConfig(llm_processes=5))
     monkeypatch.delenv("LLMGYM_LAUNCHED")
-    backend.make_backend("tiny", distributed=DistributedConfig(llm_processes=3, timeout_s=9))
+    backend.make_backend("tiny", distributed=DistributedConfig(llm_processes=3, timeout_s=9, backend="spawn"))
     assert calls == [
         ("connect", 2, {"host": "127.0.0.1", "port": 4321, "timeout_s": 7.0}),
         ("spawn", 3, {"timeout_s": 9.0, "model_parallelism_size": 1, "host": "127.0.0.1"}),

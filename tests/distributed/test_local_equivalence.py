@@ -39,7 +39,7 @@ def _build(updater=SGDUpdater, llm_processes=1, timeout_s=30.0):
     model, tokenizer = tiny_causal_lm("llama", seed=0)
     return make_backend(
         CONFIG, {"value": ValueHead(hidden_sizes=(8,))}, updater, model=model, tokenizer=tokenizer,
-        distributed=DistributedConfig(llm_processes=llm_processes, timeout_s=timeout_s),
+        distributed=DistributedConfig(llm_processes=llm_processes, timeout_s=timeout_s, backend="spawn"),
     )
 
 
@@ -96,7 +96,7 @@ def test_save_empties_every_servers_trunk_cache(tmp_path):
     model, tokenizer = tiny_causal_lm("llama", seed=0)
     config = ModelConfig(name="tiny", lora=LoRAConfig(r=2, layers=[-1]), trunk_cache_mb=16)
     remote = make_backend(config, None, CacheProbe, model=model, tokenizer=tokenizer,
-                          distributed=DistributedConfig(llm_processes=2, timeout_s=30.0))
+                          distributed=DistributedConfig(llm_processes=2, timeout_s=30.0, backend="spawn"))
     try:
         remote.forward(["score"], CONTEXTS, CANDIDATES)  # records the trunk states (score() does not)
         assert all(r["cached"] > 0 for r in remote.update(CONTEXTS, CANDIDATES))

@@ -1,6 +1,12 @@
-"""Distributed backend: one RL client, N LLM servers, no hangs.
+"""Distributed backends: one RL client, N LLM servers, no hangs.
 
-Design:
+The Ray backend (the default, docs/distributed.md): :mod:`.ray_runtime` starts a private
+token-authenticated Ray instance or joins a cluster, :mod:`.ray_backend` (``RayLLM``) places one
+:mod:`.ray_server` actor per server in a placement-group bundle, and :mod:`.dispatch` splits and
+gathers the calls; the servers' gradients meet in a ``torch.distributed`` group
+(:mod:`llmgym.llm.collectives`).
+
+The spawn backend (``distributed.backend="spawn"`` and ``llmgym launch``; deprecated), by design:
 
 * **Processes.** ``llmgym launch`` (:mod:`.launch`, one per machine) starts the user's command
   as the RL client on node 0 and ``python -m llmgym.llm.distributed.server`` for each LLM server;

@@ -1,4 +1,4 @@
-"""Choosing the backend: in-process ``LocalLLM``, spawned local servers, or a launched job."""
+"""Choosing the backend: in-process ``LocalLLM``, Ray actors, spawned local servers, or a launched job."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgym.config import DistributedConfig, ModelConfig
+from llmgym.llm.collectives import Collectives
 from llmgym.llm.distributed.client import DistributedLLM
 from llmgym.llm.distributed.launch import launch_info
 from llmgym.llm.distributed.placement import Placement
@@ -60,8 +61,8 @@ class LocalLLMFactory:
 
         self.config = as_model_config(self.config)
 
-    def __call__(self, placement: Placement) -> Any:
-        """Build the backend for ``placement``."""
+    def __call__(self, placement: Placement, collectives: Collectives | None = None) -> Any:
+        """Build the backend for ``placement``, reaching its peers through ``collectives``."""
         from llmgym.llm.local import LocalLLM
         from llmgym.llm.models import load_model
         from llmgym.llm.validation import as_model_config
@@ -77,7 +78,9 @@ class LocalLLMFactory:
                 model = shard_model(model, len(placement.gpus))
         elif model is not None:
             model = model.to(placement.device)
-        return LocalLLM(config, self.module_functions, self.updater, model=model, tokenizer=tokenizer)
+        return LocalLLM(
+            config, self.module_functions, self.updater, model=model, tokenizer=tokenizer, collectives=collectives
+        )
 
 
 def make_backend(
@@ -93,8 +96,9 @@ def make_backend(
 
     * Inside ``llmgym launch`` (``LLMGYM_LAUNCHED=1``): a :class:`DistributedLLM` serving the
       launched servers (the launch flags win over ``distributed``).
-    * Else with ``distributed.llm_processes > 1``: a :class:`DistributedLLM` whose servers are
-      child processes of this one on this machine.
+    * Else with ``distributed.llm_processes > 1``: a :class:`~.ray_backend.RayLLM` whose servers
+      are Ray actors (``distributed.backend="ray"``, the default), or a :class:`DistributedLLM`
+      whose servers are child processes of this one on this machine (``backend="spawn"``).
     * Else: an in-process ``LocalLLM``.
 
     Args:
@@ -114,6 +118,10 @@ def make_backend(
         return DistributedLLM.connect(
             factory, info.llm_processes, host=info.master_addr, port=info.master_port, timeout_s=info.timeout_s
         )
+    if distributed is not None and distributed.llm_processes > 1 and distributed.backend == "ray":
+        from llmgym.llm.distributed.ray_backend import RayLLM
+
+        return RayLLM(factory, distributed)
     if distributed is not None and distributed.llm_processes > 1:
         return DistributedLLM.spawn(
             factory,

@@ -1,0 +1,31 @@
+"""A user script on the Ray backend for the signal tests: builds 2 LLM servers, says where, then waits.
+
+Prints one JSON line (``pids``: the Ray processes of the private instance and the servers' actor
+processes) and sleeps until a signal ends it.
+"""
+
+import json
+import sys
+import time
+
+import ray
+
+from llmgym.config import DistributedConfig, ModelConfig
+from llmgym.llm.distributed.backend import make_backend
+from llmgym.testing import tiny_causal_lm
+
+
+def main() -> int:
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    llm = make_backend(ModelConfig(name="tiny"), model=model, tokenizer=tokenizer,
+                       distributed=DistributedConfig(llm_processes=2, timeout_s=30.0))
+    llm.score(["Action:"], [[" go"]])
+    node = ray._private.worker._global_node
+    pids = [info.process.pid for infos in node.all_processes.values() for info in infos]
+    print(json.dumps({"pids": pids + [server.pid for server in llm.servers]}), flush=True)
+    time.sleep(120)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

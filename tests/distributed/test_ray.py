@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from llmgym.agents.learning import PolicySpec
+from llmgym.agents.policies import CandidateActions, CandidatePolicy
 from llmgym.algorithms import GRPO, PPO, RLOO, UpdateBatch
 from llmgym.config import AlgorithmConfig, DistributedConfig, ModelConfig
 from llmgym.errors import BackendError, PlacementError
@@ -89,7 +89,8 @@ def test_each_algorithms_update_equals_in_process(pair):
     batches = list(_batches(local.tokenizer))
     for algorithm in (GRPO(), RLOO(config=AlgorithmConfig(name="rloo"))):  # PPO's server side, their own coefficients
         batches.append((("loss", "policy_loss"), CANDIDATES, UpdateBatch(
-            objective=algorithm.objective(), policy=PolicySpec(temperature=0.7), actions=torch.zeros(len(CONTEXTS)), **_common())))
+            objective=algorithm.objective(), policy=CandidatePolicy(temperature=0.7),
+            actions=CandidateActions(CANDIDATES, torch.zeros(len(CONTEXTS), dtype=torch.long)), **_common())))
     for keys, candidates, batch in batches:
         want = local.update(CONTEXTS, candidates, batch=batch)[0]
         results = remote.update(CONTEXTS, candidates, batch=batch)  # check_weights: the servers agree

@@ -141,3 +141,8 @@ def test_relative_links_point_at_files_that_exist(path: Path) -> None:
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text())
     missing = [link for link in links if "://" not in link and not (path.parent / link).exists()]
     assert not missing, f"{path.relative_to(ROOT)} links to missing files: {missing}"
+
+
+def test_the_readme_stays_a_short_guide() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) < 180, f"README.md has {len(lines)} lines; move detail into docs/ (the README is a newcomer's guide)"

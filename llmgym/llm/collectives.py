@@ -15,7 +15,7 @@ import torch
 
 from llmgym.errors import InputError
 
-__all__ = ["Collectives", "ProcessGroupCollectives", "SingleProcess", "check_num_samples"]
+__all__ = ["Collectives", "ProcessGroupCollectives", "SingleProcess", "check_num_samples", "unflatten"]
 
 
 class Collectives(Protocol):
@@ -73,7 +73,7 @@ class ProcessGroupCollectives:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         mean = _weighted_mean(_flat(grads), num_samples)
-        for param, grad in zip(params, _unflat(mean, params)):
+        for param, grad in zip(params, unflatten(mean, params)):
             param.grad = grad
 
     def all_reduce_mean(self, values: torch.Tensor, num_samples: int) -> torch.Tensor:
@@ -92,7 +92,7 @@ class ProcessGroupCollectives:
         flat = _flat(params)
         dist.broadcast(flat, src=src)
         with torch.no_grad():
-            for param, value in zip(params, _unflat(flat, params)):
+            for param, value in zip(params, unflatten(flat, params)):
                 param.copy_(value)
 
 
@@ -102,7 +102,8 @@ def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1).to(device, torch.float32) for t in tensors])
 
 
-def _unflat(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Split a flat buffer ``[sum numel]`` into tensors shaped, placed and typed as ``like``."""
     out, offset = [], 0
     for t in like:
         n = t.numel()

@@ -23,15 +23,6 @@ def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors])
 
 
-def _unflat(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    out, offset = [], 0
-    for t in like:
-        n = t.numel()
-        out.append(flat[offset : offset + n].view(t.shape).to(t.device, t.dtype))
-        offset += n
-    return out
-
-
 def broadcast_parameters(parameters: Sequence[torch.Tensor], src: int = 0) -> None:
     """Overwrite every server's parameters with those of server ``src`` (a collective).
 
@@ -42,10 +33,13 @@ def broadcast_parameters(parameters: Sequence[torch.Tensor], src: int = 0) -> No
     import torch
     import torch.distributed as dist
 
+    from llmgym.llm.collectives import unflatten
+
+
     flat = _flat(parameters)
     dist.broadcast(flat, src=src)
     with torch.no_grad():
-        for param, value in zip(parameters, _unflat(flat, parameters)):
+        for param, value in zip(parameters, unflatten(flat, parameters)):
             param.copy_(value)
 
 
@@ -71,13 +65,15 @@ class GradientSync:
         """All-reduce the gradients weighted by ``num_samples`` (this server's samples in the step)."""
         import torch
 
+        from llmgym.llm.collectives import unflatten
+
         _check_num_samples("sync_gradients", num_samples)
         if not self._enabled:
             return
         params = list(self._backend.trainable_parameters())
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         mean = _weighted_all_reduce(_flat(grads), num_samples)
-        for param, grad in zip(params, _unflat(mean, params)):
+        for param, grad in zip(params, unflatten(mean, params)):
             param.grad = grad
 
 

@@ -24,7 +24,7 @@ from llmgym.agents.policies import Policy
 from llmgym.algorithms.advantages import whiten
 from llmgym.algorithms.batch import UpdateBatch
 from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
-from llmgym.algorithms.protocols import NaturalGradientObjective, Objective, PolicyBackend
+from llmgym.algorithms.protocols import NaturalGradientObjective, Objective, PolicyBackend, RolloutObserver
 from llmgym.algorithms.updaters import PolicyUpdater
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import ConfigError, InputError
@@ -212,6 +212,8 @@ class OnPolicyAlgorithm(abc.ABC):
         self._rollout_start_steps = 0
         self.updates = 0
         self.action_log: list[list[Any]] = []
+        #: Sees every rollout step (the trainer's run-report sampler); ``None``: nobody watches.
+        self.rollout_observer: Optional[RolloutObserver] = None
         self._seed = seed
         self._observations: Optional[list[Any]] = None
         self._infos: list[dict[str, Any]] = []
@@ -298,6 +300,11 @@ class OnPolicyAlgorithm(abc.ABC):
             self.action_log.append(list(actions))
             shaped, truncation_values = agent.observe(rewards, terminated, truncated, infos)
             self.buffer.add(decisions, shaped, terminated, truncated, truncation_values)
+            if self.rollout_observer is not None:
+                self.rollout_observer.on_step(
+                    self.env_steps + envs.num_envs, self._observations or [], decisions, shaped.tolist(),
+                    terminated.tolist(), truncated.tolist(), infos,
+                )
             for i in np.flatnonzero(terminated | truncated):
                 self._record_episode(infos[int(i)])
             parse_failures += sum(d.parse_failed for d in decisions)

@@ -49,7 +49,9 @@ from llmgym.report.records import (
     EPISODES_NAME,
     EpisodeRecord,
     EpisodeRecorder,
+    TrainingEpisodeSampler,
     append_episode_records,
+    read_episode_records,
     trim_episode_records,
 )
 from llmgym.run_lock import RunLock, check_new_run_dir, default_run_stem, new_run_dir
@@ -334,6 +336,13 @@ class Trainer:
         self.eval_agent = build_agent(agent_config, self.llm, _eval_width(config, train.eval_episodes), self.system_prompt)
         self.evaluations: list[dict[str, float]] = []
         self.episode_records: list[EpisodeRecord] = []  # of the last evaluation
+        algo = config.algorithm
+        #: One training episode of env 0 after each evaluation, for the run report (None: recording off).
+        self.training_sampler = (
+            TrainingEpisodeSampler(self.agent.format_observation, self.llm.tokenizer, algo.gamma, algo.gae_lambda)
+            if config.logging.record_episodes else None
+        )
+        self.algorithm.rollout_observer = self.training_sampler
         self._last_checkpoint_steps = 0
         self._last_eval_steps = 0
         if checkpoint is not None:
@@ -396,6 +405,13 @@ class Trainer:
         restore_rng_state(state["rng"], {k: v for k, v in tensors.items() if not k.startswith("gen_")})
         trim_metrics(self.run_dir / "metrics.jsonl", self.algorithm.env_steps)
         trim_episode_records(self.run_dir / EPISODES_NAME, self.algorithm.env_steps)
+        if self.training_sampler is not None and self.evaluations:
+            # Waiting for a training episode after the last evaluation, as the run that wrote the checkpoint
+            # was unless it had recorded it (a checkpoint taken mid-episode records the next one instead).
+            last = len(self.evaluations) - 1
+            records = read_episode_records(self.run_dir / EPISODES_NAME)
+            if not any(r.policy == "training" and r.evaluation == last for r in records):
+                self.training_sampler.arm(last)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, label: str) -> dict[str, float]:
@@ -405,17 +421,20 @@ class Trainer:
         the same episodes and with its sampling generator reseeded, under ``sampled_`` keys. With
         ``train.eval_splits``, every sample of the first split (all splits after training) is
         completed and scored by ``train.eval_metrics`` (:mod:`llmgym.algorithms.text_evaluation`).
-        The first ``logging.record_episodes`` greedy episodes are appended to ``episodes.jsonl``.
+        The first ``logging.record_episodes`` greedy episodes (and sampled ones with
+        ``train.eval_sample``) are appended to ``episodes.jsonl``, and the next training episode of
+        env 0 is recorded (:class:`~llmgym.report.records.TrainingEpisodeSampler`).
         """
         seed = 10_000 + self.config.train.seed
         episodes = self.config.train.eval_episodes
         algo = self.config.algorithm
         recorder = EpisodeRecorder(self.config.logging.record_episodes, self.llm.tokenizer, algo.gamma, algo.gae_lambda)
+        sampled_recorder = EpisodeRecorder(recorder.max_episodes, self.llm.tokenizer, algo.gamma, algo.gae_lambda)
         with torch.random.fork_rng(devices=[]):
             result = evaluate(self.eval_agent, self.config, episodes, seed=seed, recorder=recorder)
             if self.config.train.eval_sample:
                 self.eval_agent.generator.manual_seed(seed)
-                sampled = evaluate(self.eval_agent, self.config, episodes, seed=seed, greedy=False)
+                sampled = evaluate(self.eval_agent, self.config, episodes, seed=seed, greedy=False, recorder=sampled_recorder)
                 result.update({f"sampled_{k}": v for k, v in sampled.items() if k != "episodes"})
             splits = self.config.train.eval_splits
             if splits:
@@ -427,7 +446,11 @@ class Trainer:
                 ))
         result["env_steps"] = float(self.algorithm.env_steps)
         result["label"] = label  # type: ignore[assignment]
-        self.episode_records = recorder.records(self.algorithm.env_steps, label, len(self.evaluations))
+        index = len(self.evaluations)
+        self.episode_records = recorder.records(self.algorithm.env_steps, label, index)
+        self.episode_records += sampled_recorder.records(self.algorithm.env_steps, label, index, "sampled")
+        if self.training_sampler is not None:
+            self.training_sampler.arm(index)
         if self.episode_records:
             append_episode_records(self.run_dir / EPISODES_NAME, self.episode_records)
         self.evaluations.append(result)
@@ -460,6 +483,10 @@ class Trainer:
                 tick = time.monotonic()
                 metrics.update(self.algorithm.update())
                 metrics["update_s"] = time.monotonic() - tick
+                if self.training_sampler is not None and self.training_sampler.finished:
+                    training_records = self.training_sampler.take()
+                    append_episode_records(self.run_dir / EPISODES_NAME, training_records)
+                    logger.log_episodes(self.algorithm.env_steps, training_records)
                 metrics.update(self.algorithm.episode_stats.summary())
                 elapsed = max(1e-9, time.monotonic() - start)
                 metrics["steps_per_s"] = (self.algorithm.env_steps - start_steps) / elapsed

@@ -100,11 +100,13 @@ def _eval_table(run: RunData) -> str:
 
 
 def _action_distribution(run: RunData) -> Optional[str]:
-    """Mean probability of each action over the recorded steps of each evaluation (scoring agents)."""
+    """Mean probability of each action over the recorded greedy-evaluation steps of each evaluation (scoring agents)."""
     per_eval: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     counts: dict[int, int] = defaultdict(int)
     labels: dict[int, str] = {}
     for record in run.episodes:
+        if record.policy != "greedy":  # the same states each evaluation: comparable columns
+            continue
         for step in record.steps:
             if step.candidates is None or step.probs is None:
                 continue

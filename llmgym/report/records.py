@@ -1,7 +1,8 @@
 """Episode records: what the agent read, weighed, chose and got, stored compactly with the run.
 
 Each evaluation stores its first ``logging.record_episodes`` episodes in ``RUN_DIR/episodes.jsonl``
-(one JSON object per episode). A step holds the observation text the agent saw (its history is
+(one JSON object per episode), greedy and, with ``train.eval_sample``, sampled; training adds one
+episode of its first env after each evaluation (:class:`TrainingEpisodeSampler`), sampled sparsely. A step holds the observation text the agent saw (its history is
 the episode's earlier steps), the chosen action, the reward, the value estimate and the advantage,
 and either the candidates with their probabilities (scoring agents) or the generated text with its
 per-token log-probs and whether parsing failed and the fallback action was taken (generative
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -31,6 +32,7 @@ __all__ = [
     "StepRecord",
     "EpisodeRecord",
     "EpisodeRecorder",
+    "TrainingEpisodeSampler",
     "append_episode_records",
     "read_episode_records",
     "trim_episode_records",
@@ -105,12 +107,14 @@ class EpisodeRecord:
     """One recorded evaluation episode.
 
     Attributes:
-        env_steps: Training env steps when the evaluation ran.
-        label: The evaluation's label (``before``, ``periodic``, ``after``, or ``eval`` for ``llmgym eval``).
-        evaluation: Index of the evaluation in the run (0, 1, ...).
+        env_steps: Training env steps when the evaluation ran (a training episode: when it ended).
+        label: The evaluation's label (``before``, ``periodic``, ``after``, or ``eval`` for ``llmgym eval``);
+            ``train`` for a training episode.
+        evaluation: Index of the evaluation in the run (0, 1, ...); a training episode has the index of
+            the evaluation before it.
         episode: Index of the episode in the evaluation.
-        seed: The env seed of the episode.
-        policy: ``greedy`` or ``sampled``.
+        seed: The env seed of the episode (-1 for a training episode: its env reset itself).
+        policy: ``greedy`` or ``sampled`` (evaluations), ``training`` (the behaviour policy in training).
         episode_return: Return of the episode (every step counted).
         success: Whether the episode succeeded.
         length: Number of steps (every step counted).
@@ -272,6 +276,78 @@ class EpisodeRecorder:
                 break
             result.append(record)
         return result
+
+
+class TrainingEpisodeSampler:
+    """Records one training episode after each :meth:`arm`: the next episode the first env starts.
+
+    Training runs many envs for many steps; the report needs only a glimpse of what the behaviour
+    policy does between evaluations. After :meth:`arm` (the trainer arms it after each evaluation),
+    the sampler waits until env 0's current episode ends, records the next one whole, and holds it
+    in :attr:`finished` until the trainer writes it. It only reads what the rollout already computed
+    (no forward pass, no random draw), so training is the same with or without it. The reward of a
+    step is the one training uses (shaping and penalties included).
+
+    Args:
+        format_observation: The agent's ``format_observation`` (the text it saw).
+        tokenizer: Decodes generated token ids (generative agents); optional.
+        gamma: Discount of the advantages.
+        gae_lambda: GAE lambda of the advantages.
+    """
+
+    def __init__(
+        self, format_observation: Callable[[Any], str], tokenizer: Any = None, gamma: float = 0.99, gae_lambda: float = 0.95
+    ) -> None:
+        self.format_observation = format_observation
+        self.tokenizer = tokenizer
+        self.gamma = gamma
+        self.gae_lambda = gae_lambda
+        #: Recorded training episodes not yet written.
+        self.finished: list[EpisodeRecord] = []
+        self._evaluation: Optional[int] = None
+        self._recorder: Optional[EpisodeRecorder] = None
+
+    def arm(self, evaluation: int) -> None:
+        """Record the next episode env 0 starts, filed under evaluation ``evaluation``."""
+        self._evaluation = evaluation
+
+    def on_step(
+        self,
+        env_steps: int,
+        observations: Sequence[Any],
+        decisions: Sequence[Decision],
+        rewards: Sequence[float],
+        terminated: Sequence[bool],
+        truncated: Sequence[bool],
+        infos: Sequence[dict[str, Any]],
+    ) -> None:
+        """See one vector step (the observations the agent acted on, its decisions, what came back).
+
+        Args:
+            env_steps: Training env steps after the step.
+            observations: Per env, the observation acted on.
+            decisions: Per env, the agent's decision.
+            rewards: Per env, the reward training uses.
+            terminated: Per env, whether the episode reached a terminal state.
+            truncated: Per env, whether a time limit cut it.
+            infos: Per env, the step's info.
+        """
+        done = bool(terminated[0]) or bool(truncated[0])
+        recorder = self._recorder
+        if recorder is not None:
+            recorder.add_step(0, self.format_observation(observations[0]), decisions[0], float(rewards[0]))
+            if done:
+                success = infos[0].get("success")
+                recorder.end_episode(0, -1, bool(success if success is not None else rewards[0] > 0), bool(terminated[0]))
+                self.finished.extend(recorder.records(env_steps, "train", self._evaluation or 0, "training"))
+                self._recorder, self._evaluation = None, None
+        elif self._evaluation is not None and done:  # env 0 starts a new episode at its next step
+            self._recorder = EpisodeRecorder(1, self.tokenizer, self.gamma, self.gae_lambda)
+
+    def take(self) -> list[EpisodeRecord]:
+        """The finished records, handed over once."""
+        records, self.finished = self.finished, []
+        return records
 
 
 def read_episode_records(path: str | Path) -> list[EpisodeRecord]:

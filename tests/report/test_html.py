@@ -44,7 +44,8 @@ def assert_self_contained(text):
 
 
 def replay_fragment(record, step):
-    return f"r=0&e={record.evaluation}&p={record.episode}&s={step}"
+    kind = ["greedy", "sampled", "training"].index(record.policy)
+    return f"r=0&e={record.evaluation}&k={kind}&p={record.episode}&s={step}"
 
 
 def test_scoring_run_report_replays_the_recorded_probabilities(tiny_model_dir, tmp_path, capsys):
@@ -52,10 +53,14 @@ def test_scoring_run_report_replays_the_recorded_probabilities(tiny_model_dir, t
     report = run_dir / "report.html"
     text = report.read_text()
     assert_self_contained(text)
-    records = read_episode_records(run_dir / "episodes.jsonl")
+    everything = read_episode_records(run_dir / "episodes.jsonl")
+    records = [r for r in everything if r.policy == "greedy"]
     evaluations = sorted({r.evaluation for r in records})
     assert evaluations == [0, 1, 2] and [r.label for r in records[::2]] == ["before", "periodic", "periodic"]
     assert all(len([r for r in records if r.evaluation == e]) == 2 for e in evaluations)  # eval_episodes=2, default 3
+    training = [r for r in everything if r.policy == "training"]
+    assert training and all(r.label == "train" and r.seed == -1 and r.episode == 0 for r in training)
+    assert len({r.evaluation for r in training}) == len(training)  # at most one per evaluation: sparse
 
     chromium()
     record = next(r for r in records if r.evaluation == 2 and r.episode == 1)
@@ -75,6 +80,12 @@ def test_scoring_run_report_replays_the_recorded_probabilities(tiny_model_dir, t
     assert html.escape(expected.observation) in dom
     assert_not_blank(screenshot(report, tmp_path / "report_scoring.png", replay_fragment(record, step)))
 
+    # a training episode: the behaviour policy's probabilities at each step, under its own entry
+    trained = training[0]
+    dom = dump_dom(report, replay_fragment(trained, 0))
+    assert [float(p) for p in attributes(dom, "cand", "data-prob")] == trained.steps[0].probs
+    assert f"training after #{trained.evaluation}" in dom and "(env 0)" in dom
+
     # llmgym eval saves its episodes and report next to the run
     assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
@@ -89,7 +100,7 @@ def test_generative_run_report_shows_the_text_token_log_probs_and_fallback(tiny_
     run_dir = train("blackjack_generative", tiny_model_dir, tmp_path, capsys, "logging.record_episodes=1")
     report = run_dir / "report.html"
     assert_self_contained(report.read_text())
-    records = read_episode_records(run_dir / "episodes.jsonl")
+    records = [r for r in read_episode_records(run_dir / "episodes.jsonl") if r.policy == "greedy"]
     assert [r.episode for r in records] == [0, 0, 0]  # record_episodes=1 per evaluation
     record = records[-1]
     step = record.steps[0]

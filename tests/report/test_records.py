@@ -167,3 +167,29 @@ def test_tensorboard_gets_the_episodes_as_text(tmp_path):
     [event] = events.Tensors(tag)
     assert event.step == 32
     assert "you see a red ball" in event.tensor_proto.string_val[0].decode()
+
+
+def test_the_training_sampler_records_env_0s_next_whole_episode_after_each_arm():
+    from llmgym.report.records import TrainingEpisodeSampler
+
+    sampler = TrainingEpisodeSampler(lambda obs: f"seen {obs}", gamma=1.0, gae_lambda=1.0)
+    decision = scoring_decision([math.log(0.25), math.log(0.75)], 1)
+
+    def step(n, done0, reward0=0.0):
+        sampler.on_step(n, [f"o{n}", "other"], [decision, decision], [reward0, 5.0], [done0, True], [False, False],
+                        [{"success": reward0 > 0}, {}])
+
+    step(2, False)  # not armed: nothing
+    sampler.arm(3)
+    step(4, False)  # env 0 mid-episode: wait for its end
+    step(6, True)
+    step(8, False)  # the next episode, whole
+    step(10, True, reward0=1.0)
+    step(12, True)  # done: nothing more until the next arm
+    [record] = sampler.take()
+    assert sampler.take() == []
+    assert (record.env_steps, record.label, record.evaluation, record.seed, record.policy) == (10, "train", 3, -1, "training")
+    assert record.length == 2 and record.success and record.episode_return == 1.0
+    assert [s.observation for s in record.steps] == ["seen o8", "seen o10"]
+    assert record.steps[0].probs == [0.75, 0.25] and record.steps[0].chosen == 0
+    assert [s.advantage for s in record.steps] == [pytest.approx(0.5), pytest.approx(0.5)]  # return 1 - value 0.5

@@ -24,10 +24,17 @@ def test_each_evaluation_records_its_first_episodes_and_a_resume_drops_the_later
     trainer.train()
     trainer.close()
     run = tmp_path / "src"
-    records = read_episode_records(run / "episodes.jsonl")
+    everything = read_episode_records(run / "episodes.jsonl")
+    records = [r for r in everything if r.policy == "greedy"]
     assert [(r.env_steps, r.evaluation, r.episode) for r in records] == [
         (0, 0, 0), (0, 0, 1), (8, 1, 0), (8, 1, 1), (16, 2, 0), (16, 2, 1)
     ]
+    # after each evaluation but the last, env 0's next training episode (Countdown: 2 steps; env 0 ends its
+    # first episode at vector step 2 of the 4, so the recorded one ends at step 4: 8 env steps later)
+    training = [r for r in everything if r.policy == "training"]
+    assert [(r.env_steps, r.evaluation, r.label, r.seed, r.length) for r in training] == [(8, 0, "train", -1, 2), (16, 1, "train", -1, 2)]
+    for record in training:
+        assert [s.action for s in record.steps] and all(math.isclose(sum(s.probs), 1.0, abs_tol=2e-3) for s in record.steps)
     assert not (run / "report.html").exists()  # logging.report=false
     for record in records:
         assert record.steps and record.length == len(record.steps)
@@ -37,10 +44,12 @@ def test_each_evaluation_records_its_first_episodes_and_a_resume_drops_the_later
     # a crash after the checkpoint at 8 (its checkpoint at 16 lost): the resumed run records 16 once
     (run / "checkpoints" / "step-0000000016" / "llm" / "updater.pt").write_bytes(b"corrupted")
     resumed = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *RUN, f"train.resume={run}"))
-    assert [r.env_steps for r in read_episode_records(run / "episodes.jsonl")] == [0, 0, 8, 8]
+    assert [(r.env_steps, r.policy) for r in read_episode_records(run / "episodes.jsonl")] == [
+        (0, "greedy"), (0, "greedy"), (8, "training"), (8, "greedy"), (8, "greedy")
+    ]
     resumed.train()
     resumed.close()
-    assert [r.env_steps for r in read_episode_records(run / "episodes.jsonl")] == [0, 0, 8, 8, 16, 16]
+    assert [r.to_json() for r in read_episode_records(run / "episodes.jsonl")] == [r.to_json() for r in everything]
 
 
 def test_the_recorded_probabilities_are_the_agents_decisions(tmp_path):

@@ -1,12 +1,16 @@
 // Episode replay of the llmgym run report: the episodes are embedded as JSON in #llmgym-data.
-// State in the URL hash: #r=RUN&e=EVALUATION&p=EPISODE&s=STEP (indices).
+// State in the URL hash: #r=RUN&e=EVALUATION&k=POLICY&p=EPISODE&s=STEP (indices; POLICY 0 greedy,
+// 1 sampled, 2 training: the episodes of training recorded after evaluation EVALUATION).
 (function () {
   "use strict";
   var runs = JSON.parse(document.getElementById("llmgym-data").textContent);
   var root = document.getElementById("replay");
   if (!root) { return; }
   var el = function (id) { return document.getElementById(id); };
-  var state = { r: 0, e: 0, p: 0, s: 0 };
+  var state = { r: 0, e: 0, k: 0, p: 0, s: 0 };
+  var POLICIES = ["greedy", "sampled", "training"];
+  function kind(ep) { var k = POLICIES.indexOf(ep.policy); return k < 0 ? 0 : k; }
+  function group(ep) { return ep.evaluation * POLICIES.length + kind(ep); }
 
   function esc(text) {
     return String(text).replace(/[&<>"]/g, function (c) {
@@ -17,11 +21,13 @@
   function evaluations(run) {
     var seen = {}, out = [];
     run.episodes.forEach(function (ep) {
-      if (!(ep.evaluation in seen)) { seen[ep.evaluation] = true; out.push(ep); }
+      if (!(group(ep) in seen)) { seen[group(ep)] = true; out.push(ep); }
     });
     return out;
   }
-  function episodesOf(run, evaluation) { return run.episodes.filter(function (ep) { return ep.evaluation === evaluation; }); }
+  function episodesOf(run, evaluation, k) {
+    return run.episodes.filter(function (ep) { return ep.evaluation === evaluation && kind(ep) === k; });
+  }
   function options(select, items, value) {
     select.innerHTML = items.map(function (it) {
       return "<option value=\"" + it[0] + "\"" + (it[0] === value ? " selected" : "") + ">" + esc(it[1]) + "</option>";
@@ -31,8 +37,11 @@
     state.r = Math.min(Math.max(0, state.r), runs.length - 1);
     var run = runs[state.r];
     var evals = evaluations(run);
-    if (!evals.some(function (ep) { return ep.evaluation === state.e; })) { state.e = evals.length ? evals[0].evaluation : 0; }
-    var eps = episodesOf(run, state.e);
+    if (!evals.some(function (ep) { return ep.evaluation === state.e && kind(ep) === state.k; })) {
+      state.e = evals.length ? evals[0].evaluation : 0;
+      state.k = evals.length ? kind(evals[0]) : 0;
+    }
+    var eps = episodesOf(run, state.e, state.k);
     if (!eps.some(function (ep) { return ep.episode === state.p; })) { state.p = eps.length ? eps[0].episode : 0; }
     var episode = current();
     var n = episode ? episode.steps.length : 0;
@@ -40,7 +49,7 @@
   }
   function current() {
     var run = runs[state.r];
-    return episodesOf(run, state.e).filter(function (ep) { return ep.episode === state.p; })[0];
+    return episodesOf(run, state.e, state.k).filter(function (ep) { return ep.episode === state.p; })[0];
   }
   function probTable(step) {
     var rows = step.candidates.map(function (c, i) {
@@ -74,10 +83,12 @@
     var run = runs[state.r];
     options(el("rp-run"), runs.map(function (r, i) { return [i, r.name]; }), state.r);
     options(el("rp-eval"), evaluations(run).map(function (ep) {
-      return [ep.evaluation, "#" + ep.evaluation + " " + ep.label + " @ " + ep.env_steps + " steps (" + ep.policy + ")"];
-    }), state.e);
-    options(el("rp-episode"), episodesOf(run, state.e).map(function (ep) {
-      return [ep.episode, "episode " + ep.episode + " (seed " + ep.seed + ")"];
+      var name = ep.policy === "training" ? "training after #" + ep.evaluation + ", ended @ " + ep.env_steps + " steps (sampled)" :
+        "#" + ep.evaluation + " " + ep.label + " @ " + ep.env_steps + " steps (" + ep.policy + ")";
+      return [group(ep), name];
+    }), state.e * POLICIES.length + state.k);
+    options(el("rp-episode"), episodesOf(run, state.e, state.k).map(function (ep) {
+      return [ep.episode, "episode " + ep.episode + (ep.seed >= 0 ? " (seed " + ep.seed + ")" : " (env 0)")];
     }), state.p);
     var episode = current();
     if (!episode) { el("rp-view").innerHTML = "<p class=\"muted\">This run recorded no episode.</p>"; return; }
@@ -99,7 +110,7 @@
       return "<button type=\"button\" data-step=\"" + i + "\" class=\"" + (i === state.s ? "current" : "") + "\" title=\"reward " +
         num(st.reward) + "\">" + (i + 1) + ". " + esc(String(st.action).slice(0, 24)) + "</button>";
     }).join("");
-    var hash = "#r=" + state.r + "&e=" + state.e + "&p=" + state.p + "&s=" + state.s;
+    var hash = "#r=" + state.r + "&e=" + state.e + "&k=" + state.k + "&p=" + state.p + "&s=" + state.s;
     if (window.location.hash !== hash && window.history && window.history.replaceState) {
       try { window.history.replaceState(null, "", hash); } catch (err) { /* file:// in some browsers */ }
     }
@@ -111,7 +122,10 @@
     });
   }
   el("rp-run").addEventListener("change", function (ev) { state.r = +ev.target.value; state.e = -1; state.p = -1; state.s = 0; render(); });
-  el("rp-eval").addEventListener("change", function (ev) { state.e = +ev.target.value; state.p = -1; state.s = 0; render(); });
+  el("rp-eval").addEventListener("change", function (ev) {
+    var value = +ev.target.value;
+    state.e = Math.floor(value / POLICIES.length); state.k = value % POLICIES.length; state.p = -1; state.s = 0; render();
+  });
   el("rp-episode").addEventListener("change", function (ev) { state.p = +ev.target.value; state.s = 0; render(); });
   el("rp-step").addEventListener("input", function (ev) { state.s = +ev.target.value; render(); });
   el("rp-prev").addEventListener("click", function () { state.s -= 1; render(); });

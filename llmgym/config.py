@@ -407,6 +407,14 @@ class AgentConfig(_Section):
         "exactly uniform; 1: it is the LLM's scoring policy). Greedy actions follow the LLM from the start.",
     )
     max_new_tokens: int = _f(16, "Max generated tokens per step (generative and token agents).")
+    top_k: int = _f(
+        0, "Generative and token agents: sample among the top_k most likely tokens (0: all). Rollouts, sampled "
+        "evaluations and the updates' re-scoring use the same cut distribution.",
+    )
+    top_p: float = _f(
+        1.0, "Generative and token agents: sample from the smallest set of tokens whose probability reaches top_p "
+        "(nucleus sampling; 1: all; LlamaGym used 0.6). The stored log-probs are those of this distribution.",
+    )
     invalid_action: str = _f(
         "penalty", "Unparsable generated action: penalty (fallback action + penalty reward) or error."
     )
@@ -421,6 +429,9 @@ class AgentConfig(_Section):
         _check_positive("agent", "temperature", self.temperature)
         _check_positive("agent", "prior_weight", self.prior_weight, allow_zero=True)
         _check_positive("agent", "max_new_tokens", self.max_new_tokens)
+        _check_positive("agent", "top_k", self.top_k, allow_zero=True)
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"agent.top_p={self.top_p!r} must lie in (0, 1]; 1 keeps every token, LlamaGym used 0.6.")
 
 
 #: The values of ``algorithm.name`` (the keys of :data:`llmgym.algorithms.registry.ALGORITHMS`).

@@ -59,8 +59,12 @@ class GenerativeAgent(BaseAgent):
         return candidates[0]
 
     def make_policy(self) -> TokenPolicy:
-        """The model's distribution at ``agent.temperature``, no top-k or top-p cut, ``agent.max_new_tokens`` tokens."""
-        return TokenPolicy(Sampling(temperature=self.config.temperature), self.config.max_new_tokens)
+        """The model's distribution at ``agent.temperature``, cut by ``agent.top_k`` / ``agent.top_p``, ``agent.max_new_tokens`` tokens."""
+        return TokenPolicy(self.sampling_config(), self.config.max_new_tokens)
+
+    def sampling_config(self) -> Sampling:
+        """The sampling distribution the agent's settings describe (temperature, top-k, top-p)."""
+        return Sampling(temperature=self.config.temperature, top_k=self.config.top_k, top_p=self.config.top_p)
 
     def parse(self, response: str, options: Optional[list[str]]) -> tuple[Any, bool]:
         """Turn a response into ``(action, parse_failed)`` with the ``agent.invalid_action`` policy.
@@ -119,7 +123,7 @@ class TokenAgent(GenerativeAgent):
 
     def make_policy(self) -> TokenPolicy:
         """One token per action, its text with special tokens (EOS is sent to the env as its string)."""
-        return TokenPolicy(Sampling(temperature=self.config.temperature), max_new_tokens=1, special_tokens=True)
+        return TokenPolicy(self.sampling_config(), max_new_tokens=1, special_tokens=True)
 
     def extract_action(self, response: str) -> Any:
         """Every token is an action, sent as it is (spaces included)."""

@@ -31,6 +31,32 @@ def test_first_minibatch_ratio_is_one_and_nothing_clipped(tmp_path, normalize, a
     assert stats["clip_fraction"] == 0.0
 
 
+# Generated actions: the stored log-probs are those of the cut distribution (agent.top_p / top_k) that
+# the tokens were drawn from, and the update re-scores under the same cut (LlamaGym used top_p 0.6).
+@pytest.mark.parametrize(("agent_type", "cut"), [
+    ("generative", "agent.top_p=0.6"), ("generative", "agent.top_k=5"), ("token", "agent.top_p=0.6"),
+])
+def test_first_minibatch_ratio_is_one_under_top_p_and_top_k(tmp_path, agent_type, cut):
+    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.epochs=1", "algorithm.minibatch_size=32",
+                         f"agent.type={agent_type}", "agent.max_new_tokens=3", "agent.temperature=0.8", cut)
+    _, envs, agent, algorithm = build(config)
+    sampling = agent.policy.sampling
+    assert (sampling.top_p, sampling.top_k) == ((0.6, 0) if "top_p" in cut else (1.0, 5))
+    algorithm.collect_rollout()
+    stats = algorithm.update()
+    envs.close()
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert stats["ratio_max"] == pytest.approx(1.0, abs=1e-4)
+    assert stats["clip_fraction"] == 0.0
+
+
+@pytest.mark.parametrize(("override", "message"), [("agent.top_p=0", "agent.top_p=0"), ("agent.top_p=1.5", "agent.top_p=1.5"),
+                                                   ("agent.top_k=-1", "agent.top_k")])
+def test_top_p_and_top_k_out_of_range_are_config_errors(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        tiny_config(tmp_path, "llmgym/EchoWord-v0", override)
+
+
 def test_lora_trains_adapters_and_head_only(tmp_path):
     config = tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "model.lora.r=4", "algorithm.rollout_steps=4")
     llm, envs, _, algorithm = build(config)

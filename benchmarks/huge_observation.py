@@ -18,21 +18,7 @@ import time
 from typing import Any
 
 from llmgym.agents.history import History
-
-
-class CountingTokenizer:
-    """Forwards to a tokenizer, recording the length of every text it tokenizes."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.lengths: list[int] = []
-
-    def __call__(self, text: str, **kwargs: Any) -> Any:
-        self.lengths.append(len(text))
-        return self.tokenizer(text, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.tokenizer, name)
+from llmgym.testing.counting import CountingTokenizer
 
 
 def render_steps(tokenizer: Any, huge: str, small: str, budget: int) -> tuple[float, list[int]]:

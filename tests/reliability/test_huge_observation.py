@@ -8,31 +8,15 @@ times the longest token string) plus the template; the test counts characters, i
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from llmgym.agents.history import History
 from llmgym.errors import InputError
 from llmgym.testing import tiny_tokenizer
+from llmgym.testing.counting import CountingTokenizer
 
 TOK = tiny_tokenizer()
 HUGE = "You see a wall 3 steps forward. " * 32_768  # 1 MiB
-
-
-class CountingTokenizer:
-    """Forwards to a tokenizer, recording the length of every text it tokenizes."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.lengths: list[int] = []
-
-    def __call__(self, text: str, **kwargs: Any) -> Any:
-        self.lengths.append(len(text))
-        return self.tokenizer(text, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.tokenizer, name)
 
 
 @pytest.mark.parametrize("chat", [True, False])

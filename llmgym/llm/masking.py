@@ -20,6 +20,7 @@ import torch
 from transformers import LogitsProcessor
 
 from llmgym.errors import InputError
+from llmgym.llm.adapters import cache_kwarg
 from llmgym.llm.scoring import input_device
 
 __all__ = ["IncrementalMask", "MaskLogitsProcessor", "MaskPolicy", "check_mask_top_p", "top_p_mask"]
@@ -219,8 +220,6 @@ class IncrementalMask:
             input_ids: ``[R, T]`` left-padded rows (prompt, then what was generated).
             pads: ``[R]`` left padding of each row (on ``input_ids``' device).
         """
-        from llmgym.llm.generation import cache_kwarg  # generation imports this module
-
         params = self.policy._snapshot()
         device = input_device(self.model)
         input_ids = input_ids.to(device, non_blocking=True)

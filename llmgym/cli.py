@@ -240,7 +240,7 @@ def _cmd_convert(path: str, approximate: bool, model: str | None, output: str | 
     if output is None:
         print(text, end="")
     else:
-        from llmgym.checkpoint import write_text_atomic
+        from llmgym.atomic_io import write_text_atomic
 
         write_text_atomic(output, text)
     return 0

@@ -897,7 +897,7 @@ def save_config(config: Config, path: str | Path) -> Path:
     """Write the resolved config as YAML (atomically, fsynced) and return the path."""
     import yaml
 
-    from llmgym.checkpoint import write_text_atomic
+    from llmgym.atomic_io import write_text_atomic
 
     return write_text_atomic(path, yaml.safe_dump(config_to_dict(config), sort_keys=False))
 

@@ -347,7 +347,7 @@ def export_run(
         ConfigError: ``merge`` on a 4-bit (QLoRA) run, or an adapter of a base that was not
             pretrained (``model.pretrained=false``) without ``merge``.
     """
-    from llmgym.checkpoint import write_atomic_dir
+    from llmgym.atomic_io import write_atomic_dir
     from llmgym.config import load_config
 
     run = Path(run_dir)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from llmgym.atomic_io import write_atomic_dir
 from llmgym.checkpoint import (
     capture_rng_state,
     check_resume_config,
@@ -18,7 +19,6 @@ from llmgym.checkpoint import (
     restore_rng_state,
     save_checkpoint,
     verify_manifest,
-    write_atomic_dir,
     write_manifest,
 )
 from llmgym.errors import CheckpointError, ConfigError

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from llmgym.agents.policies import CandidateChoice, Decision, TokenChoice
-from llmgym.checkpoint import write_text_atomic
+from llmgym.atomic_io import write_text_atomic
 from llmgym.errors import InputError
 
 logger = logging.getLogger(__name__)

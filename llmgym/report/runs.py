@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import yaml
 
-from llmgym.checkpoint import write_atomic_dir
+from llmgym.atomic_io import write_atomic_dir
 from llmgym.errors import InputError
 from llmgym.metrics import read_metrics
 from llmgym.report.records import EPISODES_NAME, EpisodeRecord, read_episode_records

@@ -20,12 +20,12 @@ import numbers
 import os
 import typing
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from llmgym.errors import ConfigError, require_installed
+from llmgym.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ __all__ = [
     "shipped_configs",
     "resolve_config",
     "CONFIG_ARGUMENT_RULE",
-    "check_requirements",
     "save_config",
     "config_to_dict",
     "iter_field_help",
@@ -760,34 +759,6 @@ def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
         f"Shipped configs: {', '.join(shipped)} (`llmgym config list` describes them). "
         "Fix: pass the path of a YAML file or one of these names."
     )
-
-
-#: ``(setting, whether the config uses it, module, extra)`` of each setting that needs an optional package.
-_SETTING_EXTRAS: tuple[tuple[str, Callable[[Config], bool], str, str], ...] = (
-    ("logging.tensorboard=true", lambda c: c.logging.tensorboard, "tensorboard", "tensorboard"),
-    ("model.load_in_4bit=true", lambda c: c.model.load_in_4bit, "bitsandbytes", "quantization"),
-)
-
-
-def check_requirements(config: Config) -> None:
-    """Check that a config can run: its env id is registered and every optional package it needs is installed.
-
-    Fast (nothing is imported or built): meant to run before a model loads or a run directory exists.
-
-    Args:
-        config: The run config.
-
-    Raises:
-        ConfigError: If ``env.id`` is not registered (with close matches).
-        MissingDependencyError: If the env (with ``env.kwargs``) or a setting needs an optional
-            package that is not installed; the message names the extra to install.
-    """
-    from llmgym.envs.registration import check_env_id
-
-    check_env_id(config.env.id, config.env.kwargs)
-    for setting, uses, module, extra in _SETTING_EXTRAS:
-        if uses(config):
-            require_installed(module, extra, setting)
 
 
 #: Config keys that were renamed: old dotted key -> new one (the old one loads, with a FutureWarning).

@@ -1,6 +1,5 @@
 import dataclasses
 import math
-import sys
 
 import pytest
 from hypothesis import given
@@ -9,7 +8,6 @@ from hypothesis import strategies as st
 from llmgym.config import (
     Config,
     ModelConfig,
-    check_requirements,
     config_to_dict,
     iter_field_help,
     load_config,
@@ -17,7 +15,7 @@ from llmgym.config import (
     save_config,
     shipped_configs,
 )
-from llmgym.errors import ConfigError, MissingDependencyError
+from llmgym.errors import ConfigError
 
 
 def test_defaults_load_without_file():
@@ -103,27 +101,6 @@ def test_an_unknown_config_name_lists_the_shipped_ones():
     assert all(name in str(info.value) for name in shipped_configs()) and "llmgym config list" in str(info.value)
     with pytest.raises(ConfigError, match="does not exist"):
         resolve_config("configs/quickstart.yaml")  # a path (the old layout), not a bare name
-
-
-@pytest.mark.parametrize(
-    ("module", "overrides", "extra"),
-    [
-        ("sacrebleu", ["env.id=llmgym/TextGen-v0", "env.kwargs.reward=bleu"], "metrics"),
-        ("rouge_score", ["env.id=llmgym/TextGen-v0", "env.kwargs.reward=rouge"], "metrics"),
-        ("tensorboard", ["logging.tensorboard=true"], "tensorboard"),
-        ("bitsandbytes", ["model.load_in_4bit=true"], "quantization"),
-    ],
-)
-def test_check_requirements_names_the_missing_extra(monkeypatch, module, overrides, extra):
-    monkeypatch.setitem(sys.modules, module, None)  # what an install without the extra looks like
-    with pytest.raises(MissingDependencyError, match=rf"'{module}'.*pip install 'llmgym\[{extra}\]'"):
-        check_requirements(load_config(None, overrides))
-    check_requirements(load_config(None, ["env.id=llmgym/TextGen-v0"]))  # the default reward needs nothing
-
-
-def test_check_requirements_rejects_an_unknown_env_id():
-    with pytest.raises(ConfigError, match="llmgym envs"):
-        check_requirements(load_config(None, ["env.id=llmgym/NoSuchEnv-v0"]))
 
 
 def test_config_error_is_value_error():

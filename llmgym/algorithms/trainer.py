@@ -36,7 +36,6 @@ from llmgym.checkpoint import (
 from llmgym.config import (
     AlgorithmConfig,
     Config,
-    check_requirements,
     config_to_dict,
     load_config,
     save_config,
@@ -54,6 +53,7 @@ from llmgym.report.records import (
     read_episode_records,
     trim_episode_records,
 )
+from llmgym.requirements import check_requirements
 from llmgym.run_lock import RunLock, check_new_run_dir, default_run_stem, new_run_dir
 
 if TYPE_CHECKING:

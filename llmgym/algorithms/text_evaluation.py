@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmgym.agents.base import BaseAgent
 from llmgym.config import Config
@@ -19,10 +19,13 @@ from llmgym.errors import BackendError, ConfigError
 from llmgym.evaluation import EpisodeStep, play_episodes
 from llmgym.text_metrics import MetricContext, MetricSpec, compute_metrics
 
+if TYPE_CHECKING:
+    from llmgym.llm.client import LLM
+
 __all__ = ["evaluate_splits", "metrics_table", "local_model"]
 
 
-def local_model(llm: Any) -> Any:
+def local_model(llm: LLM) -> Any:
     """The policy's ``transformers`` model when it lives in this process, else ``None`` (Ray servers)."""
     try:
         return llm.model

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from llmgym.atomic_io import OLD_DIR, TMP_DIR, fsync_dir, write_atomic_dir, write_text_atomic
+from llmgym.config import move_renamed_keys
 from llmgym.errors import CheckpointError, ConfigError, DiskFullError, LLMGymError
 from llmgym.run_lock import lock_holder
 
@@ -463,7 +464,8 @@ def load_checkpoint_config(checkpoint: str | Path) -> dict[str, Any]:
         checkpoint: A checkpoint folder.
 
     Returns:
-        Its ``config.yaml`` as a dict.
+        Its ``config.yaml`` as a dict, keys renamed since it was written under their new names
+        (:data:`llmgym.config.RENAMED_KEYS`).
 
     Raises:
         CheckpointError: When the file cannot be read or holds no mapping.
@@ -477,6 +479,7 @@ def load_checkpoint_config(checkpoint: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is unreadable ({exc}); resume from another checkpoint.") from exc
     if not isinstance(saved, dict):
         raise CheckpointError(f"{path} holds no config mapping; resume from another checkpoint.")
+    move_renamed_keys(saved, str(path))  # a run saved before a key was renamed resumes
     return saved
 
 

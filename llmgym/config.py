@@ -49,6 +49,7 @@ __all__ = [
     "LoggingConfig",
     "Config",
     "load_config",
+    "move_renamed_keys",
     "shipped_configs",
     "resolve_config",
     "CONFIG_ARGUMENT_RULE",
@@ -833,12 +834,19 @@ RENAMED_KEYS: dict[str, str] = {
 }
 
 
-def _renamed(layer: Any, source: str) -> Any:
-    """``layer`` (an OmegaConf mapping) with each renamed key moved to its new name, warning once per key."""
-    from omegaconf import OmegaConf
+def move_renamed_keys(plain: dict[str, Any], source: str) -> list[str]:
+    """Move each key of :data:`RENAMED_KEYS` found in ``plain`` (a nested config dict) to its new name, in place.
 
-    plain = typing.cast(dict[str, Any], OmegaConf.to_container(layer))
-    moved = False
+    Warns once per old key found (a ``FutureWarning`` naming ``source``); a new key already set wins.
+
+    Args:
+        plain: A nested config mapping (a YAML file, an override, a checkpoint's saved config).
+        source: Where it came from, for the warning.
+
+    Returns:
+        The old keys that were moved.
+    """
+    moved: list[str] = []
     for old, new in RENAMED_KEYS.items():
         *path, name = old.split(".")
         parent: Any = plain
@@ -849,7 +857,7 @@ def _renamed(layer: Any, source: str) -> Any:
         warnings.warn(
             f"{old} (in {source}) is renamed {new}; it still loads, but write {new} instead.",
             FutureWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         value = parent.pop(name)
         *new_path, new_name = new.split(".")
@@ -857,8 +865,16 @@ def _renamed(layer: Any, source: str) -> Any:
         for part in new_path:
             target = target.setdefault(part, {})
         target.setdefault(new_name, value)
-        moved = True
-    return OmegaConf.create(plain) if moved else layer
+        moved.append(old)
+    return moved
+
+
+def _renamed(layer: Any, source: str) -> Any:
+    """``layer`` (an OmegaConf mapping) with each renamed key moved to its new name (:func:`move_renamed_keys`)."""
+    from omegaconf import OmegaConf
+
+    plain = typing.cast(dict[str, Any], OmegaConf.to_container(layer))
+    return OmegaConf.create(plain) if move_renamed_keys(plain, source) else layer
 
 
 def _from_rl4lms(loaded: Any, overrides: list[str] | tuple[str, ...]) -> Any:

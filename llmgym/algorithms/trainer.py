@@ -2,7 +2,9 @@
 
 ``llmgym train CONFIG [overrides]`` calls :func:`run_training`; ``llmgym eval RUN_DIR`` calls
 :func:`evaluate_run`. A run directory holds ``config.yaml`` (the resolved config),
-``metrics.jsonl``, ``checkpoints/`` and, at the end, ``learning_curve.png``.
+``metrics.jsonl``, ``checkpoints/`` and, at the end, ``learning_curve.png``. The run's pieces are
+built by :mod:`llmgym.build`; its loop is ``OnPolicyAlgorithm.learn`` with the logging, evaluation
+(:mod:`llmgym.evaluation`) and checkpoint callbacks of this module.
 """
 
 from __future__ import annotations

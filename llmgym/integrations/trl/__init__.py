@@ -15,7 +15,12 @@ from llmgym.integrations.trl.rollout import EnvRollout, env_return_reward
 from llmgym.integrations.trl.sft import SFTResult, SFTSettings, run_sft
 
 __all__ = [
-    "EnvFactory", "ToolEnvironment", "environment_dataset",
-    "EnvRollout", "env_return_reward",
-    "SFTResult", "SFTSettings", "run_sft",
+    "EnvFactory",
+    "ToolEnvironment",
+    "environment_dataset",
+    "EnvRollout",
+    "env_return_reward",
+    "SFTResult",
+    "SFTSettings",
+    "run_sft",
 ]

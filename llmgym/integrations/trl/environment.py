@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["EnvFactory", "ToolEnvironment", "environment_dataset", "TOOL_INSTRUCTIONS"]
 
 #: Appended to the env's instructions in the first user message of :func:`environment_dataset`.
-TOOL_INSTRUCTIONS = "Act by calling the act tool with one of the valid actions, once per turn, until the episode is over."
+TOOL_INSTRUCTIONS = (
+    "Act by calling the act tool with one of the valid actions, once per turn, until the episode is over."
+)
 
 
 def describe(text: str, valid_actions: Optional[Iterable[str]]) -> str:
@@ -65,7 +67,10 @@ class ToolEnvironment:
     """
 
     def __init__(
-        self, env_id: str, env_kwargs: Optional[Mapping[str, Any]] = None, max_episode_steps: Optional[int] = None
+        self,
+        env_id: str,
+        env_kwargs: Optional[Mapping[str, Any]] = None,
+        max_episode_steps: Optional[int] = None,
     ) -> None:
         self._env = make_env(env_id, env_kwargs or {}, max_episode_steps)
         self._actions: list[str] = []
@@ -112,7 +117,9 @@ class ToolEnvironment:
         from llmgym.envs.core import observation_text
 
         if self._over:
-            raise InvalidActionError(f"act({action!r}): the episode is over; no action is taken after its end.")
+            raise InvalidActionError(
+                f"act({action!r}): the episode is over; no action is taken after its end."
+            )
         obs, reward, terminated, truncated, info = self._env.step(action)
         self._actions.append(action)
         self._return += float(reward)
@@ -154,7 +161,9 @@ class EnvFactory:
         return text if isinstance(text, str) else ""
 
 
-def environment_dataset(factory: EnvFactory, seeds: Iterable[int], instructions: Optional[str] = None) -> Dataset:
+def environment_dataset(
+    factory: EnvFactory, seeds: Iterable[int], instructions: Optional[str] = None
+) -> Dataset:
     """A GRPO training set for ``factory``: one row per seed, with a ``prompt`` and a ``seed`` column.
 
     Args:
@@ -167,6 +176,10 @@ def environment_dataset(factory: EnvFactory, seeds: Iterable[int], instructions:
     """
     from datasets import Dataset
 
-    text = instructions if instructions is not None else f"{factory.instructions()} {TOOL_INSTRUCTIONS}".strip()
+    text = (
+        instructions if instructions is not None else f"{factory.instructions()} {TOOL_INSTRUCTIONS}".strip()
+    )
     seeds = [int(s) for s in seeds]
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": text + "\n"}] for _ in seeds], "seed": seeds})
+    return Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": text + "\n"}] for _ in seeds], "seed": seeds}
+    )

@@ -100,7 +100,9 @@ class EnvRollout:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"EnvRollout {name}={value!r} is invalid; expected an int >= 1.")
         if not self.temperature > 0:
-            raise ConfigError(f"EnvRollout temperature={self.temperature!r} is invalid; expected a number > 0.")
+            raise ConfigError(
+                f"EnvRollout temperature={self.temperature!r} is invalid; expected a number > 0."
+            )
 
     def _start(self, env: Any, seed: int) -> tuple[str, Any]:
         from llmgym.envs.core import observation_text
@@ -111,7 +113,9 @@ class EnvRollout:
             text = getattr(env.unwrapped, "instructions", None)
             instructions = text if isinstance(text, str) else ""
         system = self.template.system.format(system=instructions) if instructions else ""
-        query = self.template.query.format(observation=describe(observation_text(obs), info.get("valid_actions")))
+        query = self.template.query.format(
+            observation=describe(observation_text(obs), info.get("valid_actions"))
+        )
         return system + query, obs
 
     def dataset(self, seeds: Iterable[int]) -> Dataset:
@@ -187,7 +191,9 @@ class EnvRollout:
         episode = Episode(list(tokenizer(prompt)["input_ids"]))
         eos = tokenizer.eos_token_id
         for turn in range(self.max_turns):
-            ids, logprobs = self._sample(model, episode.prompt_ids + episode.completion_ids, eos, tokenizer.pad_token_id)
+            ids, logprobs = self._sample(
+                model, episode.prompt_ids + episode.completion_ids, eos, tokenizer.pad_token_id
+            )
             episode.extend(ids, logprobs, from_model=True)
             action = tokenizer.decode(ids, skip_special_tokens=True).strip()
             try:
@@ -206,18 +212,26 @@ class EnvRollout:
             episode.extend(tokenizer(chunk, add_special_tokens=False)["input_ids"], [], from_model=False)
         return episode
 
-    def _sample(self, model: Any, context: list[int], eos: Optional[int], pad: Optional[int]) -> tuple[list[int], list[float]]:
+    def _sample(
+        self, model: Any, context: list[int], eos: Optional[int], pad: Optional[int]
+    ) -> tuple[list[int], list[float]]:
         """Sample one action's tokens (up to EOS, included) and their log-probs at ``temperature``."""
         import torch
 
         device = next(model.parameters()).device
         input_ids = torch.tensor([context], device=device)
         output = model.generate(
-            input_ids=input_ids, attention_mask=torch.ones_like(input_ids), do_sample=True,
-            temperature=self.temperature, top_k=0, top_p=1.0, max_new_tokens=self.max_new_tokens,
-            eos_token_id=eos, pad_token_id=pad if pad is not None else eos,
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=True,
+            temperature=self.temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=self.max_new_tokens,
+            eos_token_id=eos,
+            pad_token_id=pad if pad is not None else eos,
         )
-        ids = output[0, len(context):].tolist()
+        ids = output[0, len(context) :].tolist()
         if eos is not None and eos in ids:
             ids = ids[: ids.index(eos) + 1]
         return ids, self._logprobs(model, input_ids, ids)

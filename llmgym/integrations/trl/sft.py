@@ -171,7 +171,9 @@ def sft_examples(config: Config, tokenizer: PreTrainedTokenizerBase) -> list[SFT
         if not history.uses_chat_template and not prompt.text[-1:].isspace() and not text[:1].isspace():
             text = " " + text
         completion = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [int(eos)]
-        examples.append(SFTExample(prompt.token_ids + completion, [0] * len(prompt.token_ids) + [1] * len(completion)))
+        examples.append(
+            SFTExample(prompt.token_ids + completion, [0] * len(prompt.token_ids) + [1] * len(completion))
+        )
     return examples
 
 
@@ -236,8 +238,10 @@ def run_sft(
     examples = sft_examples(config, tokenizer)
     seed = config.train.seed if settings.seed is None else settings.seed
     torch.manual_seed(seed)
-    trained = apply_lora(model, config.model.lora) if config.model.lora is not None else model
-    dataset = Dataset.from_list([{"input_ids": e.input_ids, "completion_mask": e.completion_mask} for e in examples])
+    trained: Any = apply_lora(model, config.model.lora) if config.model.lora is not None else model
+    dataset = Dataset.from_list(
+        [{"input_ids": e.input_ids, "completion_mask": e.completion_mask} for e in examples]
+    )
     device = next(model.parameters()).device
     with tempfile.TemporaryDirectory(prefix="llmgym-sft-") as scratch:
         args = SFTConfig(
@@ -256,6 +260,7 @@ def run_sft(
             use_cpu=device.type == "cpu",
             bf16=False,
             fp16=False,
+            gradient_checkpointing=config.model.gradient_checkpointing,
         )
         trainer = SFTTrainer(model=trained, args=args, train_dataset=dataset, processing_class=tokenizer)
         trainer.train()
@@ -274,5 +279,7 @@ def run_sft(
         "losses": losses,
     }
     _write_folder(out, final, tokenizer, meta)
-    logger.info("SFT loss %.4f -> %.4f over %d steps; model written to %s", losses[0], losses[-1], len(losses), out)
+    logger.info(
+        "SFT loss %.4f -> %.4f over %d steps; model written to %s", losses[0], losses[-1], len(losses), out
+    )
     return SFTResult(out, losses, len(examples), config.model.lora is not None)

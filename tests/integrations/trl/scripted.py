@@ -13,10 +13,14 @@ def scripted_generate(tokenizer, reply: Callable[[str, int], str]) -> Callable[.
     """A ``generate`` appending ``reply(context_text, call_number)``'s tokens to each row (right-padded)."""
     calls = [0]
 
-    def generate(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+    def generate(
+        input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+    ) -> torch.Tensor:
         rows = []
         for ids in input_ids:
-            rows.append(tokenizer(reply(tokenizer.decode(ids), calls[0]), add_special_tokens=False)["input_ids"])
+            rows.append(
+                tokenizer(reply(tokenizer.decode(ids), calls[0]), add_special_tokens=False)["input_ids"]
+            )
             calls[0] += 1
         out = torch.full((len(rows), max(map(len, rows))), tokenizer.pad_token_id)
         for i, row in enumerate(rows):
@@ -34,9 +38,19 @@ def cycle(actions: Sequence[str]) -> Callable[[int], str]:
 def grpo_args(tmp_path, **overrides):
     from trl import GRPOConfig
 
-    settings = dict(output_dir=str(tmp_path / "grpo"), max_steps=2, per_device_train_batch_size=4, num_generations=4,
-                    learning_rate=1e-2, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
-                    disable_tqdm=True, seed=0)
+    settings = dict(
+        output_dir=str(tmp_path / "grpo"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
     return GRPOConfig(**{**settings, **overrides})
 
 

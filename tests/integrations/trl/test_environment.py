@@ -32,8 +32,9 @@ def test_the_env_is_a_tool_reset_by_the_rows_seed():
     # TRL's tools are the class's public functions but reset and get_reward: act only.
     import inspect
 
-    assert [n for n, _ in inspect.getmembers(ToolEnvironment, inspect.isfunction) if not n.startswith("_")] == [
-        "act", "get_reward", "reset"]
+    assert [
+        n for n, _ in inspect.getmembers(ToolEnvironment, inspect.isfunction) if not n.startswith("_")
+    ] == ["act", "get_reward", "reset"]
 
 
 def test_grpo_trains_through_the_environment_factory(tmp_path):
@@ -52,11 +53,18 @@ def test_grpo_trains_through_the_environment_factory(tmp_path):
     dataset = environment_dataset(factory, range(2))
     assert dataset["seed"] == [0, 1] and "act tool" in dataset["prompt"][0][0]["content"]
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    trainer = GRPOTrainer(model, args=grpo_args(tmp_path, max_completion_length=128), train_dataset=dataset,
-                          processing_class=tokenizer, environment_factory=factory)
+    trainer = GRPOTrainer(
+        model,
+        args=grpo_args(tmp_path, max_completion_length=128),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        environment_factory=factory,
+    )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
-    assert len(logs) == 2 and all(h["tools/call_frequency"] == 1 and h["tools/failure_frequency"] == 0 for h in logs)
+    assert len(logs) == 2 and all(
+        h["tools/call_frequency"] == 1 and h["tools/failure_frequency"] == 0 for h in logs
+    )
     assert all(h["reward_std"] > 0 and h["loss"] != 0 for h in logs)
     assert changed(model, before) > 0
     envs = trainer._environment_pool[None]

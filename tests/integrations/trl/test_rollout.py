@@ -38,22 +38,34 @@ def test_grpo_trains_on_countdown_episodes_with_observations_masked_out(tmp_path
         return outputs[-1]
 
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    trainer = GRPOTrainer(model, reward_funcs=env_return_reward, args=grpo_args(tmp_path, max_completion_length=64),
-                          train_dataset=dataset, processing_class=tokenizer, rollout_func=recorded)
+    trainer = GRPOTrainer(
+        model,
+        reward_funcs=env_return_reward,
+        args=grpo_args(tmp_path, max_completion_length=64),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=recorded,
+    )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 2 and all(h["reward_std"] > 0 and h["loss"] != 0 for h in logs)
     assert changed(model, before) > 0
     out = outputs[0]
     assert sorted(out["env_return"]) == [0.0, 0.0, 1.0, 1.0]
-    for ids, mask, logprobs, ret in zip(out["completion_ids"], out["env_mask"], out["logprobs"], out["env_return"]):
+    for ids, mask, logprobs, ret in zip(
+        out["completion_ids"], out["env_mask"], out["logprobs"], out["env_return"]
+    ):
         model_text = tokenizer.decode([i for i, m in zip(ids, mask) if m])
         env_text = tokenizer.decode([i for i, m in zip(ids, mask) if not m])
         assert len(ids) == len(mask) == len(logprobs)
-        assert all(lp < 0 for lp, m in zip(logprobs, mask) if m) and all(lp == 0 for lp, m in zip(logprobs, mask) if not m)
+        assert all(lp < 0 for lp, m in zip(logprobs, mask) if m) and all(
+            lp == 0 for lp, m in zip(logprobs, mask) if not m
+        )
         if ret == 1.0:  # won in two turns: action, observation, action
             assert model_text.count(tokenizer.eos_token) == 2
-            assert env_text.startswith("\nSay '") and env_text.endswith("1 more time in a row.\nValid actions: left, right.\nAction:")
+            assert env_text.startswith("\nSay '") and env_text.endswith(
+                "1 more time in a row.\nValid actions: left, right.\nAction:"
+            )
         else:  # the first action was wrong: the episode ended at once
             assert model_text.count(tokenizer.eos_token) == 1 and env_text == ""
 

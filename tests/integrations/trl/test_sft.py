@@ -70,7 +70,12 @@ def test_full_fine_tuning_lowers_the_loss_and_the_rl_run_starts_from_the_written
     config = load_config("textgen_ppo", [f"model.name={tiny_folder}", *TINY, "model.lora=null"])
     model, tokenizer = tiny_causal_lm()
     base, _ = tiny_causal_lm()
-    result = run_sft(config, SFTSettings(tmp_path / "sft", max_steps=6, learning_rate=3e-3), model=model, tokenizer=tokenizer)
+    result = run_sft(
+        config,
+        SFTSettings(tmp_path / "sft", max_steps=6, learning_rate=3e-3),
+        model=model,
+        tokenizer=tokenizer,
+    )
     assert len(result.losses) == 6 and result.losses[-1] < result.losses[0] and not result.lora
     assert json.loads((result.folder / SFT_META).read_text())["losses"] == result.losses
 
@@ -84,8 +89,22 @@ def test_full_fine_tuning_lowers_the_loss_and_the_rl_run_starts_from_the_written
 
 def test_llmgym_sft_trains_lora_and_writes_the_merged_model(tiny_folder, tmp_path, capsys):
     out = tmp_path / "sft-lora"
-    code = main(["sft", "textgen_ppo", f"model.name={tiny_folder}", *TINY, "--out", str(out), "--steps", "4",
-                 "--learning-rate", "1e-2", "--batch-size", "8"])
+    code = main(
+        [
+            "sft",
+            "textgen_ppo",
+            f"model.name={tiny_folder}",
+            *TINY,
+            "--out",
+            str(out),
+            "--steps",
+            "4",
+            "--learning-rate",
+            "1e-2",
+            "--batch-size",
+            "8",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     meta = json.loads((out / SFT_META).read_text())
     assert meta["lora"] and meta["examples"] == 24 and meta["losses"][-1] < meta["losses"][0]
@@ -109,7 +128,9 @@ def test_refusals(tiny_folder, tmp_path):
     with pytest.raises(ConfigError, match="no references"):
         run_sft(no_refs, SFTSettings(tmp_path / "new"))
     with pytest.raises(ConfigError, match="not a text-generation env"):
-        run_sft(load_config("quickstart", [f"model.name={tiny_folder}", *TINY[:2], "agent.type=generative"]),
-                SFTSettings(tmp_path / "new"))
+        run_sft(
+            load_config("quickstart", [f"model.name={tiny_folder}", *TINY[:2], "agent.type=generative"]),
+            SFTSettings(tmp_path / "new"),
+        )
     with pytest.raises(ConfigError, match="max_steps"):
         SFTSettings(tmp_path / "new", max_steps=0)

@@ -131,8 +131,16 @@ class DecoderHistory(History):
 
 
 def is_encoder_decoder(llm: Any) -> bool:
-    """Whether an LLM (:class:`llmgym.LLM` or a backend) serves an encoder-decoder model in this process."""
-    return bool(getattr(getattr(llm, "backend", llm), "is_seq2seq", False))
+    """Whether an LLM (:class:`llmgym.LLM` or a backend) serves an encoder-decoder model.
+
+    An in-process model says so itself (its config's ``is_encoder_decoder``); LLM servers are
+    known by ``model.model_type: seq2seq``.
+    """
+    backend = getattr(llm, "backend", llm)
+    detected = getattr(backend, "is_seq2seq", None)
+    if detected is not None:
+        return bool(detected)
+    return getattr(getattr(backend, "config", None), "model_type", None) == "seq2seq"
 
 
 class TokenAgent(GenerativeAgent):

@@ -196,6 +196,7 @@ def test_seq2seq_generation_samples_inside_the_decoder_mask_and_token_logprobs_r
         keep = llm.mask_policy.keep_masks(llm.model, prompts, decoded, 0.5, llm.pad_token_id, tok.all_special_ids, firsts)
         logits = llm.mask_policy.decoder_logits(llm.model, prompts, decoded, firsts, llm.pad_token_id)
         for mask, lg, ids in zip(keep, logits, completions):
+            assert mask.shape == (len(ids), lg.shape[-1])
             assert torch.equal(mask, top_p_mask(lg, 0.5, tok.all_special_ids))  # every sampled token was inside
             assert mask.sum(-1).lt(mask.shape[-1]).all()  # and the mask cut something
         scored = llm.token_logprobs(prompts, completions, require_grad=False, sampling=sampling,

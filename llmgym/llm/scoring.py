@@ -79,7 +79,8 @@ class ForwardOutputs:
     Attributes:
         hidden_states: ``[R, L, H]`` last-layer hidden states of the packed rows (causal) or of the
             encoder (seq2seq).
-        context_hidden: ``[S, H]`` one row per state: the last token of each context, or (token
+        context_hidden: ``[S, H]`` one row per state: the last token of each context (seq2seq: the
+            decoder's state at its start token, which predicts the first decoder token), or (token
             mode) the position that predicts each completion token.
         candidate_hidden: ``[C, H]`` hidden state at the last token of each candidate, all
             candidates of the minibatch in order.

@@ -34,7 +34,7 @@ def _build(tmp_path, algo, seed, *overrides):
     llm = build_llm(config, model=model, tokenizer=tokenizer)
     envs = make_envs(config)
     agent = build_agent(config, llm, envs.num_envs)
-    assert all(isinstance(h, DecoderHistory) for h in agent.histories)
+    assert all(isinstance(h, DecoderHistory) for h in agent.histories) == (config.agent.type == "token")
     return config, llm, envs, agent, algorithm_class(algo)(agent, envs, config.algorithm, seed=seed)
 
 
@@ -59,3 +59,17 @@ def test_a2c_and_trpo_update_a_t5_policy(tmp_path, algo):
     envs.close()
     assert all(math.isfinite(v) for v in stats.values() if isinstance(v, float))
     assert not all(torch.equal(a, b) for a, b in zip(weights, llm.backend.trainable_parameters()))
+
+
+# The completion agent: one generated completion per step, re-scored in the decoder under the cut (and NLPO's mask)
+# it was drawn from, so the first minibatch's ratio is 1.
+@pytest.mark.parametrize("algo", ["ppo", "nlpo"])
+def test_first_minibatch_ratio_is_one_for_a_t5_completion_policy(tmp_path, algo):
+    config, llm, envs, agent, algorithm = _build(
+        tmp_path, algo, 0, "env.kwargs.mode=completion", "agent.type=generative", "agent.max_new_tokens=4",
+        "agent.top_p=0.7", "algorithm.rollout_steps=2", "algorithm.epochs=1", "algorithm.minibatch_size=16",
+    )
+    algorithm.collect_rollout()
+    stats = algorithm.update()
+    envs.close()
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and stats["clip_fraction"] == 0.0

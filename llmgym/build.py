@@ -37,16 +37,16 @@ def build_heads(config: Config) -> dict[str, ModuleFunction]:
         :data:`~llmgym.llm.modules.POLICY_KEY` when ``agent.action_head`` applies).
 
     Raises:
-        ConfigError: ``agent.action_head`` together with ``algorithm.kl_coef > 0``.
+        ConfigError: ``agent.action_head`` together with ``algorithm.kl.coef > 0``.
     """
     from llmgym.llm.modules import POLICY_KEY, VALUE_KEY, ActionHead, ValueHead
 
     heads: dict[str, ModuleFunction] = {VALUE_KEY: ValueHead(detach_input=config.algorithm.value_head == "detached")}
     if config.agent.type == "scoring" and config.agent.action_head:
-        if config.algorithm.kl_coef > 0:
+        if config.algorithm.kl.coef > 0:
             raise ConfigError(
-                f"algorithm.kl_coef={config.algorithm.kl_coef:g} penalises the KL to the LLM's own scoring policy, which "
-                "agent.action_head replaces; set agent.action_head=false to keep the KL penalty, or algorithm.kl_coef=0."
+                f"algorithm.kl.coef={config.algorithm.kl.coef:g} penalises the KL to the LLM's own scoring policy, which "
+                "agent.action_head replaces; set agent.action_head=false to keep the KL penalty, or algorithm.kl.coef=0."
             )
         heads[POLICY_KEY] = ActionHead(prior_weight=config.agent.prior_weight, normalize=config.agent.score_normalize)
     return heads

@@ -44,6 +44,7 @@ __all__ = [
     "TRPOSection",
     "NLPOSection",
     "GroupSection",
+    "KLConfig",
     "TrainConfig",
     "WandbConfig",
     "LoggingConfig",
@@ -442,6 +443,62 @@ class AgentConfig(_Section):
             raise ConfigError(f"agent.top_p={self.top_p!r} must lie in (0, 1]; 1 keeps every token, LlamaGym used 0.6.")
 
 
+@dataclass
+class KLConfig(_Section):
+    """The KL to the reference policy: its weight, how the weight adapts, and where it acts (``algorithm.kl``)."""
+
+    _section: ClassVar[str] = "algorithm.kl"
+    coef: float = _f(
+        0.0,
+        "Weight beta of the KL to the reference policy (the initial one with controller=adaptive; 0: no KL, no "
+        "reference pass). Named algorithm.kl_coef before; that key still loads, with a FutureWarning.",
+    )
+    controller: str = _f(
+        "fixed",
+        "fixed (beta stays coef) or adaptive (Ziegler et al. 2019, TRL's AdaptiveKLController: after each update "
+        "beta *= 1 + clip(KL / target - 1, -0.2, 0.2) * n / horizon, n the actions of the update).",
+    )
+    target: Optional[float] = _f(
+        None, "adaptive: the KL to hold, in nats per unit (see unit); RL4LMs' target_kl, TRL's target."
+    )
+    unit: str = _f(
+        "completion",
+        "Unit of target and of the logged kl_ref_per_unit: completion (nats summed over an action's tokens, mean "
+        "over the update's actions; a token agent's action is one token) or token (nats per generated token).",
+    )
+    horizon: int = _f(
+        10000,
+        "adaptive: actions over which beta may change by a factor of about e^0.2 at most (TRL's 10000; RL4LMs' "
+        "step 1 + 0.1 * clip(...) per update is horizon = 10 x the actions of one update).",
+    )
+    penalty: str = _f(
+        "loss",
+        "Where the KL acts: reward (-beta * KL of each action to the reference added to its reward at rollout "
+        "time, as RL4LMs and TRL's PPO do) or loss (+beta * KL in the update's loss).",
+    )
+    estimator: str = _f(
+        "k1",
+        "Per-token estimate of the KL of generated tokens from their log-ratio r = log pi - log pi_ref: k1 = r "
+        "(RL4LMs, TRL's PPO), k2 = r^2 / 2 or k3 = exp(-r) - 1 + r (always >= 0; GRPO's loss). Candidate actions "
+        "use the exact KL over the candidates.",
+    )
+
+    def _check(self) -> None:
+        _check_choice("algorithm.kl", "controller", self.controller, ("fixed", "adaptive"))
+        _check_choice("algorithm.kl", "unit", self.unit, ("completion", "token"))
+        _check_choice("algorithm.kl", "penalty", self.penalty, ("reward", "loss"))
+        _check_choice("algorithm.kl", "estimator", self.estimator, ("k1", "k2", "k3"))
+        _check_positive("algorithm.kl", "coef", self.coef, allow_zero=True)
+        _check_positive("algorithm.kl", "target", self.target)
+        _check_positive("algorithm.kl", "horizon", self.horizon)
+        if self.controller == "adaptive" and (self.target is None or self.coef == 0):
+            raise ConfigError(
+                f"algorithm.kl.controller=adaptive needs algorithm.kl.target (the KL to hold) and algorithm.kl.coef > 0 "
+                f"(the initial beta; it is multiplied at each update); got target={self.target!r}, coef={self.coef!r}. "
+                "Fix: e.g. algorithm.kl.target=2.0 algorithm.kl.coef=0.1, or algorithm.kl.controller=fixed."
+            )
+
+
 #: The values of ``algorithm.name`` (the keys of :data:`llmgym.algorithms.registry.ALGORITHMS`).
 ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "grpo", "rloo", "nlpo", "trpo")
 
@@ -574,7 +631,11 @@ class AlgorithmConfig(_Section):
     normalize_advantages: bool = _f(True, "Whiten advantages (mean 0, std 1) over the whole rollout before the update.")
     value_coef: float = _f(0.5, "Weight of the value loss.")
     entropy_coef: float = _f(0.01, "Weight of the entropy bonus.")
-    kl_coef: float = _f(0.0, "Weight of the KL penalty to the reference policy (adapter disabled).")
+    kl: KLConfig = _f(
+        KLConfig,
+        "The KL to the reference policy (the model with its LoRA adapter disabled, or a frozen copy of the initial "
+        "weights): weight, fixed or adaptive controller, in the reward or in the loss.",
+    )
     target_kl: Optional[float] = _f(None, "Stop the epoch loop when the approximate KL exceeds this.")
     max_grad_norm: Optional[float] = _f(0.5, "Clip the global gradient norm; null disables clipping.")
     anneal_lr: bool = _f(
@@ -599,7 +660,7 @@ class AlgorithmConfig(_Section):
         _check_choice("algorithm", "value_head", self.value_head, ("shared", "detached"))
         for name in ("learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps"):
             _check_positive("algorithm", name, getattr(self, name))
-        for name in ("head_learning_rate", "value_coef", "entropy_coef", "kl_coef"):
+        for name in ("head_learning_rate", "value_coef", "entropy_coef"):
             _check_positive("algorithm", name, getattr(self, name), allow_zero=True)
         for name in ("target_kl", "max_grad_norm"):
             _check_positive("algorithm", name, getattr(self, name))
@@ -824,6 +885,7 @@ def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
 #: Config keys that were renamed: old dotted key -> new one (the old one loads, with a FutureWarning).
 RENAMED_KEYS: dict[str, str] = {
     "model.minibatch_size": "model.forward_batch_size",
+    "algorithm.kl_coef": "algorithm.kl.coef",
     # each algorithm's own knobs moved into its subsection
     "algorithm.clip_range": "algorithm.ppo.clip_range",
     "algorithm.value_clip_range": "algorithm.ppo.value_clip_range",

@@ -20,6 +20,7 @@ update trains is the one the actions were drawn from. The actions travel typed
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Optional, Protocol, Union, runtime_checkable
@@ -41,8 +42,10 @@ __all__ = [
     "CandidateChoice",
     "CandidatePolicy",
     "Decision",
+    "KLEstimator",
     "Policy",
     "PolicyOutputs",
+    "ReferenceKL",
     "TokenActions",
     "TokenChoice",
     "TokenPolicy",
@@ -326,6 +329,11 @@ class CandidateActions:
         """The candidates ``LLM.update`` splits with the contexts across servers."""
         return self.candidates
 
+    @property
+    def token_counts(self) -> list[int]:
+        """Tokens of each action for the per-token KL: one per chosen candidate."""
+        return [1] * len(self.candidates)
+
     def select(self, indices: Sequence[int]) -> CandidateActions:
         """The actions at ``indices`` (positions in this batch)."""
         return CandidateActions([self.candidates[i] for i in indices], self.index[torch.as_tensor(list(indices), dtype=torch.long)])
@@ -366,6 +374,11 @@ class TokenActions:
     def candidate_sets(self) -> Optional[list[list[str]]]:
         """``None``: generated actions have no candidates for ``LLM.update`` to split."""
         return None
+
+    @property
+    def token_counts(self) -> list[int]:
+        """Generated tokens of each action."""
+        return [len(ids) for ids in self.token_ids]
 
     def select(self, indices: Sequence[int]) -> TokenActions:
         """The actions at ``indices`` (positions in this batch)."""
@@ -418,6 +431,27 @@ class PolicyOutputs:
         )
 
 
+@dataclass(frozen=True)
+class ReferenceKL:
+    """The KL of ``B`` decisions' actions to the reference policy, measured at rollout time.
+
+    Attributes:
+        kl: ``[B]`` KL of each action, summed over its tokens (a candidate action: the exact KL
+            over the candidates).
+        tokens: ``[B]`` generated tokens of each action (a candidate action counts as one).
+    """
+
+    kl: Tensor
+    tokens: Tensor
+
+
+def _segment_sums(values: Tensor, lengths: Sequence[int]) -> Tensor:
+    """``[B]`` sums of consecutive runs of ``lengths[b]`` entries of the flat ``values [N]``."""
+    counts = torch.as_tensor(list(lengths), dtype=torch.long, device=values.device)
+    segments = torch.repeat_interleave(torch.arange(len(counts), device=values.device), counts)
+    return torch.zeros(len(counts), dtype=values.dtype, device=values.device).index_add_(0, segments, values)
+
+
 # ---------------------------------------------------------------------- policies
 @runtime_checkable
 class Policy(Protocol):
@@ -452,6 +486,7 @@ class Policy(Protocol):
         *,
         require_grad: bool = True,
         with_reference: bool = False,
+        kl_estimator: KLEstimator = "k1",
     ) -> PolicyOutputs:
         """Re-score stored actions: ``[B]`` log-probs, entropies, values and (``with_reference``) KL to the reference.
 
@@ -460,12 +495,24 @@ class Policy(Protocol):
             contexts: ``B`` prompts the actions were taken after.
             actions: The ``B`` actions.
             require_grad: Keep the autograd graph.
-            with_reference: Compute ``ref_kl`` (the KL to the LLM with its adapter disabled).
+            with_reference: Compute ``ref_kl`` (the KL to the LLM's reference: its adapter disabled
+                or its frozen copy).
+            kl_estimator: Per-token estimate of generated tokens' KL (:func:`kl_estimate`).
         """
         ...
 
     def kl(self, old: PolicyOutputs, new: PolicyOutputs) -> Tensor:
         """``[B]`` ``KL(pi_old || pi_new)`` on the same samples (``new`` may carry gradients)."""
+        ...
+
+    def reference_kl(self, llm: PolicyLLM, decisions: Sequence[Decision], estimator: KLEstimator = "k1") -> ReferenceKL:
+        """The KL of the decisions' actions to the reference policy, in one batched reference pass.
+
+        Args:
+            llm: The LLM that took the decisions (the reference is its adapter disabled or its frozen copy).
+            decisions: ``B`` decisions drawn from this policy.
+            estimator: Per-token estimate of generated tokens' KL (:func:`kl_estimate`).
+        """
         ...
 
     def masked(self, top_p: float) -> Policy:
@@ -607,13 +654,17 @@ class CandidatePolicy:
         *,
         require_grad: bool = True,
         with_reference: bool = False,
+        kl_estimator: KLEstimator = "k1",
     ) -> PolicyOutputs:
         """Re-score chosen candidates (see :meth:`Policy.evaluate`); the outputs carry every candidate's log-prob.
+
+        ``ref_kl`` is the exact KL over the candidates (``kl_estimator`` does not apply).
 
         Raises:
             InputError: ``actions`` are generated tokens, or ``with_reference`` with an action head
                 (the reference is the LLM's own scoring policy, which the head replaces).
         """
+        del kl_estimator
         if not isinstance(actions, CandidateActions):
             raise InputError("CandidatePolicy.evaluate got generated token actions; it re-scores chosen candidates.")
         module_keys = llm.module_function_keys
@@ -627,8 +678,8 @@ class CandidatePolicy:
         if with_reference:
             if logits_key == POLICY_KEY:
                 raise InputError(
-                    "A KL penalty (kl_coef > 0) measures the KL to the LLM's own scoring policy, which an action head "
-                    "replaces; set agent.action_head=false or algorithm.kl_coef=0."
+                    "A KL penalty (algorithm.kl.coef > 0) measures the KL to the LLM's own scoring policy, which an "
+                    "action head replaces; set agent.action_head=false or algorithm.kl.coef=0."
                 )
             with torch.no_grad(), llm.reference():
                 _, ref_logits, _ = self._logits(llm, [SCORE_KEY], list(contexts), actions, False)
@@ -645,6 +696,35 @@ class CandidatePolicy:
         if old.candidate_log_probs is None or new.candidate_log_probs is None or old.candidate_mask is None:
             raise InputError("CandidatePolicy.kl needs outputs of CandidatePolicy.evaluate (with candidate_log_probs).")
         return categorical_kl(old.candidate_log_probs.detach(), new.candidate_log_probs, old.candidate_mask)
+
+    def reference_kl(self, llm: PolicyLLM, decisions: Sequence[Decision], estimator: KLEstimator = "k1") -> ReferenceKL:
+        """Exact ``KL(pi || pi_ref)`` over each decision's candidates, from one forward of the reference.
+
+        ``pi`` is the distribution the candidate was chosen from (its recorded log-probs), ``pi_ref``
+        the softmax of the reference's candidate scores at the same temperature.
+
+        Raises:
+            InputError: A decision is not a candidate choice or did not record its candidates' log-probs,
+                or the LLM has an action head (its reference is the LLM's own scoring policy, which the
+                head replaces).
+        """
+        del estimator
+        actions = self.actions(decisions)
+        if POLICY_KEY in llm.module_function_keys:
+            raise InputError(
+                "A KL penalty (algorithm.kl.coef > 0) measures the KL to the LLM's own scoring policy, which an "
+                "action head replaces; set agent.action_head=false or algorithm.kl.coef=0."
+            )
+        recorded = [d.choice.log_probs for d in decisions if isinstance(d.choice, CandidateChoice)]
+        if any(len(lp) != len(c) for lp, c in zip(recorded, actions.candidates)):
+            raise InputError("CandidatePolicy.reference_kl needs decisions that recorded every candidate's log-prob (act).")
+        outputs = llm.forward(
+            [SCORE_KEY], [d.prompt for d in decisions], actions.candidates, normalize=self.normalize, reference=True
+        )
+        ref_logits, mask = pad_candidate_scores([o[SCORE_KEY] for o in outputs], temperature=self.temperature)
+        log_p, _ = pad_candidate_scores([torch.tensor(lp) for lp in recorded], padding_value=0.0)
+        kl = categorical_kl(log_p.to(ref_logits.device), _log_softmax(ref_logits, mask), mask)
+        return ReferenceKL(kl.float(), torch.ones_like(kl, dtype=torch.long))
 
     def masked(self, top_p: float) -> Policy:
         """Refused: a candidate policy generates no tokens to mask.
@@ -747,11 +827,12 @@ class TokenPolicy:
         *,
         require_grad: bool = True,
         with_reference: bool = False,
+        kl_estimator: KLEstimator = "k1",
     ) -> PolicyOutputs:
         """Re-score generated sequences on their stored ids (see :meth:`Policy.evaluate`).
 
-        The reference is scored without NLPO's mask: the mask is the policy's action space, not the
-        reference's. ``contexts`` is unused: the prompts' exact ids travel with the actions.
+        The reference is the model at the same temperature, uncut (:meth:`reference_sampling`).
+        ``contexts`` is unused: the prompts' exact ids travel with the actions.
 
         Raises:
             InputError: ``actions`` are chosen candidates.
@@ -772,10 +853,12 @@ class TokenPolicy:
         if with_reference:
             with torch.no_grad(), llm.reference():
                 ref = llm.token_logprobs(
-                    actions.prompt_ids, actions.token_ids, require_grad=False, sampling=self.sampling.without_mask(),
+                    actions.prompt_ids, actions.token_ids, require_grad=False, sampling=self.reference_sampling(),
                     **prefixed,
                 )
-            ref_kl = torch.stack([(lp - r["logprobs"].to(lp.device)).sum() for lp, r in zip(token_lp, ref)])
+            flat = torch.cat(token_lp)
+            ref_flat = torch.cat([r["logprobs"] for r in ref]).to(flat.device)
+            ref_kl = _segment_sums(kl_estimate(flat, ref_flat, kl_estimator), [lp.numel() for lp in token_lp])
         return PolicyOutputs(log_probs, entropy, _values(llm, outputs, log_probs), ref_kl)
 
     def kl(self, old: PolicyOutputs, new: PolicyOutputs) -> Tensor:
@@ -784,6 +867,41 @@ class TokenPolicy:
         ``pi_new/pi_old - 1 - log(pi_new/pi_old)``: unbiased and >= 0 (the token distributions are not kept).
         """
         return kl_estimate(old.log_probs.detach(), new.log_probs, "k3")
+
+    def reference_sampling(self) -> Sampling:
+        """The reference's distribution: the model at :attr:`sampling`'s temperature, without top-k, top-p or mask.
+
+        Uncut, so every sampled token has a finite log-prob under it (TRL scores its reference likewise).
+        """
+        return Sampling(temperature=self.sampling.temperature)
+
+    def reference_kl(self, llm: PolicyLLM, decisions: Sequence[Decision], estimator: KLEstimator = "k1") -> ReferenceKL:
+        """Per-token KL estimates of the generated tokens to the reference, summed per decision.
+
+        One batched ``token_logprobs`` pass of the reference (``reference=True``) on the stored ids;
+        the policy's side is the log-probs recorded when the tokens were drawn.
+
+        Raises:
+            InputError: A decision is not a token choice or did not record its tokens' log-probs.
+        """
+        actions = self.actions(decisions)
+        recorded = [d.choice.token_log_probs for d in decisions if isinstance(d.choice, TokenChoice)]
+        lengths = [len(ids) for ids in actions.token_ids]
+        if any(len(lp) != n for lp, n in zip(recorded, lengths)):
+            raise InputError("TokenPolicy.reference_kl needs decisions that recorded their tokens' log-probs (act).")
+        kept = [i for i, n in enumerate(lengths) if n > 0]
+        sampled = torch.tensor(list(itertools.chain.from_iterable(recorded)), dtype=torch.float32)
+        ref_flat = sampled.clone()
+        if kept:
+            prefixes = actions.decoder_prefixes
+            prefixed: dict[str, Any] = {} if prefixes is None else {"decoder_prefixes": [prefixes[i] for i in kept]}
+            ref = llm.token_logprobs(
+                [actions.prompt_ids[i] for i in kept], [actions.token_ids[i] for i in kept], require_grad=False,
+                sampling=self.reference_sampling(), reference=True, **prefixed,
+            )
+            ref_flat = torch.cat([r["logprobs"] for r in ref]).float().cpu()
+        kl = _segment_sums(kl_estimate(sampled, ref_flat, estimator), lengths)
+        return ReferenceKL(kl, torch.as_tensor(lengths, dtype=torch.long))
 
     def masked(self, top_p: float) -> TokenPolicy:
         """The same policy with every token restricted to the mask policy's top-p set (NLPO).

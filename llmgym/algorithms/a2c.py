@@ -80,7 +80,7 @@ class A2C(OnPolicyAlgorithm):
     def objective(self) -> A2CObjective:
         """A2C's loss with this config's coefficients."""
         cfg = self.config
-        return A2CObjective(cfg.value_coef, cfg.entropy_coef, cfg.kl_coef)
+        return A2CObjective(cfg.value_coef, cfg.entropy_coef, self.kl.loss_coef)
 
     def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:
         """One epoch over the rollout.

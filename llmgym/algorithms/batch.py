@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from llmgym.agents.policies import Actions, CandidateActions, Policy, PolicyOutputs, TokenActions
+from llmgym.agents.policies import Actions, CandidateActions, KLEstimator, Policy, PolicyOutputs, TokenActions
 from llmgym.algorithms.protocols import NaturalGradientObjective, Objective
 from llmgym.errors import InputError
 
@@ -54,6 +54,7 @@ class UpdateBatch:
         actions: The ``B`` actions (chosen candidates or generated token sequences), built by ``policy``.
         learning_rate_scale: Factor in ``[0, 1]`` on the optimizer's configured learning rates for
             this epoch (``algorithm.anneal_lr``).
+        kl_estimator: Per-token estimate of the KL to the reference in the loss (``algorithm.kl.estimator``).
 
     Raises:
         InputError: On ``actions`` of neither kind, per-sample fields of different lengths, an
@@ -69,6 +70,7 @@ class UpdateBatch:
     returns: Tensor
     actions: Actions
     learning_rate_scale: float = 1.0
+    kl_estimator: KLEstimator = "k1"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.learning_rate_scale <= 1.0:

@@ -87,7 +87,7 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
     def objective(self) -> PPOObjective:
         """PPO's clipped surrogate with no value loss (there is no critic)."""
         cfg = self.config
-        return PPOObjective(cfg.ppo.clip_range, None, 0.0, cfg.entropy_coef, cfg.kl_coef)
+        return PPOObjective(cfg.ppo.clip_range, None, 0.0, cfg.entropy_coef, self.kl.loss_coef)
 
     # ------------------------------------------------------------------ rollouts
     def _round_seeds(self, num_envs: int) -> list[int]:
@@ -99,7 +99,7 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         """Play one round: every env's first episode from its group's seed; store them end to end.
 
         Returns:
-            Rollout statistics (invalid-action rate, mean reward per step).
+            Rollout statistics (invalid-action rate, mean env reward per step: without the KL penalty).
         """
         agent, envs = self._require_envs()
         observations, infos = envs.reset(seed=self._round_seeds(envs.num_envs))
@@ -109,14 +109,19 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         episodes = [Episode() for _ in range(envs.num_envs)]
         running = set(range(envs.num_envs))
         parse_failures = 0
+        env_reward_sum = 0.0
+        self._rollout_kl = []
         for _ in range(self.config.rollout_steps):
             actions = agent.act_batch(observations, infos)
             decisions = agent.last_decisions
+            live = sorted(running)
+            penalties = self.kl_penalties(agent.llm, agent.policy, [decisions[i] for i in live])
             observations, rewards, terminated, truncated, infos = envs.step(actions)
             shaped, _ = agent.observe(rewards, terminated, truncated, infos)
-            for index in sorted(running):
+            for index, penalty in zip(live, penalties):
                 episodes[index].decisions.append(decisions[index])
-                episodes[index].rewards.append(float(shaped[index]))
+                episodes[index].rewards.append(float(shaped[index] + penalty))
+                env_reward_sum += float(shaped[index])
                 parse_failures += int(decisions[index].parse_failed)
                 if terminated[index] or truncated[index]:
                     running.discard(index)
@@ -126,8 +131,7 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         steps = sum(len(ep.decisions) for ep in episodes)
         self.env_steps += steps
         self.buffer = self.episode_buffer(episodes)
-        reward_sum = sum(sum(ep.rewards) for ep in episodes)
-        return {"invalid_action_rate": parse_failures / steps, "reward_per_step": reward_sum / steps}
+        return {"invalid_action_rate": parse_failures / steps, "reward_per_step": env_reward_sum / steps}
 
     def episode_buffer(self, episodes: Sequence[Episode]) -> RolloutBuffer:
         """The episodes end to end (GAE with discount 1 and no critic: each turn's return-to-go).

@@ -3,7 +3,7 @@
 No critic: ``G`` episodes are played from the same reset seed (the same prompt, for TextGen), and
 every turn of episode ``i`` gets the advantage ``(R_i - mean(R)) / (std(R) + eps)`` over its
 group's returns (outcome supervision; the population std, as the paper). The update is PPO's
-clipped surrogate with an optional KL to the reference policy (``algorithm.kl_coef``); see
+clipped surrogate with an optional KL to the reference policy (``algorithm.kl``); see
 :mod:`llmgym.algorithms.group_baseline` for the rounds.
 """
 

@@ -11,6 +11,7 @@ callbacks (:mod:`~llmgym.algorithms.callbacks`).
 from __future__ import annotations
 
 import abc
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
@@ -21,16 +22,18 @@ from torch import Tensor
 
 from llmgym.agents.base import BaseAgent
 from llmgym.agents.learning import Episode
-from llmgym.agents.policies import Policy
+from llmgym.agents.policies import Decision, KLEstimator, Policy
 from llmgym.algorithms.advantages import whiten
 from llmgym.algorithms.batch import UpdateBatch
 from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
 from llmgym.algorithms.callbacks import CallbackArgument, as_callback
+from llmgym.algorithms.kl_control import KLController, KLMeasurement, reward_penalty
 from llmgym.algorithms.protocols import NaturalGradientObjective, Objective, PolicyBackend, RolloutObserver
 from llmgym.algorithms.updaters import resolve_updater
 from llmgym.algorithms.user_classes import import_class, is_import_path
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import ConfigError, InputError
+from llmgym.llm.protocols import PolicyLLM
 from llmgym.llm.updater import Updater
 from llmgym.metrics import EpisodeStats
 
@@ -145,7 +148,8 @@ class RolloutTargets:
     def update_batch(
         self,
         objective: Objective | NaturalGradientObjective,
-        policy: Policy, minibatches: list[list[int]], learning_rate_scale: float = 1.0
+        policy: Policy, minibatches: list[list[int]], learning_rate_scale: float = 1.0,
+        kl_estimator: KLEstimator = "k1",
     ) -> UpdateBatch:
         """One epoch's payload for ``llm.update``: the decisions' actions as ``policy`` stores them."""
         batch = self.batch
@@ -159,6 +163,7 @@ class RolloutTargets:
             returns=batch.returns,
             actions=policy.actions(batch.decisions),
             learning_rate_scale=learning_rate_scale,
+            kl_estimator=kl_estimator,
         )
 
     def statistics(self) -> dict[str, float]:
@@ -222,6 +227,9 @@ class OnPolicyAlgorithm(abc.ABC):
         self._seed = seed
         self._observations: Optional[list[Any]] = None
         self._infos: list[dict[str, Any]] = []
+        #: The weight of the KL to the reference and its controller (``algorithm.kl``).
+        self.kl = KLController(self.config.kl)
+        self._rollout_kl: list[KLMeasurement] = []
 
     @classmethod
     def _named_by_import_path(cls, name: str) -> bool:
@@ -270,8 +278,13 @@ class OnPolicyAlgorithm(abc.ABC):
             Sample-weighted means of the epoch's loss statistics over all servers.
         """
         schedule = minibatch_schedule(len(rollout), self.config.minibatch_size, self.generator)
-        batch = rollout.update_batch(objective, policy, schedule, self.learning_rate_scale())
+        batch = rollout.update_batch(objective, policy, schedule, self.learning_rate_scale(), self.kl_estimator)
         return weighted_mean(llm.update(rollout.batch.prompts, batch.actions.candidate_sets, batch=batch))
+
+    @property
+    def kl_estimator(self) -> KLEstimator:
+        """``algorithm.kl.estimator``, typed."""
+        return typing.cast(KLEstimator, self.config.kl.estimator)  # KLConfig checked it
 
     def learning_rate_scale(self) -> float:
         """``1 - (env steps before the last rollout) / total_env_steps`` with ``anneal_lr``, else 1."""
@@ -304,13 +317,15 @@ class OnPolicyAlgorithm(abc.ABC):
         self.buffer.reset()
         parse_failures = 0
         reward_sum = 0.0
+        self._rollout_kl = []
         for _ in range(self.config.rollout_steps):
             actions = agent.act_batch(self._observations or [], self._infos)
             decisions = agent.last_decisions
+            penalties = self.kl_penalties(agent.llm, agent.policy, decisions)
             observations, rewards, terminated, truncated, infos = envs.step(actions)
             self.action_log.append(list(actions))
             shaped, truncation_values = agent.observe(rewards, terminated, truncated, infos)
-            self.buffer.add(decisions, shaped, terminated, truncated, truncation_values)
+            self.buffer.add(decisions, shaped + penalties, terminated, truncated, truncation_values)
             if self.rollout_observer is not None:
                 self.rollout_observer.on_step(
                     self.env_steps + envs.num_envs, self._observations or [], decisions, shaped.tolist(),
@@ -329,6 +344,59 @@ class OnPolicyAlgorithm(abc.ABC):
         steps = self.config.rollout_steps * envs.num_envs
         return {"invalid_action_rate": parse_failures / steps, "reward_per_step": reward_sum / steps}
 
+    def kl_penalties(self, llm: Any, policy: Policy, decisions: Sequence[Decision]) -> np.ndarray:
+        """``[B]`` rewards added to the decisions for their KL to the reference (``algorithm.kl.penalty: reward``).
+
+        One batched reference pass (:meth:`~llmgym.agents.policies.Policy.reference_kl`) measures
+        the KL of each decision's action, summed over its tokens; the measurement joins the
+        rollout's (:meth:`kl_statistics`). Zeros, and no reference pass, when the KL is a loss term or off.
+
+        Raises:
+            ConfigError: ``llm`` cannot score under its reference (not an :class:`llmgym.LLM`).
+        """
+        if not self.kl.in_reward or not decisions:
+            return np.zeros(len(decisions))
+        if not isinstance(llm, PolicyLLM):
+            raise ConfigError(
+                f"algorithm.kl.penalty=reward scores every action under the reference model, which "
+                f"{type(llm).__name__} cannot; train an llmgym.LLM or set algorithm.kl.penalty=loss."
+            )
+        measured = policy.reference_kl(llm, decisions, self.kl_estimator)
+        self._rollout_kl.append(
+            KLMeasurement(float(measured.kl.sum()), len(decisions), int(measured.tokens.sum()))
+        )
+        return reward_penalty(measured.kl, self.kl.coef).numpy()
+
+    def kl_statistics(self, stats: dict[str, float], policy: Policy, decisions: Sequence[Decision]) -> dict[str, float]:
+        """Log the update's KL to the reference and adapt the KL weight to it (``algorithm.kl.controller``).
+
+        The KL is the rollout's reference pass with the penalty in the reward, else the update's
+        ``kl_ref`` (mean per action, from the loss). The returned ``kl_coef`` is the weight this update used.
+
+        Args:
+            stats: The update's statistics.
+            policy: The policy the decisions were drawn from.
+            decisions: The update's decisions.
+
+        Returns:
+            ``kl_coef`` and, when the KL was measured, ``kl_ref`` (nats per action) and
+            ``kl_ref_per_token``.
+        """
+        measurement: Optional[KLMeasurement] = None
+        if self.kl.in_reward and self._rollout_kl:
+            measurement = KLMeasurement(
+                sum(m.total for m in self._rollout_kl), sum(m.actions for m in self._rollout_kl),
+                sum(m.tokens for m in self._rollout_kl),
+            )
+        elif self.kl.loss_coef > 0 and "kl_ref" in stats and decisions:
+            tokens = sum(policy.actions(decisions).token_counts)
+            measurement = KLMeasurement(stats["kl_ref"] * len(decisions), len(decisions), tokens)
+        self._rollout_kl = []
+        metrics = self.kl.metrics(measurement)
+        if measurement is not None:
+            self.kl.update(measurement)
+        return metrics
+
     def _record_episode(self, info: dict[str, Any]) -> None:
         """Add an ended episode's ``info["episode"]`` to the statistics (success: return > 0 if unset)."""
         episode = info.get("episode")
@@ -343,7 +411,8 @@ class OnPolicyAlgorithm(abc.ABC):
         agent, _ = self._require_envs()
         stats = self.train(agent.llm, self.buffer, agent.policy)
         self.updates += 1
-        return stats
+        decisions = self.buffer.get(torch.arange(len(self.buffer))).decisions
+        return {**stats, **self.kl_statistics(stats, agent.policy, decisions)}
 
     def learn(self, total_env_steps: int, callback: CallbackArgument = None) -> dict[str, float]:
         """Alternate rollouts and updates until ``total_env_steps`` env steps are taken.
@@ -386,7 +455,9 @@ class OnPolicyAlgorithm(abc.ABC):
     def train_on_episodes(self, llm: PolicyBackend, policy: Policy, episodes: Sequence[Episode]) -> dict[str, float]:
         """One update from whole episodes.
 
-        The episodes go into :meth:`episode_buffer`, then :meth:`train`.
+        The episodes go into :meth:`episode_buffer` (with the KL penalty added to their rewards
+        when ``algorithm.kl.penalty`` is ``reward``), then :meth:`train`; ``episode_return`` is the
+        env's return, without the penalty.
 
         Args:
             llm: The LLM that took the decisions.
@@ -406,9 +477,17 @@ class OnPolicyAlgorithm(abc.ABC):
                 f"train_on_episodes needs episodes with one reward per decision; got {len(episodes)} episodes, "
                 f"malformed: {bad[:5]}."
             )
-        stats = self.train(llm, self.episode_buffer(episodes), policy)
+        decisions = [d for ep in episodes for d in ep.decisions]
+        penalties = self.kl_penalties(llm, policy, decisions).tolist()
+        penalised, start = [], 0
+        for ep in episodes:
+            stop = start + len(ep.decisions)
+            penalised.append(Episode(ep.decisions, [r + p for r, p in zip(ep.rewards, penalties[start:stop])]))
+            start = stop
+        stats = self.train(llm, self.episode_buffer(penalised), policy)
         self.updates += 1
         returns = [sum(ep.rewards) for ep in episodes]
+        stats.update(self.kl_statistics(stats, policy, decisions))
         return {**stats, "episode_return": sum(returns) / len(returns), "episodes": float(len(episodes))}
 
     def episode_buffer(self, episodes: Sequence[Episode]) -> RolloutBuffer:
@@ -425,6 +504,7 @@ class OnPolicyAlgorithm(abc.ABC):
         return {
             "env_steps": self.env_steps,
             "updates": self.updates,
+            "kl": self.kl.state_dict(),
             "action_log": self.action_log,
             "histories": agent.history_state(),
             "episode_stats": {
@@ -450,6 +530,8 @@ class OnPolicyAlgorithm(abc.ABC):
         agent.load_history_state(state["histories"])
         self.env_steps = int(state["env_steps"])
         self.updates = int(state["updates"])
+        if "kl" in state:
+            self.kl.load_state_dict(state["kl"])
         stats = state["episode_stats"]
         self.episode_stats.returns.extend(stats["returns"])
         self.episode_stats.lengths.extend(stats["lengths"])

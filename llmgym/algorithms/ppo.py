@@ -126,7 +126,9 @@ class PPO(OnPolicyAlgorithm):
     def objective(self) -> PPOObjective:
         """PPO's loss with this config's coefficients."""
         cfg = self.config
-        return PPOObjective(cfg.ppo.clip_range, cfg.ppo.value_clip_range, cfg.value_coef, cfg.entropy_coef, cfg.kl_coef)
+        return PPOObjective(
+            cfg.ppo.clip_range, cfg.ppo.value_clip_range, cfg.value_coef, cfg.entropy_coef, self.kl.loss_coef
+        )
 
     def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:
         """Run up to ``algorithm.epochs`` epochs, stopping early past ``algorithm.target_kl``.

@@ -238,7 +238,8 @@ class TRPOObjective:
         Returns:
             ``policy_objective`` (the surrogate at ``theta_old``), ``policy_improvement`` and
             ``approx_kl`` (of the accepted step, 0 if none), ``step_fraction`` (0: rejected),
-            ``line_search_trials``, ``step_size`` (``beta``) and this server's mean ``entropy``.
+            ``line_search_trials``, ``step_size`` (``beta``), this server's mean ``entropy`` and the
+            mean ``kl_ref`` to the reference over all servers (0 without the KL term).
 
         Raises:
             InputError: The policy has no trainable parameter.
@@ -260,6 +261,8 @@ class TRPOObjective:
             kl_gradient = _flat_grad(policy.kl(old, outputs).mean(), params, create_graph=True)
             own_objective, entropy = objective.detach(), float(outputs.entropy.detach().mean())
         gradient = context.mean(own_gradient)
+        own_ref_kl = old.ref_kl.mean().to(start).reshape(1) if old is not None else start.new_zeros(1)
+        ref_kl = float(context.mean(own_ref_kl)[0])
 
         def fisher_product(vector: Tensor) -> Tensor:
             own = _flat_grad(kl_gradient @ vector, params) if kl_gradient is not None else zeros
@@ -285,7 +288,7 @@ class TRPOObjective:
         return {
             "policy_objective": baseline, "policy_improvement": result.improvement, "approx_kl": result.kl,
             "step_fraction": result.fraction, "line_search_trials": float(result.trials), "step_size": step_size,
-            "entropy": entropy,
+            "entropy": entropy, "kl_ref": ref_kl,
         }
 
 
@@ -302,9 +305,10 @@ class TRPO(OnPolicyAlgorithm):
 
     def objective(self) -> TRPOObjective:
         """TRPO's step with this config's trust region, conjugate gradient and line search."""
-        cfg, trpo = self.config, self.config.trpo
+        trpo = self.config.trpo
         return TRPOObjective(
-            trpo.max_kl, trpo.cg_steps, trpo.cg_damping, trpo.line_search_steps, trpo.line_search_shrink, cfg.kl_coef
+            trpo.max_kl, trpo.cg_steps, trpo.cg_damping, trpo.line_search_steps, trpo.line_search_shrink,
+            self.kl.loss_coef,
         )
 
     def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:
@@ -321,6 +325,8 @@ class TRPO(OnPolicyAlgorithm):
             for _ in range(cfg.epochs)
             for minibatch in minibatch_schedule(len(rollout), cfg.minibatch_size, self.generator)
         ]
-        batch = rollout.update_batch(self.objective(), policy, critic_minibatches, self.learning_rate_scale())
+        batch = rollout.update_batch(
+            self.objective(), policy, critic_minibatches, self.learning_rate_scale(), self.kl_estimator
+        )
         stats = weighted_mean(llm.update(rollout.batch.prompts, batch.actions.candidate_sets, batch=batch))
         return {**stats, "epochs": float(cfg.epochs), **rollout.statistics()}

@@ -195,7 +195,7 @@ class UpdateContext:
         batch = self.batch
         return batch.policy.evaluate(
             self._updater.llm, [self._contexts[self._position[g]] for g in chunk], batch.actions.select(chunk),
-            require_grad=require_grad, with_reference=batch.objective.kl_coef > 0,
+            require_grad=require_grad, with_reference=batch.objective.kl_coef > 0, kl_estimator=batch.kl_estimator,
         )
 
     def targets(self) -> SampleTargets:

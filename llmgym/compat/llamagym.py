@@ -54,7 +54,7 @@ import torch
 
 from llmgym.agents.learning import Episode
 from llmgym.agents.policies import Decision, TokenChoice, TokenPolicy
-from llmgym.config import AlgorithmConfig, ModelConfig, PPOSection
+from llmgym.config import AlgorithmConfig, KLConfig, ModelConfig, PPOSection
 from llmgym.envs.reward_checks import check_reward
 from llmgym.errors import ConfigError, InputError, require
 from llmgym.llm.modules import VALUE_KEY
@@ -207,7 +207,7 @@ class PPOConfig:
             ppo=PPOSection(clip_range=self.cliprange, value_clip_range=self.cliprange_value),
             value_coef=self.vf_coef,
             entropy_coef=0.0,
-            kl_coef=self.init_kl_coef,
+            kl=KLConfig(coef=self.init_kl_coef, penalty="loss"),
             target_kl=self.target_kl if self.early_stopping else None,
             max_grad_norm=self.max_grad_norm,
         )

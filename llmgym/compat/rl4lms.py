@@ -249,15 +249,16 @@ def convert_rl4lms_config(
     args.done()
 
     kl = alg.sub("kl_div")
-    algorithm["kl_coef"] = float(kl.get("coeff", 0.0))
-    if kl.get("target_kl") is not None:
-        approximately(
-            "alg.kl_div.target_kl",
-            "RL4LMs' adaptive KL controller is not reproduced: the KL coefficient stays alg.kl_div.coeff",
-        )
+    # RL4LMs adds -coeff * (log pi - log pi_ref) of each token to its reward; with target_kl its
+    # controller multiplies coeff by 1 + 0.1 * clip(KL / target_kl - 1, -0.2, 0.2) once per rollout
+    # of n_steps * n_envs tokens, KL per token: llmgym's adaptive controller with horizon 10 x that.
+    algorithm["kl"] = {"coef": float(kl.get("coeff", 0.0)), "penalty": "reward", "estimator": "k1", "unit": "token"}
+    target_kl = kl.get("target_kl")
+    if target_kl is not None:
+        algorithm["kl"].update(controller="adaptive", target=float(target_kl), horizon=10 * n_steps * n_envs)
     kl.done()
     lora = None
-    if algorithm["kl_coef"] > 0:
+    if algorithm["kl"]["coef"] > 0:
         approximately(
             "alg.kl_div.coeff",
             "llmgym's KL reference is the model with its LoRA adapter disabled, so the policy trains LoRA adapters "

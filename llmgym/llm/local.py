@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -299,6 +300,7 @@ class LocalLLM:
         normalize: str = "sum",
         add_eos: bool = False,
         minibatch_size: int | None = None,
+        reference: bool = False,
         **kwargs: Any,
     ) -> list[dict[str, Any]]:
         """Run module functions (and the built-in ``"score"``) in one forward pass per minibatch.
@@ -311,20 +313,25 @@ class LocalLLM:
             normalize: ``"sum"`` or ``"mean"`` for ``"score"``.
             add_eos: Score candidate + EOS.
             minibatch_size: Max context-candidate sequences per forward (default: config).
+            reference: Run the reference model (:meth:`reference`) instead, without gradients.
             **kwargs: Passed to every module function.
 
         Returns:
             One dict per context with one entry per key (e.g. a 0-d value for ``ValueHead``).
+
+        Raises:
+            InputError: ``reference`` with ``require_grad``.
         """
         self._check_open()
         contexts = check_contexts(contexts)
         groups = check_candidates(candidates, len(contexts)) if candidates is not None else None
         keys = self._check_keys(keys, groups is not None)
         items = self.encoder.encode_items(self.encoder.fit_contexts(contexts), groups, add_eos)
-        return self._run(
-            items, keys, token_mode=False, require_grad=require_grad, normalize=check_normalize(normalize),
-            minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs,
-        )
+        with self._maybe_reference(reference, require_grad):
+            return self._run(
+                items, keys, token_mode=False, require_grad=require_grad, normalize=check_normalize(normalize),
+                minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs,
+            )
 
     def token_logprobs(
         self,
@@ -335,6 +342,7 @@ class LocalLLM:
         minibatch_size: int | None = None,
         sampling: Sampling | None = None,
         decoder_prefixes: Sequence[Sequence[int]] | None = None,
+        reference: bool = False,
         **kwargs: Any,
     ) -> list[dict[str, Any]]:
         """Per-token log-probs of given completions (token-level RL), plus module outputs per token.
@@ -352,6 +360,8 @@ class LocalLLM:
                 is first restricted to the mask policy's top-p set at its position.
             decoder_prefixes: Seq2seq models only: per sample, decoder ids fed before its completion
                 and not scored (``generate``'s ``decoder_prefixes``); ``None``: none.
+            reference: Score under the reference model (:meth:`reference`) instead, without
+                gradients (the KL penalty's reference pass).
             **kwargs: Passed to every module function.
 
         Returns:
@@ -359,8 +369,8 @@ class LocalLLM:
 
         Raises:
             InputError: On malformed ids, a sample longer than the model window, a ``sampling``
-                that is not a :class:`~llmgym.llm.sampling.Sampling`, or decoder prefixes for a
-                causal LM or of another count.
+                that is not a :class:`~llmgym.llm.sampling.Sampling`, decoder prefixes for a
+                causal LM or of another count, or ``reference`` with ``require_grad``.
         """
         self._check_open()
         if sampling is not None and not isinstance(sampling, Sampling):
@@ -396,11 +406,12 @@ class LocalLLM:
                         self.pad_token_id, self._special_ids(), firsts[start : start + size],
                     )
                 ]
-        return self._run(
-            items, keys, token_mode=True, require_grad=require_grad, normalize="sum",
-            minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs, extra_key="logprobs", sampling=sampling,
-            keep=keep,
-        )
+        with self._maybe_reference(reference, require_grad):
+            return self._run(
+                items, keys, token_mode=True, require_grad=require_grad, normalize="sum",
+                minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs, extra_key="logprobs",
+                sampling=sampling, keep=keep,
+            )
 
     def generate(self, contexts: Sequence[str], **generation_kwargs: Any) -> list[list[Generation]]:
         """Sample continuations of all contexts in one batched call (see :func:`~llmgym.llm.generation.generate`).
@@ -456,6 +467,14 @@ class LocalLLM:
         groups = check_candidates(candidates, len(contexts)) if candidates is not None else None
         batch_ids = list(_current_batch_ids) if _current_batch_ids is not None else list(range(len(contexts)))
         return [self.updater.perform_update(contexts, groups, batch_ids, **kwargs)]
+
+    def _maybe_reference(self, reference: bool, require_grad: bool) -> AbstractContextManager[None]:
+        """:meth:`reference` when asked (refused with gradients: the reference is frozen), else nothing."""
+        if not reference:
+            return contextlib.nullcontext()
+        if require_grad:
+            raise InputError("reference=True scores the frozen reference model; pass require_grad=False with it.")
+        return self.reference()
 
     @contextlib.contextmanager
     def reference(self) -> Iterator[None]:

@@ -156,10 +156,10 @@ def test_trunk_cache_gives_the_same_training(tmp_path, row_tokens):
 
 
 def test_kl_penalty_with_the_action_head_is_refused_before_training(tmp_path):
-    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.kl_coef=0.1")
+    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.kl.coef=0.1")
     with pytest.raises(ConfigError, match="agent.action_head=false"):
         build(config)
-    build(tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.kl_coef=0.1", "agent.action_head=false"))
+    build(tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.kl.coef=0.1", "agent.action_head=false"))
 
 
 def test_a_negative_prior_weight_is_a_config_error(tmp_path):

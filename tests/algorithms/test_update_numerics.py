@@ -25,11 +25,11 @@ CASES: dict[str, tuple[str, ...]] = {
                     "agent.temperature=0.5", "agent.action_head=false", "algorithm.entropy_coef=0.01"),
     "ppo_scoring_head_kl_early_stop": ("llmgym/Countdown-v0", "algorithm.epochs=4", "algorithm.target_kl=0.0001",
                                        "agent.action_head=true", "algorithm.gradient_accumulation_steps=2"),
-    "ppo_scoring_ref_kl": ("llmgym/EchoWord-v0", ECHO, "agent.action_head=false", "algorithm.kl_coef=0.1", "model.lora.r=4",
+    "ppo_scoring_ref_kl": ("llmgym/EchoWord-v0", ECHO, "agent.action_head=false", "algorithm.kl.coef=0.1", "model.lora.r=4",
                            "algorithm.epochs=2"),
     "a2c_scoring": ("llmgym/Countdown-v0", "algorithm.name=a2c", "agent.action_head=false"),
     "ppo_generative": ("llmgym/EchoWord-v0", "env.kwargs.words=[banana,dog]", "agent.type=generative",
-                       "agent.max_new_tokens=3", "algorithm.epochs=2", "algorithm.kl_coef=0.05", "model.lora.r=4"),
+                       "agent.max_new_tokens=3", "algorithm.epochs=2", "algorithm.kl.coef=0.05", "model.lora.r=4"),
     "a2c_generative": ("llmgym/EchoWord-v0", "env.kwargs.words=[banana,dog]", "agent.type=generative",
                        "agent.max_new_tokens=3", "algorithm.name=a2c"),
 }

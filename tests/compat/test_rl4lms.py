@@ -33,12 +33,17 @@ def test_strict_conversion_names_each_approximate_key(name, tiny_model_dir):
     raw = _load(name)
     assert is_rl4lms_config(raw)
     conversion = convert_rl4lms_config(raw, approximate=True, model_name=str(tiny_model_dir))
-    assert any(line.startswith("alg.kl_div.target_kl") for line in conversion.approximations)
+    assert not any(line.startswith("alg.kl_div.target_kl") for line in conversion.approximations)
     with pytest.raises(ConfigError, match="does not reproduce exactly") as error:
         convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
     assert all(line.split(":")[0] in str(error.value) for line in conversion.approximations)
     algorithm = conversion.config["algorithm"]
-    assert algorithm["name"] == raw["alg"]["id"] and algorithm["kl_coef"] == raw["alg"]["kl_div"]["coeff"]
+    assert algorithm["name"] == raw["alg"]["id"]
+    per_update = raw["alg"]["args"]["n_steps"] * raw["env"]["n_envs"]
+    assert algorithm["kl"] == {  # RL4LMs' KLController: a per-token reward penalty, 0.1 x the clipped error per update
+        "coef": raw["alg"]["kl_div"]["coeff"], "penalty": "reward", "estimator": "k1", "unit": "token",
+        "controller": "adaptive", "target": raw["alg"]["kl_div"]["target_kl"], "horizon": 10 * per_update,
+    }
     assert algorithm["rollout_steps"] == raw["alg"]["args"]["n_steps"]
     assert conversion.config["env"]["kwargs"]["reward"] == raw["reward_fn"]["id"]
     assert conversion.config["train"]["eval_metrics"][0]["id"] == raw["train_evaluation"]["metrics"][0]["id"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import random
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ import torch
 import yaml
 
 from llmgym.agents.base import BaseAgent
+from llmgym.agents.policies import Decision
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.registry import algorithm_class
 from llmgym.algorithms.updaters import PolicyUpdater
@@ -73,6 +75,8 @@ __all__ = [
     "evaluation_summary",
     "evaluate_run",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 def resolve_updater(config: AlgorithmConfig) -> Updater:
@@ -133,9 +137,20 @@ def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> LL
         config: The run config (``model``, ``agent``, ``algorithm``, ``distributed``).
         model: Optional prebuilt transformers model (tests pass tiny models).
         tokenizer: Its tokenizer.
+
+    Raises:
+        ConfigError: A KL to the reference (``algorithm.kl.coef > 0``) with neither LoRA nor
+            ``model.reference_copy``.
     """
     from llmgym.llm.client import LLM
 
+    if config.algorithm.kl.coef > 0 and config.model.lora is None and not config.model.reference_copy:
+        raise ConfigError(
+            f"algorithm.kl.coef={config.algorithm.kl.coef:g} measures the KL to a reference model, but the full model "
+            "trains (model.lora is null) and keeps no reference. Fix: model.reference_copy=true (a frozen copy of the "
+            "initial weights on the same device: one more copy of the weights in memory), or model.lora (the "
+            "reference is the model with its adapter disabled), or algorithm.kl.coef=0."
+        )
     return LLM(
         config.model, module_functions=build_heads(config), updater=resolve_updater(config.algorithm),
         model=model, tokenizer=tokenizer, distributed=config.distributed,
@@ -194,7 +209,9 @@ def evaluate(
 
     Returns:
         ``success_rate``, ``episode_return`` (the task's return: ``info["shaping_reward"]`` is left
-        out) and ``episode_length`` means.
+        out) and ``episode_length`` means; for a text-generation env (its episodes end with
+        ``info["completion"]``) also the completions' fluency (:func:`~llmgym.algorithms.fluency.fluency_metrics`:
+        ``perplexity_ref``, ``distinct-1``, ``distinct-2``, and ``kl_ref`` when sampled).
     """
     import gymnasium as gym
 
@@ -206,6 +223,8 @@ def evaluate(
     returns: list[float] = [0.0] * episodes
     lengths: list[int] = [0] * episodes
     successes: list[float] = [0.0] * episodes
+    completions: dict[int, str] = {}
+    decisions: list[Decision] = []
     pending = iter(range(episodes))
     running: dict[int, int] = {}  # slot -> episode
     state: dict[int, tuple[Any, dict[str, Any]]] = {}
@@ -237,10 +256,13 @@ def evaluate(
                 penalised = reward + (agent.config.invalid_action_penalty if slot in failed else 0.0)
                 returns[episode] += penalised
                 lengths[episode] += 1
+                decisions.append(decision)
                 recorded = recorder is not None and recorder.wants(episode)
                 if recorder is not None and recorded:
                     recorder.add_step(episode, agent.format_observation(seen), decision, penalised)
                 if terminated or truncated:
+                    if "completion" in info:
+                        completions[episode] = str(info["completion"])
                     success = info.get("success")
                     successes[episode] = float(bool(success if success is not None else reward > 0))
                     if recorder is not None and recorded:
@@ -252,12 +274,26 @@ def evaluate(
         for env in envs:
             env.close()
     n = max(1, episodes)
-    return {
+    result = {
         "success_rate": sum(successes) / n,
         "episode_return": sum(returns) / n,
         "episode_length": sum(lengths) / n,
         "episodes": float(episodes),
     }
+    if completions:
+        result.update(_fluency(agent, decisions, [completions[e] for e in sorted(completions)], sampled=not greedy))
+    return result
+
+
+def _fluency(agent: BaseAgent, decisions: list[Decision], completions: list[str], sampled: bool) -> dict[str, float]:
+    """:func:`~llmgym.algorithms.fluency.fluency_metrics`, distinct-n only (with a warning) when the LLM has no reference."""
+    from llmgym.algorithms.fluency import fluency_metrics
+
+    try:
+        return fluency_metrics(agent.llm, agent.policy, decisions, completions, sampled=sampled)
+    except ConfigError as exc:
+        logger.warning("perplexity and KL to the reference not measured: %s", exc)
+        return fluency_metrics(agent.llm, agent.policy, [], completions, sampled=sampled)
 
 
 def _eval_width(config: Config, episodes: int) -> int:
@@ -554,8 +590,9 @@ def evaluation_summary(evaluations: list[dict[str, Any]], temperature: float) ->
         temperature: ``agent.temperature``, at which the sampled policy was evaluated.
 
     Returns:
-        No line without evaluations; one for the greedy policy, and one for the sampled policy
-        when it was evaluated (``train.eval_sample``).
+        No line without evaluations; one for the greedy policy, one for the sampled policy when it
+        was evaluated (``train.eval_sample``), and one for the completions' fluency in a
+        text-generation env (perplexity under the reference, distinct-2, the sampled policy's KL).
     """
     if not evaluations:
         return []
@@ -565,7 +602,23 @@ def evaluation_summary(evaluations: list[dict[str, Any]], temperature: float) ->
     lines = [f"success rate: {_before_after(before, last, '')}, {int(last['episodes'])} greedy episodes)"]
     if "sampled_success_rate" in last and (before is None or "sampled_success_rate" in before):
         lines.append(f"sampled at temperature {temperature:g}: {_before_after(before, last, 'sampled_')})")
+    fluency = [
+        f"{what} {_change(before, last, key)}"
+        for key, what in (("perplexity_ref", "perplexity under the reference"), ("distinct-2", "distinct-2"),
+                          ("sampled_perplexity_ref", "sampled: perplexity under the reference"),
+                          ("sampled_distinct-2", "distinct-2"), ("sampled_kl_ref", "KL to the reference"))
+        if key in last
+    ]
+    if fluency:
+        lines.append("fluency: " + ", ".join(fluency))
     return lines
+
+
+def _change(before: Optional[dict[str, Any]], after: dict[str, Any], key: str) -> str:
+    """``X -> Y`` of one metric, or ``Y`` when the before-evaluation lacks it."""
+    if before is None or key not in before:
+        return f"{after[key]:.3f}"
+    return f"{before[key]:.3f} -> {after[key]:.3f}"
 
 
 def run_training(config: Config, **kwargs: Any) -> dict[str, Any]:

@@ -1,13 +1,15 @@
-"""Mean reward of trained TextGen runs against the zero-shot model, with bootstrap intervals and KL.
+"""Mean reward of trained TextGen runs against the zero-shot model, with bootstrap intervals, KL and fluency.
 
 Every policy (the zero-shot model, then each run's latest checkpoint) samples ``--episodes``
 completions at its ``agent.temperature``: episode ``j`` is the TextGen env reset with seed
 ``--seed + j`` (the same openings for every policy). Per policy the table gives the mean reward with
-a 95% percentile-bootstrap interval over episodes, and the KL to the reference (the model with its
-LoRA adapter disabled): the mean over completions of ``sum_t log pi(a_t) - log pi_ref(a_t)`` on the
-sampled tokens, an unbiased estimate of ``KL(pi || pi_ref)``. A trained NLPO policy samples from
-its mask policy's top-p tokens, as in training (the zero-shot row is unmasked). A run's training
-time is its last training record's ``time_s``.
+a 95% percentile-bootstrap interval over episodes, the KL to the reference (the model with its
+LoRA adapter disabled, or the run's frozen copy of the initial weights): the mean over completions
+of ``sum_t log pi(a_t) - log pi_ref(a_t)`` on the sampled tokens, an unbiased estimate of
+``KL(pi || pi_ref)``, and the completions' fluency (:mod:`llmgym.algorithms.fluency`): their
+perplexity under the reference and their distinct-2. A trained NLPO policy samples from its mask
+policy's top-p tokens, as in training (the zero-shot row is unmasked). A run's training time is its
+last training record's ``time_s``. The first ``--show`` completions of every policy follow the table.
 
     llmgym train textgen_ppo train.run_name=tg-ppo        # one run per algorithm, then:
     python benchmarks/textgen_table.py runs/tg-ppo runs/tg-grpo runs/tg-rloo runs/tg-nlpo --episodes 240
@@ -22,9 +24,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 import gymnasium as gym
-import torch
 
+from llmgym.agents.policies import Decision
 from llmgym.algorithms import NLPO, algorithm_class
+from llmgym.algorithms.fluency import fluency_metrics
 from llmgym.build import build_agent, build_llm
 from llmgym.checkpoint import latest_checkpoint
 from llmgym.config import Config, load_config
@@ -33,28 +36,31 @@ from llmgym.stats import bootstrap_ci
 
 @dataclass(frozen=True)
 class PolicyRow:
-    """One line of the table: a policy's sampled rewards and KL to the reference."""
+    """One line of the table: a policy's sampled rewards, KL to the reference and fluency."""
 
     name: str
     rewards: list[float]
-    kl_to_reference: float
+    fluency: dict[str, float]
     training_s: Optional[float]
     completions: list[str]
 
     def line(self) -> str:
-        """The row as text: mean reward [95% CI], KL, training time."""
+        """The row as text: mean reward [95% CI], KL, perplexity under the reference, distinct-2, training time."""
         mean = sum(self.rewards) / len(self.rewards)
         low, high = bootstrap_ci(self.rewards, statistic="mean")
         minutes = f"{self.training_s / 60:.1f} min" if self.training_s is not None else "-"
-        return f"| {self.name} | {mean:.3f} [{low:.3f}, {high:.3f}] | {self.kl_to_reference:.3f} | {minutes} |"
+        fl = self.fluency
+        return (f"| {self.name} | {mean:.3f} [{low:.3f}, {high:.3f}] | {fl['kl_ref']:.3f} | {fl['perplexity_ref']:.2f} | "
+                f"{fl['distinct-2']:.3f} | {minutes} |")
 
 
-def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int) -> tuple[list[float], float, list[str]]:
-    """Rewards of ``episodes`` sampled one-step TextGen episodes and the mean KL to the reference.
+def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int) -> tuple[list[float], dict[str, float], list[str]]:
+    """Rewards of ``episodes`` sampled one-step TextGen episodes, their fluency and KL to the reference.
 
     Returns:
-        ``(rewards, kl, completions)``: one reward and one completion text per episode, and the mean
-        summed token log-ratio.
+        ``(rewards, fluency, completions)``: one reward and one completion text per episode, and
+        :func:`~llmgym.algorithms.fluency.fluency_metrics` of all of them (``kl_ref``,
+        ``perplexity_ref``, ``distinct-1``, ``distinct-2``).
     """
     agent = build_agent(config, llm, width)
     agent.generator.manual_seed(seed)
@@ -62,8 +68,8 @@ def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int
         agent.policy = agent.policy.masked(config.algorithm.nlpo.mask_top_p)  # the trained NLPO policy samples masked
     env = gym.make(config.env.id, **dict(config.env.kwargs))
     rewards: list[float] = []
-    log_ratios: list[float] = []
     completions: list[str] = []
+    decisions: list[Decision] = []
     try:
         for start in range(0, episodes, width):
             batch = range(start, min(start + width, episodes))
@@ -72,20 +78,14 @@ def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int
                 agent.reset_env(i)
             agent.act_batch([obs for obs, _ in resets], [info for _, info in resets], greedy=False,
                             env_indices=list(range(len(batch))))
-            decisions = agent.last_decisions
-            for j, decision in zip(batch, decisions):
+            for j, decision in zip(batch, agent.last_decisions):
                 env.reset(seed=seed + j)
                 rewards.append(float(env.step(decision.action)[1]))
                 completions.append(decision.response)
-            actions = agent.policy.actions(decisions)
-            with torch.no_grad(), llm.backend.reference():
-                ref = llm.token_logprobs(actions.prompt_ids, actions.token_ids, require_grad=False,
-                                         sampling=agent.policy.sampling)
-            for decision, ref_out in zip(decisions, ref):
-                log_ratios.append(decision.log_prob - float(ref_out["logprobs"].float().sum()))
+                decisions.append(decision)
     finally:
         env.close()
-    return rewards, sum(log_ratios) / len(log_ratios), completions
+    return rewards, fluency_metrics(llm, agent.policy, decisions, completions, sampled=True), completions
 
 
 def training_seconds(run_dir: Path) -> Optional[float]:
@@ -110,17 +110,19 @@ def main() -> None:
         llm = build_llm(config)
         try:
             if index == 0:
-                rewards, kl, texts = sample_policy(llm, config, args.episodes, args.seed, args.width)
-                rows.append(PolicyRow("zero-shot", rewards, kl, None, texts))
+                rewards, fluency, texts = sample_policy(llm, config, args.episodes, args.seed, args.width)
+                rows.append(PolicyRow("zero-shot", rewards, fluency, None, texts))
             llm.load(folder / "llm")
-            rewards, kl, texts = sample_policy(llm, config, args.episodes, args.seed, args.width)
-            rows.append(PolicyRow(f"{config.algorithm.name} ({run_dir.name})", rewards, kl, training_seconds(run_dir), texts))
+            rewards, fluency, texts = sample_policy(llm, config, args.episodes, args.seed, args.width)
+            name = f"{config.algorithm.name} ({run_dir.name})"
+            rows.append(PolicyRow(name, rewards, fluency, training_seconds(run_dir), texts))
         finally:
             llm.close()
         print(rows[-1].line(), flush=True)
     print(f"\n{args.episodes} sampled completions per policy (seeds {args.seed}..{args.seed + args.episodes - 1})")
-    print("| policy | mean reward [95% bootstrap CI] | KL to reference | training time |")
-    print("|---|---|---|---|")
+    print("| policy | mean reward [95% bootstrap CI] | KL to reference (nats per completion) | perplexity under reference "
+          "| distinct-2 | training time |")
+    print("|---|---|---|---|---|---|")
     for row in rows:
         print(row.line())
     print(f"\nThe first {args.show} completions of each policy (the same openings):")

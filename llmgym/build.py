@@ -59,9 +59,20 @@ def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> LL
         config: The run config (``model``, ``agent``, ``algorithm``, ``distributed``).
         model: Optional prebuilt transformers model (tests pass tiny models).
         tokenizer: Its tokenizer.
+
+    Raises:
+        ConfigError: A KL to the reference (``algorithm.kl.coef > 0``) with neither LoRA nor
+            ``model.reference_copy``.
     """
     from llmgym.llm.client import LLM
 
+    if config.algorithm.kl.coef > 0 and config.model.lora is None and not config.model.reference_copy:
+        raise ConfigError(
+            f"algorithm.kl.coef={config.algorithm.kl.coef:g} measures the KL to a reference model, but the full model "
+            "trains (model.lora is null) and keeps no reference. Fix: model.reference_copy=true (a frozen copy of the "
+            "initial weights on the same device: one more copy of the weights in memory), or model.lora (the "
+            "reference is the model with its adapter disabled), or algorithm.kl.coef=0."
+        )
     return LLM(
         config.model, module_functions=build_heads(config), updater=resolve_updater(config.algorithm),
         model=model, tokenizer=tokenizer, distributed=config.distributed,

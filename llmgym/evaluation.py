@@ -10,6 +10,7 @@ continue across rollouts rather than starting from chosen seeds.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -19,9 +20,12 @@ import gymnasium as gym
 from llmgym.agents.base import BaseAgent
 from llmgym.agents.policies import Decision
 from llmgym.config import Config
+from llmgym.errors import ConfigError
 from llmgym.report.records import EpisodeRecorder
 
 __all__ = ["EpisodeStep", "eval_width", "evaluate", "play_episodes"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,10 @@ def evaluate(
 
     Returns:
         ``success_rate``, ``episode_return`` (the task's return: ``info["shaping_reward"]`` is left
-        out, the invalid-action penalty is in) and ``episode_length`` means, and ``episodes``.
+        out, the invalid-action penalty is in) and ``episode_length`` means, and ``episodes``; for a
+        text-generation env (its episodes end with ``info["completion"]``) also the completions'
+        fluency (:func:`~llmgym.algorithms.fluency.fluency_metrics`: ``perplexity_ref``,
+        ``distinct-1``, ``distinct-2``, and ``kl_ref`` when sampled).
     """
     kwargs: dict[str, Any] = dict(config.env.kwargs)
     if config.env.max_episode_steps is not None:
@@ -140,6 +147,8 @@ def evaluate(
     returns: list[float] = [0.0] * episodes
     lengths: list[int] = [0] * episodes
     successes: list[float] = [0.0] * episodes
+    completions: dict[int, str] = {}
+    decisions: list[Decision] = []
 
     def on_step(step: EpisodeStep) -> None:
         episode = step.episode
@@ -147,10 +156,13 @@ def evaluate(
         penalised = reward + (agent.config.invalid_action_penalty if step.decision.parse_failed else 0.0)
         returns[episode] += penalised
         lengths[episode] += 1
+        decisions.append(step.decision)
         recorded = recorder is not None and recorder.wants(episode)
         if recorder is not None and recorded:
             recorder.add_step(episode, agent.format_observation(step.observation), step.decision, penalised)
         if step.done:
+            if "completion" in step.info:
+                completions[episode] = str(step.info["completion"])
             success = step.info.get("success")
             successes[episode] = float(bool(success if success is not None else reward > 0))
             if recorder is not None and recorded:
@@ -162,9 +174,23 @@ def evaluate(
         for env in envs:
             env.close()
     n = max(1, episodes)
-    return {
+    result = {
         "success_rate": sum(successes) / n,
         "episode_return": sum(returns) / n,
         "episode_length": sum(lengths) / n,
         "episodes": float(episodes),
     }
+    if completions:
+        result.update(_fluency(agent, decisions, [completions[e] for e in sorted(completions)], sampled=not greedy))
+    return result
+
+
+def _fluency(agent: BaseAgent, decisions: list[Decision], completions: list[str], sampled: bool) -> dict[str, float]:
+    """:func:`~llmgym.algorithms.fluency.fluency_metrics`, distinct-n only (with a warning) when the LLM has no reference."""
+    from llmgym.algorithms.fluency import fluency_metrics
+
+    try:
+        return fluency_metrics(agent.llm, agent.policy, decisions, completions, sampled=sampled)
+    except ConfigError as exc:
+        logger.warning("perplexity and KL to the reference not measured: %s", exc)
+        return fluency_metrics(agent.llm, agent.policy, [], completions, sampled=sampled)

@@ -439,10 +439,13 @@ class ReferenceKL:
         kl: ``[B]`` KL of each action, summed over its tokens (a candidate action: the exact KL
             over the candidates).
         tokens: ``[B]`` generated tokens of each action (a candidate action counts as one).
+        reference_log_probs: ``[B]`` log-prob of each action under the reference (summed over its
+            tokens): the reference's perplexity of the actions is ``exp(-sum / tokens.sum())``.
     """
 
     kl: Tensor
     tokens: Tensor
+    reference_log_probs: Tensor
 
 
 def _segment_sums(values: Tensor, lengths: Sequence[int]) -> Tensor:
@@ -723,8 +726,10 @@ class CandidatePolicy:
         )
         ref_logits, mask = pad_candidate_scores([o[SCORE_KEY] for o in outputs], temperature=self.temperature)
         log_p, _ = pad_candidate_scores([torch.tensor(lp) for lp in recorded], padding_value=0.0)
-        kl = categorical_kl(log_p.to(ref_logits.device), _log_softmax(ref_logits, mask), mask)
-        return ReferenceKL(kl.float(), torch.ones_like(kl, dtype=torch.long))
+        ref_log_p = _log_softmax(ref_logits, mask)
+        kl = categorical_kl(log_p.to(ref_logits.device), ref_log_p, mask)
+        chosen = ref_log_p.gather(1, actions.index.to(ref_log_p.device).unsqueeze(1)).squeeze(1)
+        return ReferenceKL(kl.float().cpu(), torch.ones(len(decisions), dtype=torch.long), chosen.float().cpu())
 
     def masked(self, top_p: float) -> Policy:
         """Refused: a candidate policy generates no tokens to mask.
@@ -901,7 +906,7 @@ class TokenPolicy:
             )
             ref_flat = torch.cat([r["logprobs"] for r in ref]).float().cpu()
         kl = _segment_sums(kl_estimate(sampled, ref_flat, estimator), lengths)
-        return ReferenceKL(kl, torch.as_tensor(lengths, dtype=torch.long))
+        return ReferenceKL(kl, torch.as_tensor(lengths, dtype=torch.long), _segment_sums(ref_flat, lengths))
 
     def masked(self, top_p: float) -> TokenPolicy:
         """The same policy with every token restricted to the mask policy's top-p set (NLPO).

@@ -60,7 +60,6 @@ __all__ = [
     "evaluate_run",
 ]
 
-
 def _jsonable(value: Any) -> Any:
     if isinstance(value, np.integer):
         return int(value)
@@ -421,8 +420,9 @@ def evaluation_summary(evaluations: list[dict[str, Any]], temperature: float) ->
         temperature: ``agent.temperature``, at which the sampled policy was evaluated.
 
     Returns:
-        No line without evaluations; one for the greedy policy, and one for the sampled policy
-        when it was evaluated (``train.eval_sample``).
+        No line without evaluations; one for the greedy policy, one for the sampled policy when it
+        was evaluated (``train.eval_sample``), and one for the completions' fluency in a
+        text-generation env (perplexity under the reference, distinct-2, the sampled policy's KL).
     """
     if not evaluations:
         return []
@@ -432,7 +432,23 @@ def evaluation_summary(evaluations: list[dict[str, Any]], temperature: float) ->
     lines = [f"success rate: {_before_after(before, last, '')}, {int(last['episodes'])} greedy episodes)"]
     if "sampled_success_rate" in last and (before is None or "sampled_success_rate" in before):
         lines.append(f"sampled at temperature {temperature:g}: {_before_after(before, last, 'sampled_')})")
+    fluency = [
+        f"{what} {_change(before, last, key)}"
+        for key, what in (("perplexity_ref", "perplexity under the reference"), ("distinct-2", "distinct-2"),
+                          ("sampled_perplexity_ref", "sampled: perplexity under the reference"),
+                          ("sampled_distinct-2", "distinct-2"), ("sampled_kl_ref", "KL to the reference"))
+        if key in last
+    ]
+    if fluency:
+        lines.append("fluency: " + ", ".join(fluency))
     return lines
+
+
+def _change(before: Optional[dict[str, Any]], after: dict[str, Any], key: str) -> str:
+    """``X -> Y`` of one metric, or ``Y`` when the before-evaluation lacks it."""
+    if before is None or key not in before:
+        return f"{after[key]:.3f}"
+    return f"{before[key]:.3f} -> {after[key]:.3f}"
 
 
 def run_training(config: Config, **kwargs: Any) -> dict[str, Any]:

@@ -29,10 +29,14 @@ How LlamaGym's conventions map onto llmgym (no TRL involved):
   the number of turns per update, as in LlamaGym. The update is llmgym's PPO, as TRL's
   ``PPOTrainer.step`` sees the batch: every (query, response, reward) is a one-step episode whose
   action is the whole response (its log-prob the sum of its tokens'), whose value is the query's
-  and whose advantage is ``reward - value``, whitened over the batch. Not reproduced: TRL's
-  per-token rewards, its adaptive KL controller and its KL-in-the-reward; ``init_kl_coef`` is a
-  fixed KL-to-reference loss weight (the reference is the model with its LoRA adapter disabled),
-  0 by default.
+  and whose advantage is ``reward - value``, whitened over the batch. TRL's KL control is
+  reproduced (``algorithm.kl``): ``-beta * (log pi - log pi_ref)`` of each response token is added
+  to the turn's reward (summed over the response: the turn is one step), ``beta`` starting at
+  ``init_kl_coef`` (TRL's 0.2) and adapted after each update by TRL's ``AdaptiveKLController``
+  (``adap_kl_ctrl``, ``target`` 6 nats per response, ``horizon`` 10000 turns). The reference is the
+  model with its LoRA adapter disabled, or a frozen copy of the initial weights (TRL's
+  ``create_reference_model``) when the whole model trains. Not reproduced: TRL's per-token
+  credit within a response.
 - ``llm(messages)`` returns the generated text, special tokens skipped, stripped (LlamaGym splits
   the decoded prompt and response on ``[/INST]``, which gives the same text with Llama-2's chat
   template only). ``current_batch`` holds the exact prompt and response token ids generated (not
@@ -101,13 +105,16 @@ _PPO_IGNORED = frozenset({
     "tracker_kwargs", "accelerator_kwargs", "project_kwargs", "tracker_project_name", "push_to_hub_if_best_kwargs",
     "steps", "optimize_cuda_cache", "optimize_device_cache", "forward_batch_size", "backward_batch_size",
     "global_backward_batch_size", "global_batch_size", "world_size", "is_encoder_decoder", "is_peft_model",
-    "target", "horizon", "compare_steps", "ratio_threshold",
+    "compare_steps", "ratio_threshold",
 })
 
 #: TRL ``PPOConfig`` keys with no llmgym equivalent, with the only value accepted (TRL's default).
 _PPO_NEUTRAL: dict[str, Any] = {
-    "kl_penalty": "kl", "whiten_rewards": False, "use_score_scaling": False, "use_score_norm": False, "score_clip": None,
+    "whiten_rewards": False, "use_score_scaling": False, "use_score_norm": False, "score_clip": None,
 }
+
+#: TRL's ``kl_penalty`` values and llmgym's per-token KL estimators they are.
+_KL_ESTIMATORS: dict[str, str] = {"kl": "k1", "mse": "k2"}
 
 #: TRL's statistic names for llmgym's update statistics (others get a ``ppo/`` prefix).
 _TRL_STAT_NAMES: dict[str, str] = {
@@ -119,6 +126,7 @@ _TRL_STAT_NAMES: dict[str, str] = {
     "clip_fraction": "ppo/policy/clipfrac",
     "value_clip_fraction": "ppo/val/clipfrac",
     "kl_ref": "objective/kl",
+    "kl_coef": "objective/kl_coef",
     "episode_return": "ppo/mean_scores",
 }
 
@@ -138,8 +146,12 @@ class PPOConfig:
         cliprange: PPO ratio clip.
         cliprange_value: Value clip around the old value.
         vf_coef: Weight of the value loss.
-        init_kl_coef: Fixed weight of the KL to the reference (needs LoRA; TRL: 0.2, adaptive).
-        adap_kl_ctrl: TRL's adaptive KL controller: only ``False`` is supported.
+        init_kl_coef: Initial weight ``beta`` of the KL penalty in the reward (TRL's 0.2; 0: no KL).
+        adap_kl_ctrl: Adapt ``beta`` with TRL's ``AdaptiveKLController`` (else it stays fixed).
+        target: The adaptive controller's target KL, nats per response (TRL's 6).
+        horizon: The adaptive controller's horizon, in turns (TRL's 10000).
+        kl_penalty: TRL's per-token KL estimate: ``"kl"`` (``log pi - log pi_ref``, llmgym's ``k1``)
+            or ``"mse"`` (half its square, ``k2``).
         max_grad_norm: Clip of the global gradient norm (``None``: off).
         early_stopping: Stop the epochs once the approximate KL exceeds ``target_kl``.
         target_kl: See ``early_stopping``.
@@ -156,8 +168,11 @@ class PPOConfig:
     cliprange: float = 0.2
     cliprange_value: float = 0.2
     vf_coef: float = 0.1
-    init_kl_coef: float = 0.0
-    adap_kl_ctrl: bool = False
+    init_kl_coef: float = 0.2
+    adap_kl_ctrl: bool = True
+    target: float = 6.0
+    horizon: int = 10000
+    kl_penalty: str = "kl"
     max_grad_norm: Optional[float] = None
     early_stopping: bool = False
     target_kl: float = 1.0
@@ -168,9 +183,9 @@ class PPOConfig:
         """Build from LlamaGym's ``ppo_config_dict`` (TRL's keyword arguments).
 
         Raises:
-            ConfigError: On an unknown key, a key whose value llmgym cannot honour, a
-                ``batch_size``, ``mini_batch_size``, ``ppo_epochs`` or ``gradient_accumulation_steps``
-                that is not an integer >= 1, or ``adap_kl_ctrl=True``.
+            ConfigError: On an unknown key, a key whose value llmgym cannot honour (``kl_penalty``
+                other than ``"kl"`` or ``"mse"``), or a ``batch_size``, ``mini_batch_size``,
+                ``ppo_epochs`` or ``gradient_accumulation_steps`` that is not an integer >= 1.
         """
         fields = {f.name for f in dataclasses.fields(cls)}
         for key, neutral in _PPO_NEUTRAL.items():
@@ -181,16 +196,24 @@ class PPOConfig:
         unknown = sorted(k for k in config if k not in fields and k not in _PPO_IGNORED and k not in _PPO_NEUTRAL)
         if unknown:
             raise ConfigError(f"ppo_config_dict has unsupported keys {unknown}; supported: {sorted(fields)}.")
-        if config.get("adap_kl_ctrl"):
+        if config.get("kl_penalty", "kl") not in _KL_ESTIMATORS:
             raise ConfigError(
-                "ppo_config_dict['adap_kl_ctrl']=True: TRL's adaptive KL controller is not reproduced; set "
-                "adap_kl_ctrl=False and init_kl_coef to a fixed KL weight (0 turns the KL term off)."
+                f"ppo_config_dict['kl_penalty']={config['kl_penalty']!r} has no llmgym equivalent; use 'kl' (TRL's "
+                "default, log pi - log pi_ref) or 'mse' (half its square)."
             )
         for key in _PPO_COUNTS:
             value = config.get(key, 1)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ConfigError(f"ppo_config_dict[{key!r}]={value!r:.60} is invalid; expected an integer >= 1.")
         return cls(**{k: v for k, v in config.items() if k in fields})
+
+    def kl(self) -> KLConfig:
+        """TRL's KL control as ``algorithm.kl``: a reward penalty per response, adaptive unless ``adap_kl_ctrl=False``."""
+        adaptive = self.adap_kl_ctrl and self.init_kl_coef > 0  # TRL's controller keeps a zero weight at zero
+        return KLConfig(
+            coef=self.init_kl_coef, controller="adaptive" if adaptive else "fixed", target=self.target,
+            horizon=self.horizon, unit="completion", penalty="reward", estimator=_KL_ESTIMATORS[self.kl_penalty],
+        )
 
     def algorithm(self) -> AlgorithmConfig:
         """The llmgym ``algorithm`` section of these settings (no entropy bonus, as TRL)."""
@@ -207,7 +230,7 @@ class PPOConfig:
             ppo=PPOSection(clip_range=self.cliprange, value_clip_range=self.cliprange_value),
             value_coef=self.vf_coef,
             entropy_coef=0.0,
-            kl=KLConfig(coef=self.init_kl_coef, penalty="loss"),
+            kl=self.kl(),
             target_kl=self.target_kl if self.early_stopping else None,
             max_grad_norm=self.max_grad_norm,
         )
@@ -441,8 +464,7 @@ class Agent(abc.ABC):
         current_episode_rewards: Rewards given by :meth:`assign_reward` in the current episode.
 
     Raises:
-        ConfigError: On an unusable model, tokenizer or config dict, or ``init_kl_coef > 0``
-            without LoRA adapters.
+        ConfigError: On an unusable model, tokenizer or config dict.
     """
 
     def __init__(
@@ -468,16 +490,12 @@ class Agent(abc.ABC):
         self.device = device
         self.generate_config_dict = generate_config_dict
         self.ppo_config = PPOConfig.from_dict(ppo_config_dict)
-        if self.ppo_config.init_kl_coef > 0 and not is_peft_model(hf_model):
-            raise ConfigError(
-                f"ppo_config_dict['init_kl_coef']={self.ppo_config.init_kl_coef} needs LoRA adapters (the KL reference "
-                "is the model with its adapter disabled); pass peft_config= to from_pretrained or set init_kl_coef=0."
-            )
         self._generation_kwargs, self.sampling = generation_settings(generate_config_dict, hf_model.generation_config)
         self._ppo = PPO(config=self.ppo_config.algorithm(), seed=self.ppo_config.seed)
         name = str(getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__)
         self.policy = LLM(
-            ModelConfig(name=name),
+            # the KL reference: the adapter disabled, or TRL's create_reference_model (a frozen copy)
+            ModelConfig(name=name, reference_copy=self.ppo_config.init_kl_coef > 0 and not is_peft_model(hf_model)),
             {VALUE_KEY: ValueHead(hidden_sizes=())}, self._ppo.updater(), model=hf_model, tokenizer=tokenizer,
         )
         self._last_ids: tuple[list[int], list[int]] = ([], [])
@@ -633,7 +651,7 @@ class Agent(abc.ABC):
             decision = Decision(
                 prompt=self.tokenizer.decode(prompt), prompt_ids=prompt, action=None,
                 response=self.tokenizer.decode(action), log_prob=float(old["logprobs"].sum()),
-                value=float(old[VALUE_KEY].reshape(-1)[0]), choice=TokenChoice(action),
+                value=float(old[VALUE_KEY].reshape(-1)[0]), choice=TokenChoice(action, old["logprobs"].tolist()),
             )
             episodes.append(Episode([decision], [reward]))
         stats = self._ppo.train_on_episodes(self.policy, TokenPolicy(self.sampling or Sampling()), episodes)

@@ -257,14 +257,8 @@ def convert_rl4lms_config(
     if target_kl is not None:
         algorithm["kl"].update(controller="adaptive", target=float(target_kl), horizon=10 * n_steps * n_envs)
     kl.done()
-    lora = None
-    if algorithm["kl"]["coef"] > 0:
-        approximately(
-            "alg.kl_div.coeff",
-            "llmgym's KL reference is the model with its LoRA adapter disabled, so the policy trains LoRA adapters "
-            "(model.lora r=8) instead of every weight",
-        )
-        lora = {"r": 8, "alpha": 16}
+    # RL4LMs trains every weight against a frozen reference model: llmgym's frozen copy of the initial weights
+    reference_copy = algorithm["kl"]["coef"] > 0
     if algo == "nlpo":
         algorithm["nlpo"] = {
             "mask_top_p": float(pargs.get("top_mask", 1.0)),
@@ -316,7 +310,7 @@ def convert_rl4lms_config(
         train["eval_num_envs"] = int(eval_width)
     if seed is not None:
         train["seed"] = int(seed)
-    model_section: dict[str, Any] = {"name": str(model), "lora": lora}
+    model_section: dict[str, Any] = {"name": str(model), "lora": None, "reference_copy": reference_copy}
     if seq2seq:
         model_section["model_type"] = "seq2seq"
     config = {

@@ -6,6 +6,7 @@ The distributed backend runs one ``LocalLLM`` per LLM server, unchanged.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -96,6 +97,11 @@ class LocalLLM:
         self.base_fingerprint = base_fingerprint(model, config.name) if config.pretrained else None
         #: The dtype the frozen weights compute in; forward passes autocast to it when it is a half dtype.
         self.compute_dtype = _weights_dtype(model)
+        #: The frozen initial weights, the KL reference of full fine-tuning (``model.reference_copy``); ``None``
+        #: with LoRA (the reference is the model with its adapter disabled) or when not asked for.
+        self.reference_model: Any = None
+        if config.reference_copy and config.lora is None and not is_peft_model(model):
+            self.reference_model = copy.deepcopy(model).requires_grad_(False).eval()
         if config.lora is not None and not is_peft_model(model):
             model = apply_lora(model, config.lora, quantized=config.load_in_4bit)
         # fp32 master weights for what trains (precision.py). LoRA adapters and heads are fp32 already and
@@ -478,19 +484,27 @@ class LocalLLM:
 
     @contextlib.contextmanager
     def reference(self) -> Iterator[None]:
-        """Within this block the LoRA adapter is disabled: the model is the frozen base (KL reference).
+        """Within this block the model is the KL reference: its LoRA adapter disabled, or the frozen initial copy.
 
         Raises:
-            ConfigError: When the model has no adapter.
+            ConfigError: When the model has neither an adapter nor a reference copy.
         """
         self._check_open()
-        if not is_peft_model(self.model):
+        if is_peft_model(self.model):
+            with self.model.disable_adapter():
+                yield
+            return
+        if self.reference_model is None:
             raise ConfigError(
-                "LLM.reference() disables the LoRA adapter, but this model has none; set model.lora "
-                "(e.g. lora: {r: 8}) or keep a separate reference model."
+                "The KL to the reference (algorithm.kl.coef > 0) needs a reference model: this model trains in full and "
+                "keeps no copy of its initial weights. Fix: set model.reference_copy=true (one more copy of the weights "
+                "on the same device) or train LoRA adapters (model.lora, the reference is the adapter disabled)."
             )
-        with self.model.disable_adapter():
+        trained, self.model = self.model, self.reference_model
+        try:
             yield
+        finally:
+            self.model = trained
 
     @property
     def module_function_keys(self) -> list[str]:

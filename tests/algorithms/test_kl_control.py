@@ -164,3 +164,20 @@ def test_every_algorithm_applies_and_logs_the_kl(tmp_path, name, agent_type, ext
 def test_reward_penalty_refuses_an_action_head(tmp_path):
     with pytest.raises(ConfigError, match="agent.action_head=false"):
         build(tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.kl.coef=0.1", "algorithm.kl.penalty=reward"))
+
+
+def test_full_fine_tuning_penalises_the_kl_to_a_frozen_copy_of_the_initial_weights(tmp_path):
+    overrides = ("agent.type=generative", "agent.max_new_tokens=2", "algorithm.rollout_steps=2", "algorithm.epochs=1",
+                 "algorithm.kl.coef=0.3", "algorithm.kl.penalty=reward", "algorithm.kl.estimator=k3")
+    with pytest.raises(ConfigError, match="model.reference_copy=true"):
+        build(tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, *overrides))
+    llm, envs, _, algorithm = build(tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "model.reference_copy=true", *overrides))
+    reference = {name: p.clone() for name, p in llm.backend.reference_model.named_parameters()}
+    algorithm.collect_rollout()
+    first = algorithm.update()
+    algorithm.collect_rollout()
+    second = algorithm.update()
+    envs.close()
+    assert first["kl_ref"] == pytest.approx(0.0, abs=1e-5)  # the policy starts at the reference
+    assert second["kl_ref"] > 1e-4  # one update moved the weights, not the copy's
+    assert all(torch.equal(p, reference[name]) for name, p in llm.backend.reference_model.named_parameters())

@@ -69,6 +69,12 @@ def test_evaluation_summary_compares_with_the_before_evaluation_only():
     assert evaluation_summary([ev("before", 0.0), ev("periodic", 0.25), ev("after", 0.5)], 1.0)[0] == (
         "success rate: before 0.000 -> after 0.500 (mean return 0.000 -> 0.500, 4 greedy episodes)"
     )
+    text = {"perplexity_ref": 30.0, "distinct-2": 0.8, "sampled_kl_ref": 0.0}
+    after = {**ev("after", 0.5), **text, "perplexity_ref": 33.0, "sampled_kl_ref": 1.5}
+    assert evaluation_summary([{**ev("before", 0.0), **text}, after], 1.0)[2] == (
+        "fluency: perplexity under the reference 30.000 -> 33.000, distinct-2 0.800 -> 0.800, "
+        "KL to the reference 0.000 -> 1.500"
+    )
 
 
 def test_eval_sample_also_evaluates_the_sampled_policy_reproducibly(tmp_path, capsys):
@@ -307,8 +313,11 @@ def test_nlpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
     # 8 env steps per update, the mask policy refreshed after updates 2 and 4: the checkpoint after update 3
     # holds a snapshot that is neither the initial policy nor the checkpointed one, so only a restored
     # snapshot resumes exactly.
+    # The adaptive KL weight in the reward changes at every update: the resumed run goes on from the checkpoint's.
     base = [*TOKEN_TEXTGEN, "algorithm.rollout_steps=2", "algorithm.nlpo.mask_update_interval=2", "algorithm.nlpo.mask_top_p=0.5",
-            "algorithm.epochs=2", "algorithm.minibatch_size=4", "model.lora.r=4"]
+            "algorithm.epochs=2", "algorithm.minibatch_size=4", "model.lora.r=4", "algorithm.kl.coef=0.5",
+            "algorithm.kl.penalty=reward", "algorithm.kl.controller=adaptive", "algorithm.kl.target=0.001",
+            "algorithm.kl.horizon=8"]
     assert _resume_at(tmp_path, "llmgym/TextGen-v0", base, total=40, split=24) == 3
 
 
@@ -319,3 +328,31 @@ def test_trpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
     train = [r for r in read_metrics(tmp_path / "a" / "metrics.jsonl") if r["kind"] == "train"]
     assert {"approx_kl", "step_fraction", "policy_improvement", "value_loss"} <= train[-1].keys()
     assert all(r["approx_kl"] <= 0.05 for r in train) and any(r["step_fraction"] > 0 for r in train)
+
+
+def test_textgen_evaluations_report_perplexity_under_the_reference_distinct_n_and_kl(tmp_path):
+    from llmgym.build import build_agent, build_llm
+    from llmgym.evaluation import evaluate
+    from llmgym.report.records import EpisodeRecorder
+
+    config = tiny_config(tmp_path, "llmgym/TextGen-v0", "env.kwargs.datapool=review_openings", "env.kwargs.reward=keywords",
+                         "env.kwargs.reward_kwargs={keywords: [k]}", "agent.type=generative", "agent.max_new_tokens=3",
+                         "model.lora.r=4")
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    llm = build_llm(config, model=model, tokenizer=tokenizer)
+    recorder = EpisodeRecorder(6, llm.tokenizer)
+    sampled = evaluate(build_agent(config, llm, 3), config, 6, seed=0, greedy=False, recorder=recorder)
+    # LoRA starts at zero: the policy is its reference, so the reference's perplexity is the sampled tokens' own
+    log_probs = [v for r in recorder.records(0, "x", 0, "sampled") for s in r.steps for v in s.token_log_probs]
+    assert len(log_probs) == 18
+    assert sampled["perplexity_ref"] == pytest.approx(torch.tensor(log_probs).mean().neg().exp().item(), rel=1e-4)
+    assert sampled["kl_ref"] == pytest.approx(0.0, abs=1e-4)
+    assert 0 < sampled["distinct-1"] <= 1 and 0 < sampled["distinct-2"] <= 1
+    with torch.no_grad():
+        for name, param in llm.model.named_parameters():
+            if "lora_B" in name:
+                param.add_(0.5)
+    moved = evaluate(build_agent(config, llm, 3), config, 6, seed=0, greedy=False)
+    greedy = evaluate(build_agent(config, llm, 3), config, 6, seed=0)
+    assert moved["kl_ref"] > 0.01
+    assert {"perplexity_ref", "distinct-1", "distinct-2"} <= greedy.keys() and "kl_ref" not in greedy

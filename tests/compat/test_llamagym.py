@@ -74,6 +74,9 @@ def test_readme_example_runs_and_trains(tiny_path: str) -> None:
     updates = [s for s in all_stats if s]
     assert updates and all(torch.isfinite(torch.tensor(s["ppo/loss/total"])) for s in updates)
     assert agent.sampling == Sampling(temperature=0.9, top_k=0, top_p=0.6)  # LlamaGym's defaults, top_p honoured
+    # TRL's adaptive KL at 0.2 against a frozen copy of the initial weights (TRL's create_reference_model)
+    assert updates[0]["objective/kl_coef"] == 0.2 and agent._ppo.kl.coef != 0.2
+    assert agent.policy.backend.reference_model is not None
     assert any(not torch.equal(a, b) for a, b in zip(before, model.pretrained_model.parameters()))
     assert len(agent.current_batch["queries"]) < agent.ppo_config.batch_size
 
@@ -194,6 +197,8 @@ def test_blackjack_example_runs_and_trains_lora(tiny_path: str) -> None:
     updates = [s for s in logged if "ppo/loss/total" in s]
     assert updates, "8 turns were collected but no update ran"
     assert {"ppo/loss/policy", "ppo/loss/value", "ppo/mean_scores", "ppo/std_scores"} <= updates[0].keys()
+    # LlamaGym's users had TRL's adaptive KL at 0.2 in the reward (reference: the adapter disabled)
+    assert updates[0]["objective/kl_coef"] == 0.2 and torch.isfinite(torch.tensor(updates[0]["objective/kl"]))
 
 
 def test_8bit_loading_needs_a_gpu(tiny_path: str) -> None:
@@ -223,8 +228,17 @@ def test_ppo_config_maps_trl_names() -> None:
     assert PPOConfig.from_dict({"batch_size": 8}).algorithm().target_kl is None
     with pytest.raises(ConfigError, match=r"unsupported keys \['batch_sise'\]"):
         PPOConfig.from_dict({"batch_sise": 8})
-    with pytest.raises(ConfigError, match="adap_kl_ctrl=False"):
-        PPOConfig.from_dict({"adap_kl_ctrl": True, "init_kl_coef": 0.2})
+    # TRL's KL control: beta 0.2, adaptive towards 6 nats per response over a horizon of 10000 turns, in the reward
+    kl = PPOConfig.from_dict({"batch_size": 8}).algorithm().kl
+    assert (kl.coef, kl.controller, kl.target, kl.horizon, kl.unit, kl.penalty, kl.estimator) == (
+        0.2, "adaptive", 6.0, 10000, "completion", "reward", "k1")
+    kl = PPOConfig.from_dict({"adap_kl_ctrl": False, "init_kl_coef": 0.05, "kl_penalty": "mse"}).algorithm().kl
+    assert (kl.coef, kl.controller, kl.estimator) == (0.05, "fixed", "k2")
+    assert PPOConfig.from_dict({"init_kl_coef": 0.0}).algorithm().kl.coef == 0.0
+    kl = PPOConfig.from_dict({"target": 1.0, "horizon": 100}).algorithm().kl
+    assert (kl.target, kl.horizon) == (1.0, 100)
+    with pytest.raises(ConfigError, match="kl_penalty.*'abs'"):
+        PPOConfig.from_dict({"kl_penalty": "abs"})
     with pytest.raises(ConfigError, match="whiten_rewards"):
         PPOConfig.from_dict({"whiten_rewards": True})
 

@@ -33,10 +33,14 @@ def test_strict_conversion_names_each_approximate_key(name, tiny_model_dir):
     raw = _load(name)
     assert is_rl4lms_config(raw)
     conversion = convert_rl4lms_config(raw, approximate=True, model_name=str(tiny_model_dir))
-    assert not any(line.startswith("alg.kl_div.target_kl") for line in conversion.approximations)
-    with pytest.raises(ConfigError, match="does not reproduce exactly") as error:
-        convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
-    assert all(line.split(":")[0] in str(error.value) for line in conversion.approximations)
+    assert not any(line.startswith("alg.kl_div") for line in conversion.approximations)
+    assert conversion.config["model"]["lora"] is None and conversion.config["model"]["reference_copy"]
+    if not conversion.approximations:  # exact: the strict conversion is the same
+        assert convert_rl4lms_config(raw, model_name=str(tiny_model_dir)).config == conversion.config
+    else:
+        with pytest.raises(ConfigError, match="does not reproduce exactly") as error:
+            convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
+        assert all(line.split(":")[0] in str(error.value) for line in conversion.approximations)
     algorithm = conversion.config["algorithm"]
     assert algorithm["name"] == raw["alg"]["id"]
     per_update = raw["alg"]["args"]["n_steps"] * raw["env"]["n_envs"]
@@ -71,7 +75,7 @@ def test_commongen_t5_configs_train_a_seq2seq_policy_on_fixture_data(name, tiny_
     raw["train_evaluation"]["metrics"] = [{"id": m} for m in ("rouge", "bleu", "cider", "diversity")]
     conversion = convert_rl4lms_config(raw, approximate=True, model_name=str(tiny_t5_dir))
     model = conversion.config["model"]
-    assert model["model_type"] == "seq2seq" and model["lora"] is not None  # kl_div.coeff > 0: a LoRA policy, the base as reference
+    assert model["model_type"] == "seq2seq" and model["lora"] is None and model["reference_copy"]  # every weight trains
     assert conversion.config["agent"]["max_prompt_tokens"] == raw["env"]["args"]["max_prompt_length"]
     path = tmp_path / "converted.yaml"
     path.write_text(yaml.safe_dump(conversion.config))
@@ -153,9 +157,13 @@ def test_imdb_config_trains_on_fixture_data_with_tiny_models(tiny_model_dir, tmp
 
 
 def test_llmgym_train_converts_an_rl4lms_file_strictly(tiny_model_dir):
-    path = CONFIGS / "synthetic_generate_increasing_numbers_gpt2_ppo.yml"
-    with pytest.raises(ConfigError, match=r"alg\.kl_div\.target_kl.*approximate"):
-        load_config(str(path), [f"model.name={tiny_model_dir}"])
+    # every key of the synthetic PPO config, its adaptive KL included, has an exact llmgym equivalent
+    config = load_config(str(CONFIGS / "synthetic_generate_increasing_numbers_gpt2_ppo.yml"), [f"model.name={tiny_model_dir}"])
+    kl = config.algorithm.kl
+    assert (kl.coef, kl.controller, kl.target, kl.unit, kl.penalty) == (0.02, "adaptive", 2.0, "token", "reward")
+    assert config.model.reference_copy and config.model.lora is None
+    with pytest.raises(ConfigError, match=r"generation_kwargs\.min_length.*approximate"):
+        load_config(str(CONFIGS / "imdb_text_continuation_gpt2_ppo.yml"), [f"model.name={tiny_model_dir}"])
 
 
 def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsys):
@@ -164,7 +172,7 @@ def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsy
     path = CONFIGS / "imdb_text_continuation_gpt2_nlpo.yml"
     assert main(["convert", str(path), "--model", str(tiny_model_dir)]) == 2
     err = capsys.readouterr().err
-    assert "alg.kl_div.target_kl" in err and "generation_kwargs.min_length" in err
+    assert "alg.kl_div" not in err and "generation_kwargs.min_length" in err
     assert main(["convert", str(path), "--approximate", "--model", str(tiny_model_dir)]) == 0
     out, err = capsys.readouterr()
     assert "# approximately: alg.policy.args.min_tokens_to_keep" in err

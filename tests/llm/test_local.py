@@ -133,8 +133,28 @@ def test_lora_layers_out_of_range_is_a_config_error():
 
 def test_reference_needs_an_adapter(tiny_llama):
     model, tok = tiny_llama
-    with pytest.raises(ConfigError, match="model.lora"), LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok).reference():
+    with pytest.raises(ConfigError, match="model.reference_copy=true .* or train LoRA adapters"), LocalLLM(
+        ModelConfig(name="tiny"), model=model, tokenizer=tok
+    ).reference():
         pass
+
+
+def test_full_fine_tuning_keeps_a_frozen_copy_of_the_initial_weights_as_reference():
+    model, tok = tiny_causal_lm("llama", seed=1)
+    llm = LLM(ModelConfig(name="tiny", reference_copy=True), model=model, tokenizer=tok)
+    local = llm.backend
+    base_scores = llm.score(CONTEXTS, CANDIDATES)
+    with torch.no_grad():  # full fine-tuning moved every weight
+        for p in llm.model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    tuned = llm.score(CONTEXTS, CANDIDATES)
+    with local.reference():
+        reference = llm.score(CONTEXTS, CANDIDATES)
+    assert llm.model is model  # the trained model is back after the block
+    for t, r, b in zip(tuned, reference, base_scores):
+        assert torch.allclose(r, b, atol=1e-5) and not torch.allclose(t, b, atol=1e-3)
+    assert not any(p.requires_grad for p in local.reference_model.parameters())
+    assert {id(p) for p in local.trainable_parameters()}.isdisjoint(id(p) for p in local.reference_model.parameters())
 
 
 @pytest.mark.parametrize("lora", [True, False])

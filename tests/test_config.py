@@ -251,7 +251,9 @@ def test_the_glam_configs_train_glams_policy(name):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"backend": "mpi"}, r"distributed.backend='mpi' is not allowed; expected one of \['ray', 'spawn'\]"),
+        ({"backend": "mpi"}, r"distributed.backend='mpi' is not allowed; expected one of \['ray'\]"),
+        ({"backend": "spawn"}, r"distributed.backend='spawn' was removed .* set distributed.backend=ray"),
+        ({"call_timeout_s": 0}, r"distributed.call_timeout_s=0.0 must be > 0"),
         ({"gpus_per_server": 0.5, "model_parallelism_size": 2}, r"gpus_per_server=0.5 does not fit model_parallelism_size=2"),
         ({"gpus_per_server": 3.0, "model_parallelism_size": 2}, r"gpus_per_server=3.0 does not fit"),
         ({"gpus_per_server": -1.0}, r"gpus_per_server=-1.0 does not fit"),

@@ -273,6 +273,8 @@ def test_a_killed_server_is_a_backend_error_in_seconds(pair):
 def test_gpus_on_a_cpu_only_instance_are_a_placement_error_naming_gpu(runtime):
     with pytest.raises(PlacementError, match=r"no node of the Ray cluster has enough GPU"):
         _build(2, gpus_per_server=1.0)
+    with pytest.raises(PlacementError, match=r"model_parallelism_size=2 .* the Ray cluster has no GPU"):
+        _build(1, model_parallelism_size=2)  # one server over 2 GPUs runs on Ray too
     with pytest.raises(PlacementError, match=r"could not be placed within distributed.timeout_s=1s"):
         _build(2, cpus_per_server=3, timeout_s=1.0)  # each fits a node, both do not
     assert all(group["state"] != "PENDING" for group in ray.util.placement_group_table().values())

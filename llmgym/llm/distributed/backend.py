@@ -116,8 +116,9 @@ def make_backend(
 ) -> LLMBackend:
     """Build the backend ``LLM`` delegates to.
 
-    * With ``distributed.llm_processes > 1``: a :class:`~.ray_backend.RayLLM` whose servers are
-      Ray actors (a private local Ray instance, or the cluster at ``distributed.ray_address``).
+    * With ``distributed.llm_processes > 1`` (or one server spread over
+      ``model_parallelism_size > 1`` GPUs): a :class:`~.ray_backend.RayLLM` whose servers are Ray
+      actors (a private local Ray instance, or the cluster at ``distributed.ray_address``).
     * Else: an in-process ``LocalLLM``.
 
     Args:
@@ -131,7 +132,7 @@ def make_backend(
     Returns:
         An :class:`~llmgym.llm.protocols.LLMBackend`.
     """
-    if distributed is not None and distributed.llm_processes > 1:
+    if distributed is not None and (distributed.llm_processes > 1 or distributed.model_parallelism_size > 1):
         from llmgym.llm.distributed.ray_backend import RayLLM
 
         return RayLLM(LocalLLMFactory(config, module_functions, updater, model, tokenizer), distributed)

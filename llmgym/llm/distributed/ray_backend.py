@@ -199,12 +199,23 @@ class RayLLM(ShardedBackend):
 
 
 def _gpus_per_server(config: DistributedConfig) -> float:
-    """``gpus_per_server``, or when unset ``model_parallelism_size`` if the cluster has GPUs, else 0."""
+    """``gpus_per_server``, or when unset ``model_parallelism_size`` if the cluster has GPUs, else 0.
+
+    Raises:
+        PlacementError: When ``model_parallelism_size > 1`` asks for GPUs the cluster does not have.
+    """
     import ray
 
     if config.gpus_per_server is not None:
         return float(config.gpus_per_server)
-    return float(config.model_parallelism_size) if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+    if ray.cluster_resources().get("GPU", 0) > 0:
+        return float(config.model_parallelism_size)
+    if config.model_parallelism_size > 1:
+        raise PlacementError(
+            f"distributed.model_parallelism_size={config.model_parallelism_size} spreads each LLM server's model "
+            "over that many GPUs, but the Ray cluster has no GPU; set it to 1 to run on CPUs, or add GPU nodes."
+        )
+    return 0.0
 
 
 def _check_some_node_fits(bundle: dict[str, float]) -> None:

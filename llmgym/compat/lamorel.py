@@ -280,7 +280,7 @@ class LamorelLLMModule(torch.nn.Module):
     position ids counting only real tokens, so left padding does not move positions.
 
     Args:
-        llm: The :class:`llmgym.LLM` (in-process backend).
+        llm: The in-process LLM (an :class:`llmgym.LLM`, or the `LocalLLM` of a Ray server).
         module_functions: The custom module functions by key.
         settings: The parsed ``lamorel_args``.
     """

@@ -130,6 +130,7 @@ def test_nlpo_mask_refresh_reaches_every_server_and_its_updates_equal_in_process
     prompt_ids, action_ids = generated(local.tokenizer)
     batch = UpdateBatch(objective=NLPO().objective(), policy=TokenPolicy(sampling),
                         actions=TokenActions(prompt_ids, action_ids), **common())
+    stale = None
     for _ in range(2):  # the second refresh snapshots the weights the first update moved
         local.refresh_mask_policy()
         remote.refresh_mask_policy()
@@ -138,12 +139,15 @@ def test_nlpo_mask_refresh_reaches_every_server_and_its_updates_equal_in_process
         got = remote.token_logprobs(prompt_ids, action_ids, require_grad=False, sampling=sampling)
         for w, g in zip(want, got):
             torch.testing.assert_close(g["logprobs"], w["logprobs"], atol=TOL, rtol=0)
+        if stale is not None:  # a server that missed the refresh would have answered these: the check can fail
+            assert any((s["logprobs"] - w["logprobs"]).abs().max() > 10 * TOL for s, w in zip(stale, want))
         want_stats = local.update(CONTEXTS, None, batch=batch)[0]
         results = remote.update(CONTEXTS, None, batch=batch)
         for key in ("loss", "policy_loss", "ratio_mean"):
             merged = sum(r[key] * r["num_samples"] for r in results) / len(CONTEXTS)
             assert merged == pytest.approx(want_stats[key], abs=TOL), key
         _assert_same_weights(local, remote)
+        stale = local.token_logprobs(prompt_ids, action_ids, require_grad=False, sampling=sampling)  # old snapshot
 
 
 def _assert_same_weights(local, remote):

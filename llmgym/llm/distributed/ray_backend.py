@@ -6,9 +6,10 @@ an :class:`~.ray_server.LLMServer` actor in each and joins them into one ``torch
 group. Batches are split and gathered by :class:`~.dispatch.ShardedBackend`. Every failure is a
 ``BackendError`` naming the server: an exception raised on it (with its traceback), a killed
 actor or a lost node (at once, as Ray reports it), resources no node has (at once) or that do not
-free up within ``timeout_s``, and a call other than a collective one (``update``, ``load``,
-``refresh_mask_policy``, whose waits the servers bound by ``timeout_s`` themselves) that has not
-answered within ``call_timeout_s`` (a ``BackendTimeoutError`` naming the server and the call).
+free up within ``timeout_s``, and a call that has not answered within ``call_timeout_s`` (a
+``BackendTimeoutError`` naming the server and the call); the collective calls (``update``,
+``load``, ``refresh_mask_policy``) are not timed: each server bounds its waits for its peers by
+``timeout_s`` itself, and a long update is not a hang.
 """
 
 from __future__ import annotations

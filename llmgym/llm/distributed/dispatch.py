@@ -23,6 +23,7 @@ from llmgym.llm.distributed.balance import (
     context_costs,
     gather_in_order,
     split_balanced,
+    split_contiguous,
     token_lengths,
 )
 
@@ -213,9 +214,7 @@ class ShardedBackend(ABC):
         if self.num_servers == 1:
             return [list(range(len(contexts)))]
         if not self._balance_by_tokens:
-            size, extra = divmod(len(contexts), self.num_servers)
-            starts = [rank * size + min(rank, extra) for rank in range(self.num_servers + 1)]
-            return [list(range(starts[rank], starts[rank + 1])) for rank in range(self.num_servers)]
+            return split_contiguous(len(contexts), self.num_servers)
         return split_balanced(context_costs(contexts, candidates, self._measure()), self.num_servers)
 
     def _measure(self) -> LengthFn:

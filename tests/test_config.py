@@ -267,3 +267,9 @@ def test_distributed_ray_settings_are_checked(overrides, message):
         DistributedConfig(**overrides)
     for fits in ({"gpus_per_server": 0.25}, {"gpus_per_server": 2.0, "model_parallelism_size": 2}, {"gpus_per_server": 0.0}):
         assert DistributedConfig(**fits).gpus_per_server == fits["gpus_per_server"]
+
+
+@pytest.mark.parametrize("key", ["nnodes", "node_rank", "master_addr", "master_port"])
+def test_the_removed_launchers_keys_name_what_replaces_them(key):
+    with pytest.raises(ConfigError, match=rf"Unknown config key 'distributed.{key}'.* removed with `llmgym launch`.*ray_address"):
+        load_config("quickstart", [f"distributed.{key}=1"])

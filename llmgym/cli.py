@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -52,6 +53,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("config", nargs="?", help=_CONFIG_HELP)
     train.add_argument("overrides", nargs="*", help="dotted overrides such as train.seed=3")
+
+    sft = sub.add_parser(
+        "sft",
+        help="supervised warm start: fine-tune the config's model on its datapool's references (TRL's SFTTrainer)",
+        description=(
+            "Fine-tune the model of a text-generation config on its datapool's references with TRL's SFTTrainer "
+            "(LoRA merged into the weights when model.lora is set, else full fine-tuning) and write a model folder; "
+            "start RL from it with llmgym train CONFIG model.name=FOLDER (docs/trl.md). "
+            "Example: llmgym sft textgen_ppo --out runs/sft-sentiment"
+        ),
+    )
+    sft.add_argument("config", nargs="?", help=_CONFIG_HELP)
+    sft.add_argument("overrides", nargs="*", help="dotted overrides such as model.dtype=float32")
+    sft.add_argument("--out", required=True, help="folder to write the fine-tuned model to (new or empty)")
+    sft.add_argument("--steps", type=int, default=100, help="optimizer steps (default 100)")
+    sft.add_argument("--learning-rate", type=float, default=1e-4, help="AdamW learning rate, constant (default 1e-4)")
+    sft.add_argument("--batch-size", type=int, default=8, help="examples per step (default 8)")
 
     sweep = sub.add_parser(
         "sweep",
@@ -455,6 +473,20 @@ def _cmd_train(config_arg: str | None, overrides: list[str]) -> int:
     return 0
 
 
+def _cmd_sft(args: argparse.Namespace) -> int:
+    from llmgym.config import load_config
+    from llmgym.integrations.trl.sft import SFTSettings, run_sft
+
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    config = load_config(*_split_config_arg(args.config, args.overrides))
+    settings = SFTSettings(Path(args.out), args.steps, args.learning_rate, args.batch_size)
+    result = run_sft(config, settings)
+    print(f"SFT loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f} over {len(result.losses)} steps "
+          f"on {result.num_examples} references")
+    print(f"model: {result.folder}  (start RL from it: llmgym train ... model.name={result.folder})")
+    return 0
+
+
 def _run(argv: list[str]) -> int:
     """Parse ``argv`` and run its command."""
     parser = build_parser()
@@ -467,6 +499,8 @@ def _run(argv: list[str]) -> int:
         args.overrides = [*args.overrides, *extra]
     if args.command == "train":
         return _cmd_train(args.config, args.overrides)
+    if args.command == "sft":
+        return _cmd_sft(args)
     if args.command == "sweep":
         return _cmd_sweep(args)
     if args.command == "eval":

@@ -22,6 +22,7 @@ EXAMPLES = {
     "rlhf_like.py": [*PPO_TINY, "env.kwargs.max_tokens=2"],
     "saycan.py": ["--max-steps", "2"],
     "custom_module.py": ["--updates", "2"],
+    "trl_grpo.py": ["--steps", "1", "--generations", "2", "--seeds", "2", "--max-new-tokens", "2"],
 }
 
 

@@ -177,23 +177,65 @@ def load_datapool(
     return samples
 
 
+#: Positive continuations of each review opening: the references of ``review_openings``, written for
+#: a supervised warm start (``llmgym sft``) before sentiment RL, as RL4LMs' IMDB runs start from a
+#: supervised model. Fluent, varied and positive without repeating one word.
+_REVIEW_CONTINUATIONS: dict[str, tuple[str, ...]] = {
+    "This movie was": (
+        "a delightful surprise from the first minute to the last, funny and warm.",
+        "one of the best surprises of the year, and the cast is wonderful.",
+    ),
+    "I watched this film last night and": (
+        "I am still thinking about its beautiful final scene.",
+        "enjoyed every minute of it with my whole family.",
+    ),
+    "The acting in this picture is": (
+        "superb, and the two leads share a charming, easy chemistry.",
+        "excellent across the board, even in the smallest roles.",
+    ),
+    "Honestly, the plot": (
+        "kept me guessing until the end, and the payoff was brilliant.",
+        "is clever and moving, with a few twists I did not see coming.",
+    ),
+    "From the first scene, the director": (
+        "shows a sure hand and a great eye for small details.",
+        "builds a world that feels real, lovely and full of life.",
+    ),
+    "My friends told me this film": (
+        "was good, and they were right: it is a pleasant, happy ride.",
+        "would make me laugh, and it did: great fun, again and again.",
+    ),
+    "The soundtrack of this movie": (
+        "is gorgeous and a perfect fit for every scene.",
+        "is my favorite part, a lovely mix of old songs and new ones.",
+    ),
+    "I did not expect this sequel to be": (
+        "better than the original, but it is fresh, funny and brilliant.",
+        "so much fun, yet it is a fantastic adventure for all ages.",
+    ),
+    "The ending of the story": (
+        "is perfect: hopeful, earned and quietly moving.",
+        "left the whole theater smiling, a wonderful way to close.",
+    ),
+    "Compared to the book, the film": (
+        "keeps the heart of the story and adds some great new scenes.",
+        "is a faithful and beautiful adaptation that fans will enjoy.",
+    ),
+    "The special effects were": (
+        "amazing, yet they never get in the way of the characters.",
+        "stunning, and the action scenes are a real joy; I enjoyed them all.",
+    ),
+    "Two hours later, I felt": (
+        "happy and inspired, and I want to see it again soon.",
+        "like I had seen something special, a truly excellent film.",
+    ),
+}
+
+
 @register_datapool("review_openings")
 def review_openings() -> list[Sample]:
-    """Openings of movie reviews for sentiment-steering tasks (as RL4LMs' IMDB text continuation)."""
-    return [
-        Sample(text)
-        for text in (
-            "This movie was",
-            "I watched this film last night and",
-            "The acting in this picture is",
-            "Honestly, the plot",
-            "From the first scene, the director",
-            "My friends told me this film",
-            "The soundtrack of this movie",
-            "I did not expect this sequel to be",
-            "The ending of the story",
-            "Compared to the book, the film",
-            "The special effects were",
-            "Two hours later, I felt",
-        )
-    ]
+    """Openings of movie reviews for sentiment-steering tasks (as RL4LMs' IMDB text continuation).
+
+    Each opening has two positive continuations as references, for a supervised warm start.
+    """
+    return [Sample(opening, continuations) for opening, continuations in _REVIEW_CONTINUATIONS.items()]

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TINY_CORPUS",
     "tiny_tokenizer",
+    "tiny_tool_tokenizer",
     "tiny_causal_lm",
     "tiny_seq2seq_lm",
     "save_tiny_model",
@@ -86,6 +87,19 @@ def tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
         padding_side="left",
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def tiny_tool_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """:func:`tiny_tokenizer` with Qwen2.5's tool-calling chat template (the one TRL ships and parses).
+
+    TRL's ``GRPOTrainer(environment_factory=...)`` needs a chat template that renders tool calls and
+    tool results, and a response parser for them, which TRL adds to known templates such as this one.
+    """
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    tokenizer = tiny_tokenizer(vocab_size)
+    tokenizer.chat_template = qwen2_5_chat_template
     return tokenizer
 
 

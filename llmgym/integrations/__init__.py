@@ -1,0 +1,1 @@
+"""Bridges between llmgym and other training libraries (:mod:`llmgym.integrations.trl`: TRL)."""

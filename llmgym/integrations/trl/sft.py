@@ -1,0 +1,285 @@
+"""Supervised warm start with TRL's ``SFTTrainer``: ``llmgym sft CONFIG --out FOLDER``.
+
+A text-generation run (``llmgym/TextGen-v0``) draws prompts from a datapool whose samples may carry
+reference completions. :func:`run_sft` trains the config's model on those references with TRL's
+``SFTTrainer`` (LoRA through PEFT when ``model.lora`` is set, else full fine-tuning), on the exact
+prompts the run's agent would send (its own prompt rendering: system prompt, template, token ids),
+with the loss on the completion tokens only, and writes a model folder (LoRA merged into the base)
+that an RL run starts from with ``model.name=FOLDER``. RL4LMs starts 20 of its configs this way
+(``*_on_supervised``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from llmgym.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from llmgym.config import Config
+    from llmgym.envs.datapools import Sample
+
+__all__ = ["SFTSettings", "SFTExample", "SFTResult", "SFT_META", "sft_examples", "run_sft"]
+
+logger = logging.getLogger(__name__)
+
+#: File written next to the weights: what was trained, on what, and the loss curve.
+SFT_META = "llmgym_sft.json"
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    """How long and how fast to fine-tune.
+
+    Attributes:
+        out: Folder the model is written to (must not exist, or be empty).
+        max_steps: Optimizer steps.
+        learning_rate: AdamW learning rate (constant).
+        batch_size: Examples per step.
+        seed: Seed of the shuffling and the LoRA initialisation; ``None`` uses ``train.seed``.
+    """
+
+    out: Path
+    max_steps: int = 100
+    learning_rate: float = 1e-4
+    batch_size: int = 8
+    seed: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"sft {name}={value!r} is invalid; expected an int >= 1.")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"sft learning_rate={self.learning_rate!r} is invalid; expected a number > 0.")
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    """One tokenized training example: a prompt as the agent renders it, then a reference and EOS.
+
+    Attributes:
+        input_ids: Prompt ids followed by completion ids, ``[T]``.
+        completion_mask: 0 on the prompt, 1 on the completion (the loss is taken there), ``[T]``.
+    """
+
+    input_ids: list[int]
+    completion_mask: list[int]
+
+
+@dataclass(frozen=True)
+class SFTResult:
+    """What :func:`run_sft` did.
+
+    Attributes:
+        folder: The written model folder (``model.name`` of the RL run).
+        losses: Training loss at every step, first to last.
+        num_examples: (prompt, reference) pairs trained on.
+        lora: Whether LoRA adapters were trained (and merged into the written weights).
+    """
+
+    folder: Path
+    losses: list[float] = field(default_factory=list)
+    num_examples: int = 0
+    lora: bool = False
+
+
+@dataclass(frozen=True)
+class _TokenizerOnly:
+    """The part of an LLM an agent needs to render prompts (no model behind it)."""
+
+    tokenizer: Any
+
+
+def _textgen_samples(config: Config) -> tuple[list[Sample], str]:
+    """The run's datapool samples and the env's instructions (its default system prompt)."""
+    import gymnasium as gym
+
+    from llmgym.envs.generation import TextGenEnv
+    from llmgym.envs.registration import import_env_module, register_envs
+
+    register_envs()
+    env = gym.make(import_env_module(config.env.id), **dict(config.env.kwargs))
+    try:
+        inner = env.unwrapped
+        if not isinstance(inner, TextGenEnv):
+            raise ConfigError(
+                f"llmgym sft trains on a datapool's references, and env.id={config.env.id!r} is not a text-generation "
+                "env; use llmgym/TextGen-v0 with env.kwargs.datapool naming a pool with references."
+            )
+        return list(inner.samples), inner.instructions
+    finally:
+        env.close()
+
+
+def sft_examples(config: Config, tokenizer: PreTrainedTokenizerBase) -> list[SFTExample]:
+    """Tokenize every (prompt, reference) pair of the run's datapool as the run's agent would see it.
+
+    The prompt is rendered by the agent of ``agent.type`` (its system prompt, template and history
+    settings), so its ids are those the RL run feeds the model. Without a chat template a reference
+    that does not start with a space gets one after a prompt that does not end with one (a
+    continuation). EOS ends each completion, so the model learns where to stop.
+
+    Args:
+        config: The run config (``env`` must be a TextGen env; ``agent``).
+        tokenizer: The model's tokenizer.
+
+    Returns:
+        One example per reference of every sample.
+
+    Raises:
+        ConfigError: The env is not a TextGen env, the agent is a scoring agent, or no sample has a reference.
+    """
+    from typing import cast
+
+    from llmgym.algorithms.trainer import build_agent
+    from llmgym.llm.protocols import PolicyLLM
+
+    if config.agent.type == "scoring":
+        raise ConfigError(
+            "llmgym sft trains a generating policy and agent.type=scoring picks among candidates; "
+            "use agent.type=generative (or token)."
+        )
+    samples, instructions = _textgen_samples(config)
+    pairs = [(sample, ref) for sample in samples for ref in sample.references]
+    if not pairs:
+        raise ConfigError(
+            f"the datapool {config.env.kwargs.get('datapool', 'review_openings')!r} has no references to fine-tune on; "
+            "give env.kwargs.datapool a pool whose samples have references (a JSONL file with a 'references' field, "
+            "or one of RL4LMs' pools)."
+        )
+    agent = build_agent(config, cast(PolicyLLM, _TokenizerOnly(tokenizer)), 1, instructions)
+    history = agent.make_history()
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ConfigError("the tokenizer has no EOS token; llmgym sft ends every reference with it.")
+    examples = []
+    for sample, reference in pairs:
+        history.reset()
+        history.add_observation(agent.format_observation({"text": sample.prompt}))
+        prompt = history.render()
+        text = reference
+        if not history.uses_chat_template and not prompt.text[-1:].isspace() and not text[:1].isspace():
+            text = " " + text
+        completion = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [int(eos)]
+        examples.append(
+            SFTExample(prompt.token_ids + completion, [0] * len(prompt.token_ids) + [1] * len(completion))
+        )
+    return examples
+
+
+def _check_out(out: Path) -> None:
+    if out.is_file() or (out.is_dir() and any(out.iterdir())):
+        raise ConfigError(f"--out {out} already exists and is not empty; give the name of a new folder.")
+
+
+def _write_folder(out: Path, model: Any, tokenizer: Any, meta: dict[str, Any]) -> None:
+    """Write weights, tokenizer and meta under a temporary name next to ``out``, then rename it into place."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / SFT_META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        if out.is_dir():
+            out.rmdir()  # empty (checked before training)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def run_sft(
+    config: Config,
+    settings: SFTSettings,
+    *,
+    model: Optional[PreTrainedModel] = None,
+    tokenizer: Optional[PreTrainedTokenizerBase] = None,
+) -> SFTResult:
+    """Fine-tune the config's model on its datapool's references with TRL's ``SFTTrainer``; write the model folder.
+
+    Args:
+        config: The run config: ``model`` (with ``model.lora`` LoRA adapters are trained and merged,
+            else every weight is trained), ``env`` (a TextGen env and its datapool), ``agent`` (the prompts).
+        settings: Steps, learning rate, batch size and the output folder.
+        model: A prebuilt causal LM to train in place of ``model.name`` (tests pass tiny models).
+        tokenizer: Its tokenizer.
+
+    Returns:
+        The folder, the per-step losses and what was trained.
+
+    Raises:
+        ConfigError: ``settings.out`` is not empty, the model is a seq2seq model or 4-bit, or the datapool has no references.
+    """
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from llmgym.llm.adapters import apply_lora
+    from llmgym.llm.models import load_model
+
+    out = Path(settings.out)
+    _check_out(out)
+    if config.model.load_in_4bit:
+        raise ConfigError("llmgym sft writes merged full-precision weights; set model.load_in_4bit=false.")
+    if model is None or tokenizer is None:
+        model, tokenizer = load_model(config.model)
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise ConfigError("llmgym sft trains causal LMs (TRL's SFTTrainer); model.name is a seq2seq model.")
+    examples = sft_examples(config, tokenizer)
+    seed = config.train.seed if settings.seed is None else settings.seed
+    torch.manual_seed(seed)
+    trained: Any = apply_lora(model, config.model.lora) if config.model.lora is not None else model
+    dataset = Dataset.from_list(
+        [{"input_ids": e.input_ids, "completion_mask": e.completion_mask} for e in examples]
+    )
+    device = next(model.parameters()).device
+    with tempfile.TemporaryDirectory(prefix="llmgym-sft-") as scratch:
+        args = SFTConfig(
+            output_dir=scratch,
+            max_steps=settings.max_steps,
+            learning_rate=settings.learning_rate,
+            lr_scheduler_type="constant",
+            per_device_train_batch_size=min(settings.batch_size, len(examples)),
+            completion_only_loss=True,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            seed=seed,
+            data_seed=seed,
+            use_cpu=device.type == "cpu",
+            bf16=False,
+            fp16=False,
+            gradient_checkpointing=config.model.gradient_checkpointing,
+        )
+        trainer = SFTTrainer(model=trained, args=args, train_dataset=dataset, processing_class=tokenizer)
+        trainer.train()
+        losses = [float(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
+    final = trained.merge_and_unload() if config.model.lora is not None else trained
+    final.eval()
+    meta = {
+        "base_model": config.model.name,
+        "env": config.env.id,
+        "datapool": str(config.env.kwargs.get("datapool", "review_openings")),
+        "examples": len(examples),
+        "steps": settings.max_steps,
+        "learning_rate": settings.learning_rate,
+        "batch_size": settings.batch_size,
+        "lora": config.model.lora is not None,
+        "losses": losses,
+    }
+    _write_folder(out, final, tokenizer, meta)
+    logger.info(
+        "SFT loss %.4f -> %.4f over %d steps; model written to %s", losses[0], losses[-1], len(losses), out
+    )
+    return SFTResult(out, losses, len(examples), config.model.lora is not None)

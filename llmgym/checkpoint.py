@@ -497,9 +497,9 @@ RESUME_SAFE_KEYS = (
     "train.eval_sample",
     "train.checkpoint_every",
     "logging",
-    "distributed.master_addr",
-    "distributed.master_port",
+    "distributed.ray_address",
     "distributed.timeout_s",
+    "distributed.call_timeout_s",
 )
 _ABSENT = "<absent>"
 

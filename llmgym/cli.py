@@ -171,12 +171,6 @@ def build_parser() -> argparse.ArgumentParser:
         "needs hf auth login or HF_TOKEN)",
     )
 
-    sub.add_parser(
-        "launch",
-        help="run a script or subcommand with N LLM server processes (llmgym launch --help)",
-        add_help=False,
-    )
-
     convert = sub.add_parser(
         "convert",
         help="print the llmgym config of an RL4LMs task config (YAML)",
@@ -546,10 +540,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv else ""
     try:
-        if command == "launch":  # the launcher parses its own flags and passes the rest through
-            from llmgym.llm.distributed.launch import launch_main
-
-            return launch_main(argv[1:])
+        if command == "launch":
+            raise ConfigError(
+                "`llmgym launch` was removed: several LLM servers run as Ray actors started by the script itself. "
+                "Run the command without it and set distributed.llm_processes=N (e.g. llmgym train CFG "
+                "distributed.llm_processes=2); for several machines see docs/distributed.md."
+            )
         return _run(argv)
     except LLMGymError as exc:
         print(f"llmgym {command}: error: {exc}", file=sys.stderr)

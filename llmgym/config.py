@@ -317,14 +317,13 @@ class DistributedConfig(_Section):
     llm_processes: int = _f(1, "Number of LLM server processes; 1 runs the LLM in-process.")
     rl_processes: int = _f(1, "Number of RL client processes (only 1 is supported).")
     model_parallelism_size: int = _f(1, "GPUs per LLM server (the model is sharded across them).")
-    nnodes: int = _f(1, "Number of machines in the job.")
-    node_rank: int = _f(0, "Rank of this machine in the job.")
-    master_addr: str = _f("127.0.0.1", "Address of the rank-0 machine (127.0.0.1 for one machine).")
-    master_port: int = _f(29500, "TCP port of the rendezvous on the rank-0 machine.")
-    timeout_s: float = _f(60.0, "Seconds before a silent LLM server is declared dead.")
-    backend: str = _f(
-        "ray", "ray (the LLM servers are Ray actors) or spawn (child processes over llmgym's own sockets; deprecated)."
+    timeout_s: float = _f(
+        60.0, "Longest wait of the LLM servers in a collective (rendezvous, all-reduce) and for their resources."
     )
+    call_timeout_s: float = _f(
+        600.0, "Longest wait for one score/forward/generate/token_logprobs call on a server before a BackendTimeoutError."
+    )
+    backend: str = _f("ray", "ray: the LLM servers are Ray actors (the only multi-process backend).")
     ray_address: Optional[str] = _f(None, "Ray cluster to join (auto or host:port); null starts a private local Ray.")
     cpus_per_server: int = _f(1, "CPUs (and torch threads) each LLM server reserves.")
     gpus_per_server: Optional[float] = _f(
@@ -338,9 +337,15 @@ class DistributedConfig(_Section):
     check_weights: bool = _f(False, "Debug: compare the servers' weight fingerprints after every update.")
 
     def _check(self) -> None:
-        for name in ("llm_processes", "model_parallelism_size", "nnodes", "timeout_s", "cpus_per_server", "object_store_mb"):
+        for name in ("llm_processes", "model_parallelism_size", "timeout_s", "call_timeout_s", "cpus_per_server", "object_store_mb"):
             _check_positive("distributed", name, getattr(self, name))
-        _check_choice("distributed", "backend", self.backend, ("ray", "spawn"))
+        if self.backend == "spawn":
+            raise ConfigError(
+                "distributed.backend='spawn' was removed with `llmgym launch`: the LLM servers now run as Ray "
+                "actors. Delete the key or set distributed.backend=ray (install the extra: pip install "
+                "'llmgym[ray]'); for several machines set distributed.ray_address (docs/distributed.md)."
+            )
+        _check_choice("distributed", "backend", self.backend, ("ray",))
         gpus = self.gpus_per_server
         fits = gpus is None or gpus == 0 or gpus == self.model_parallelism_size or (
             0 < gpus < 1 and self.model_parallelism_size == 1
@@ -356,12 +361,6 @@ class DistributedConfig(_Section):
                 f"distributed.rl_processes={self.rl_processes} is not supported; use 1 "
                 "(one RL client drives all LLM servers)."
             )
-        if not 0 <= self.node_rank < self.nnodes:
-            raise ConfigError(
-                f"distributed.node_rank={self.node_rank} must lie in [0, nnodes={self.nnodes})."
-            )
-        if not 0 < self.master_port < 65536:
-            raise ConfigError(f"distributed.master_port={self.master_port} must be a TCP port.")
 
 
 @dataclass
@@ -794,7 +793,16 @@ def _section_type(owner: type, f: dataclasses.Field[Any]) -> type | None:
     return None
 
 
+#: Keys of the removed ``llmgym launch`` backend: Ray finds the machines and addresses itself.
+_REMOVED_KEYS = ("distributed.nnodes", "distributed.node_rank", "distributed.master_addr", "distributed.master_port")
+
+
 def _suggest(key: str) -> str:
+    if key in _REMOVED_KEYS:
+        return (
+            " It was removed with `llmgym launch`: delete it; to run on several machines, start a Ray cluster and set "
+            "distributed.ray_address (docs/distributed.md)."
+        )
     candidates = _valid_keys(Config)
     leaf = key.rsplit(".", 1)[-1]
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)

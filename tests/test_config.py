@@ -239,7 +239,9 @@ def test_the_glam_configs_train_glams_policy(name):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"backend": "mpi"}, r"distributed.backend='mpi' is not allowed; expected one of \['ray', 'spawn'\]"),
+        ({"backend": "mpi"}, r"distributed.backend='mpi' is not allowed; expected one of \['ray'\]"),
+        ({"backend": "spawn"}, r"distributed.backend='spawn' was removed .* set distributed.backend=ray"),
+        ({"call_timeout_s": 0}, r"distributed.call_timeout_s=0.0 must be > 0"),
         ({"gpus_per_server": 0.5, "model_parallelism_size": 2}, r"gpus_per_server=0.5 does not fit model_parallelism_size=2"),
         ({"gpus_per_server": 3.0, "model_parallelism_size": 2}, r"gpus_per_server=3.0 does not fit"),
         ({"gpus_per_server": -1.0}, r"gpus_per_server=-1.0 does not fit"),
@@ -253,3 +255,9 @@ def test_distributed_ray_settings_are_checked(overrides, message):
         DistributedConfig(**overrides)
     for fits in ({"gpus_per_server": 0.25}, {"gpus_per_server": 2.0, "model_parallelism_size": 2}, {"gpus_per_server": 0.0}):
         assert DistributedConfig(**fits).gpus_per_server == fits["gpus_per_server"]
+
+
+@pytest.mark.parametrize("key", ["nnodes", "node_rank", "master_addr", "master_port"])
+def test_the_removed_launchers_keys_name_what_replaces_them(key):
+    with pytest.raises(ConfigError, match=rf"Unknown config key 'distributed.{key}'.* removed with `llmgym launch`.*ray_address"):
+        load_config("quickstart", [f"distributed.{key}=1"])

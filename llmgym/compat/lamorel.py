@@ -15,10 +15,14 @@ Replace ``from lamorel import Caller, lamorel_init, BaseUpdater, BaseModuleFunct
 
 How Lamorel's conventions map onto llmgym:
 
-- The LLM is an :class:`llmgym.LLM` built in this process from ``lamorel_args.llm_args``
-  (see :mod:`llmgym.compat.lamorel_config`); Lamorel's launcher, ``accelerate_args`` and process
-  groups are not needed. Settings that need several processes raise a
-  :class:`~llmgym.errors.ConfigError` pointing to ``llmgym.DistributedConfig`` / ``llmgym launch``.
+- With one LLM server (``n_llm_processes: 1``, one machine), the LLM is an :class:`llmgym.LLM`
+  built in this process from ``lamorel_args.llm_args`` (see :mod:`llmgym.compat.lamorel_config`);
+  Lamorel's launcher, ``accelerate_args`` and process groups are not needed.
+- With ``n_llm_processes: N > 1`` (or ``num_machines > 1``, or ``model_parallelism_size > 1``) the
+  servers are Ray actors (:mod:`llmgym.compat.lamorel_servers`, docs/distributed.md): the script
+  runs once and is the driver; each call's batch is split in contiguous chunks over the servers as
+  Lamorel splits it, and each server's updater trains a ``DistributedDataParallel`` module, so its
+  gradients are averaged over the servers as in Lamorel.
 - ``score`` and the ``"__score"`` key return llmgym's log p(candidate | context) (summed token
   log-probs, computed with a shared-prefix forward pass), as recent Lamorel versions do.
 - Custom module functions see what Lamorel's ``HF_LLM.forward`` gives them (Lamorel since its
@@ -38,7 +42,7 @@ How Lamorel's conventions map onto llmgym:
   transformers model, whose ``module._module_functions`` are the custom module functions, and
   whose call ``self._llm_module(keys, contexts=..., candidates=..., require_grad=True)`` runs
   them with gradients; it runs behind ``llmgym.LLM.update`` (an :class:`llmgym.Updater` adapter),
-  so ``update`` returns a one-element list.
+  so ``update`` returns one result per LLM server.
 - ``generate`` returns Lamorel's dicts (``text``, ``tokens`` and probabilities or log-probs).
 """
 
@@ -54,7 +58,7 @@ from typing import Any
 import torch
 
 from llmgym.compat.lamorel_config import LamorelSettings, load_lamorel_config, parse_lamorel_args
-from llmgym.errors import ConfigError, InputError
+from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.updater import Updater
 
 __all__ = [
@@ -62,7 +66,10 @@ __all__ = [
     "BaseModuleFunction",
     "BaseUpdater",
     "Caller",
+    "LamorelLLMModule",
     "LamorelRows",
+    "UpdaterAdapter",
+    "initialize_module_functions",
     "lamorel_init",
     "lamorel_rows",
     "load_lamorel_config",
@@ -273,7 +280,7 @@ class LamorelLLMModule(torch.nn.Module):
     position ids counting only real tokens, so left padding does not move positions.
 
     Args:
-        llm: The :class:`llmgym.LLM` (in-process backend).
+        llm: The in-process LLM (an :class:`llmgym.LLM`, or the `LocalLLM` of a Ray server).
         module_functions: The custom module functions by key.
         settings: The parsed ``lamorel_args``.
     """
@@ -470,7 +477,7 @@ class LamorelLLMModule(torch.nn.Module):
         return results
 
 
-class _UpdaterAdapter(Updater):
+class UpdaterAdapter(Updater):
     """Runs a Lamorel :class:`BaseUpdater` as an :class:`llmgym.Updater` (behind ``LLM.update``)."""
 
     def __init__(self, updater: BaseUpdater) -> None:
@@ -497,19 +504,46 @@ class _UpdaterAdapter(Updater):
             optimizer.load_state_dict(state["optimizer"])
 
 
+def initialize_module_functions(llm: Any, functions: Mapping[str, BaseModuleFunction], settings: LamorelSettings) -> None:
+    """Check the model type, then give every module function the model's config and device and initialise it.
+
+    Args:
+        llm: The in-process LLM (``llmgym.LLM`` or ``LocalLLM``) holding the model.
+        functions: The custom module functions (initialised and moved to the model's device in place).
+        settings: The parsed ``lamorel_args``.
+
+    Raises:
+        ConfigError: When ``llm_args.model_type`` disagrees with the loaded model.
+    """
+    is_seq2seq = bool(getattr(llm.model.config, "is_encoder_decoder", False))
+    if is_seq2seq != (settings.model_type == "seq2seq"):
+        raise ConfigError(
+            f"lamorel_args.llm_args.model_type={settings.model_type!r} but {settings.model.name!r} is a "
+            f"{'seq2seq' if is_seq2seq else 'causal'} model; set model_type to match the model."
+        )
+    device = next(llm.model.parameters()).device
+    for fn in functions.values():
+        fn.llm_config = llm.model.config
+        fn.device = device
+        fn.initialize()
+        fn.to(device)
+
+
 class Caller:
-    """Lamorel's ``Caller``: the RL script's handle on the LLM, here run in-process by llmgym.
+    """Lamorel's ``Caller``: the RL script's handle on the LLM, run in-process or on Ray servers by llmgym.
 
     Args:
         config: Lamorel's ``lamorel_args`` section (a ``DictConfig`` from Hydra or
             :func:`load_lamorel_config`, or a plain dict).
-        custom_updater: A :class:`BaseUpdater` run by :meth:`update`.
+        custom_updater: A :class:`BaseUpdater` run by :meth:`update` (on every server, with its
+            share of the batch, when there are several).
         custom_module_functions: :class:`BaseModuleFunction` instances by key (``"__score"`` is reserved).
         custom_model_initializer: A :class:`BaseModelInitializer` applied once everything is built.
 
     Raises:
         ConfigError: On an unsupported ``lamorel_args`` key or value, a reserved or non-module
             function, or ``llm_args.model_type`` disagreeing with the loaded model.
+        BackendError: When a Ray server fails to start (a wrong ``model_type`` is reported so).
     """
 
     def __init__(
@@ -537,31 +571,45 @@ class Caller:
             raise ConfigError(
                 f"custom_updater={type(custom_updater).__name__} must subclass llmgym.compat.lamorel.BaseUpdater."
             )
-        self._llm = LLM(settings.model, updater=_UpdaterAdapter(custom_updater) if custom_updater is not None else None)
-        is_seq2seq = bool(getattr(self._llm.model.config, "is_encoder_decoder", False))
-        if is_seq2seq != (settings.model_type == "seq2seq"):
-            self._llm.close()
-            raise ConfigError(
-                f"lamorel_args.llm_args.model_type={settings.model_type!r} but {settings.model.name!r} is a "
-                f"{'seq2seq' if is_seq2seq else 'causal'} model; set model_type to match the model."
-            )
-        device = next(self._llm.model.parameters()).device
-        for fn in functions.values():
-            fn.llm_config = self._llm.model.config
-            fn.device = device
-            fn.initialize()
-            fn.to(device)
-        self._llm_module = LamorelLLMModule(self._llm, functions, settings)
         self.updater_args = settings.updater_args
+        self._updater = custom_updater
+        self._llm: LLM | None = None
+        self._servers: Any = None
+        if settings.distributed is not None:
+            from llmgym.compat.lamorel_servers import LamorelServerFactory
+            from llmgym.llm.distributed.ray_backend import RayLLM
+
+            factory = LamorelServerFactory(settings, functions, custom_updater, custom_model_initializer)
+            self._servers = RayLLM(factory, settings.distributed, balance_by_tokens=False)
+            self._backend: Any = self._servers
+            self._modules: Any = self._servers.forward
+            return
+        self._llm = LLM(settings.model, updater=UpdaterAdapter(custom_updater) if custom_updater is not None else None)
+        try:
+            initialize_module_functions(self._llm, functions, settings)
+        except ConfigError:
+            self._llm.close()
+            raise
+        self._llm_module = LamorelLLMModule(self._llm, functions, settings)
         if custom_model_initializer is not None:
             custom_model_initializer.initialize_model(self._llm_module)
         if custom_updater is not None:
             custom_updater.set_llm_module(self._llm_module)
-        self._updater = custom_updater
+        self._backend = self._llm
+        self._modules = self._llm_module
 
     @property
     def llm(self) -> Any:
-        """The underlying :class:`llmgym.LLM` (llmgym's native API)."""
+        """The underlying in-process :class:`llmgym.LLM` (llmgym's native API).
+
+        Raises:
+            BackendError: With several LLM servers, whose models live in the Ray actors.
+        """
+        if self._llm is None:
+            raise BackendError(
+                "Caller.llm is the in-process LLM, but this Caller's LLMs run on Ray servers "
+                "(n_llm_processes > 1); use the Caller's score/custom_module_fns/generate/update."
+            )
         return self._llm
 
     def score(
@@ -593,8 +641,8 @@ class Caller:
                     f"score() got keyword arguments {unused} but no module function to pass them to; name the "
                     "custom modules that read them with additional_module_function_keys=[...], or remove them."
                 )
-            return list(self._llm.score(list(contexts), groups))
-        return self._llm_module([SCORE_KEY, *additional_module_function_keys], contexts, groups, **kwargs)
+            return list(self._backend.score(list(contexts), groups))
+        return list(self._modules([SCORE_KEY, *additional_module_function_keys], list(contexts), groups, **kwargs))
 
     def custom_module_fns(self, module_function_keys: Sequence[str], contexts: Sequence[str], **kwargs: Any) -> list[dict[str, Any]]:
         """Run custom module functions (and ``"__score"``) without gradients.
@@ -608,8 +656,8 @@ class Caller:
             Per context a dict keyed by module name.
         """
         kwargs.pop("require_grad", None)
-        result: list[dict[str, Any]] = self._llm_module(module_function_keys, contexts, **kwargs)
-        return result
+        groups = _as_candidate_groups(list(contexts), kwargs.pop("candidates", None))
+        return list(self._modules(module_function_keys, list(contexts), groups, **kwargs))
 
     def generate(self, contexts: Sequence[str], return_logprobs: bool = False, **kwargs: Any) -> list[list[dict[str, Any]]]:
         """Generate continuations (any transformers generation argument, e.g. ``max_length``).
@@ -624,7 +672,7 @@ class Caller:
             Per context, per sequence: ``{"text", "tokens", ...}``.
         """
         out: list[list[dict[str, Any]]] = []
-        for generations in self._llm.generate(list(contexts), **kwargs):
+        for generations in self._backend.generate(list(contexts), **kwargs):
             group = []
             for gen in generations:
                 item: dict[str, Any] = {"text": gen.text, "tokens": list(gen.token_ids)}
@@ -639,7 +687,10 @@ class Caller:
         return out
 
     def update(self, contexts: Sequence[str], candidates: Any, **kwargs: Any) -> list[Any]:
-        """Run the custom updater on the batch; one result per LLM server (one here).
+        """Run the custom updater on the batch; one result per LLM server.
+
+        With several servers each runs the updater on its contiguous share of the batch (its
+        positions in ``_current_batch_ids``), as Lamorel does.
 
         Raises:
             ConfigError: When the Caller has no ``custom_updater``.
@@ -647,9 +698,9 @@ class Caller:
         if self._updater is None:
             raise ConfigError("Caller.update needs an updater; build the Caller with custom_updater=MyUpdater().")
         groups = _as_candidate_groups(list(contexts), candidates)
-        results: list[Any] = self._llm.update(list(contexts), groups, **kwargs)
+        results: list[Any] = self._backend.update(list(contexts), groups, **kwargs)
         return [r["result"] if set(r) == {"result"} else r for r in results]
 
     def close(self) -> None:
-        """Release the LLM."""
-        self._llm.close()
+        """Release the LLM (and stop the Ray servers)."""
+        self._backend.close()

@@ -3,9 +3,19 @@
 Lamorel configures its LLM servers with a Hydra file whose ``lamorel_args`` section holds
 ``distributed_setup_args``, ``accelerate_args``, ``llm_args`` (with ``parallelism``) and
 ``updater_args``; ``rl_script_args`` belongs to the user's script. This module validates such a
-section (a plain mapping or an OmegaConf ``DictConfig``), rejects what the in-process compatibility
-layer cannot honour with a :class:`~llmgym.errors.ConfigError` naming the key, and turns the rest
-into a :class:`~llmgym.config.ModelConfig`.
+section (a plain mapping or an OmegaConf ``DictConfig``), rejects what the compatibility layer
+cannot honour with a :class:`~llmgym.errors.ConfigError` naming the key, and turns the rest into a
+:class:`~llmgym.config.ModelConfig` and, for several LLM servers, a
+:class:`~llmgym.config.DistributedConfig` (the servers become Ray actors):
+
+* ``n_llm_processes: N`` -> ``llm_processes=N`` (one Ray server each; the RL script is the driver);
+* ``num_machines: M > 1`` -> ``ray_address="auto"``: the machines form a Ray cluster (``ray start
+  --head`` on the one that runs the script, ``ray start --address HEAD:6379`` on the others) and
+  Ray places the servers; the script runs once, so ``machine_rank`` must be 0 (or left unset);
+* ``model_parallelism_size: P > 1`` -> ``model_parallelism_size=P`` (P GPUs per server);
+* ``use_gpu: false`` -> ``gpus_per_server=0``; ``gloo_timeout`` -> ``timeout_s``.
+
+With one server on one machine and no model parallelism the LLM runs in the RL process.
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmgym.config import ModelConfig
+from llmgym.config import DistributedConfig, ModelConfig
 from llmgym.errors import ConfigError
 
 __all__ = ["LamorelSettings", "load_lamorel_config", "parse_lamorel_args", "to_plain_dict"]
@@ -72,7 +82,12 @@ class LamorelSettings:
         empty_cuda_cache_after_scoring: Call ``torch.cuda.empty_cache()`` after each forward.
         updater_args: The free-form ``updater_args`` mapping (empty when absent).
         seed: Seed of Python's, NumPy's and torch's random generators, set when the ``Caller`` is
-            built (``llm_args.seed``; 42 when absent, as in Lamorel).
+            built and on every LLM server before it builds its modules (``llm_args.seed``; 42 when
+            absent, as in Lamorel).
+        distributed: The Ray servers (``n_llm_processes``, ``num_machines``, parallelism), or
+            ``None`` for the in-process LLM.
+        find_unused_parameters: ``allow_subgraph_use_whith_gradient``: the servers' gradient
+            all-reduce (DistributedDataParallel, as in Lamorel) accepts parameters an update leaves unused.
     """
 
     model: ModelConfig
@@ -84,6 +99,8 @@ class LamorelSettings:
     empty_cuda_cache_after_scoring: bool = False
     updater_args: dict[str, Any] = field(default_factory=dict)
     seed: int = 42
+    distributed: DistributedConfig | None = None
+    find_unused_parameters: bool = False
 
 
 def to_plain_dict(config: Any, name: str = "config") -> dict[str, Any]:
@@ -157,9 +174,8 @@ def parse_lamorel_args(config: Any) -> LamorelSettings:
         The settings the compatibility layer runs with.
 
     Raises:
-        ConfigError: On an unknown key, a wrong type, a missing ``llm_args.model_path``, or a
-            setting that needs several processes (``n_rl_processes``/``n_llm_processes`` > 1,
-            ``num_machines`` > 1, ``model_parallelism_size`` > 1).
+        ConfigError: On an unknown key, a wrong type, a missing ``llm_args.model_path``,
+            ``n_rl_processes`` > 1 or a ``machine_rank`` other than 0.
     """
     args = to_plain_dict(config, "lamorel_args")
     if "lamorel_args" in args:
@@ -171,18 +187,19 @@ def parse_lamorel_args(config: Any) -> LamorelSettings:
     if not isinstance(level, int):
         raise ConfigError(f"{prefix}.log_level={level_name!r} must be one of debug, info, warning, error.")
     dist = args.get("distributed_setup_args") or {}
-    for key in ("n_rl_processes", "n_llm_processes"):
-        if _int(dist, key, f"{prefix}.distributed_setup_args", 1) != 1:
-            raise ConfigError(
-                f"{prefix}.distributed_setup_args.{key}={dist[key]} is not supported: llmgym.compat.lamorel runs "
-                "the LLM in the RL process. Set it to 1, or use llmgym's own API for several LLM servers "
-                "(llmgym.LLM(..., distributed=llmgym.DistributedConfig(llm_processes=N)) or `llmgym launch`)."
-            )
-    accelerate = args.get("accelerate_args") or {}
-    if _int(accelerate, "num_machines", f"{prefix}.accelerate_args", 1) != 1:
+    if _int(dist, "n_rl_processes", f"{prefix}.distributed_setup_args", 1) != 1:
         raise ConfigError(
-            f"{prefix}.accelerate_args.num_machines={accelerate['num_machines']} is not supported by "
-            "llmgym.compat.lamorel (one process); set it to 1 or use `llmgym launch --nnodes N`."
+            f"{prefix}.distributed_setup_args.n_rl_processes={dist['n_rl_processes']} is not supported: llmgym runs "
+            "one RL process, which drives every LLM server. Set it to 1."
+        )
+    servers = _int(dist, "n_llm_processes", f"{prefix}.distributed_setup_args", 1)
+    accelerate = args.get("accelerate_args") or {}
+    machines = _int(accelerate, "num_machines", f"{prefix}.accelerate_args", 1)
+    rank = accelerate.get("machine_rank")
+    if isinstance(rank, int) and not isinstance(rank, bool) and rank != 0:
+        raise ConfigError(
+            f"{prefix}.accelerate_args.machine_rank={rank}: with llmgym the RL script runs once, on the machine of "
+            "the Ray head (machine_rank 0); on the other machines run `ray start --address HEAD_IP:6379` instead."
         )
     llm = args.get("llm_args")
     if not isinstance(llm, Mapping) or not llm.get("model_path") or llm.get("model_path") == "???":
@@ -197,17 +214,23 @@ def parse_lamorel_args(config: Any) -> LamorelSettings:
     minibatch_size = _int(llm, "minibatch_size", lp, 64)
     parallelism = llm.get("parallelism") or {}
     pp = f"{lp}.parallelism"
-    if _int(parallelism, "model_parallelism_size", pp, 1) != 1:
-        raise ConfigError(
-            f"{pp}.model_parallelism_size={parallelism['model_parallelism_size']} is not supported by "
-            "llmgym.compat.lamorel; set it to 1, or use `llmgym launch --model-parallelism-size N`."
+    gpus_per_model = _int(parallelism, "model_parallelism_size", pp, 1)
+    use_gpu = _bool(parallelism, "use_gpu", pp, True)
+    distributed = None
+    if servers > 1 or machines > 1 or gpus_per_model > 1:
+        distributed = DistributedConfig(
+            llm_processes=servers,
+            model_parallelism_size=gpus_per_model,
+            gpus_per_server=None if use_gpu else 0.0,
+            ray_address="auto" if machines > 1 else None,
+            timeout_s=float(_int(args, "gloo_timeout", prefix, 60)),
         )
     model = ModelConfig(
         name=str(llm["model_path"]),
         pretrained=_bool(llm, "pretrained", lp, True),
         load_in_4bit=_bool(llm, "load_in_4bit", lp, False),
         forward_batch_size=minibatch_size,
-        device="auto" if _bool(parallelism, "use_gpu", pp, True) else "cpu",
+        device="auto" if use_gpu else "cpu",
     )
     return LamorelSettings(
         model=model,
@@ -219,6 +242,8 @@ def parse_lamorel_args(config: Any) -> LamorelSettings:
         empty_cuda_cache_after_scoring=_bool(parallelism, "empty_cuda_cache_after_scoring", pp, False),
         updater_args=dict(args.get("updater_args") or {}),
         seed=_seed(llm, lp),
+        distributed=distributed,
+        find_unused_parameters=_bool(args, "allow_subgraph_use_whith_gradient", prefix, False),
     )
 
 

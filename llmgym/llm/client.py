@@ -30,9 +30,9 @@ class LLM:
         updater: An :class:`~llmgym.llm.updater.Updater` instance or class.
         model: A prebuilt transformers model (skips loading; needs ``tokenizer``).
         tokenizer: The prebuilt model's tokenizer.
-        distributed: The ``distributed`` section: with ``llm_processes > 1`` the LLM runs on that
-            many LLM servers (Ray actors, see docs/distributed.md; or inside ``llmgym launch``, its
-            servers); ``None`` runs it in-process.
+        distributed: The ``distributed`` section: with ``llm_processes > 1`` (or
+            ``model_parallelism_size > 1``) the LLM runs on that many LLM servers (Ray actors, see
+            docs/distributed.md); ``None`` runs it in-process.
 
     Example:
         >>> llm = LLM(ModelConfig(name="SmolLM2-135M-Instruct"))  # doctest: +SKIP

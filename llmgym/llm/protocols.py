@@ -3,7 +3,7 @@
 * :class:`PolicyLLM`: what an agent and an algorithm's client hold (:class:`llmgym.LLM`, local or
   distributed): forward passes, generation, token log-probs and ``update``.
 * :class:`LLMBackend`: what :class:`llmgym.LLM` delegates to (:class:`~llmgym.llm.local.LocalLLM`
-  or :class:`~llmgym.llm.distributed.client.DistributedLLM`): a :class:`PolicyLLM` that also saves,
+  or :class:`~llmgym.llm.distributed.ray_backend.RayLLM`): a :class:`PolicyLLM` that also saves,
   loads and closes.
 * :class:`TrainableLLM`: what an :class:`~llmgym.llm.updater.Updater` and a policy's ``evaluate``
   run on, next to the model (:class:`~llmgym.llm.local.LocalLLM` on every LLM server): the heads,

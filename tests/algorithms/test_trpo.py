@@ -12,8 +12,7 @@ from llmgym.llm.distributed.backend import make_backend
 from llmgym.llm.modules import ValueHead
 from llmgym.llm.sampling import Sampling
 from llmgym.testing import tiny_causal_lm
-from tests.distributed.test_algorithms import CANDIDATES
-from tests.distributed.test_local_equivalence import CONTEXTS
+from tests.distributed.helpers import CANDIDATES, CONTEXTS
 
 MAX_KL = 0.01
 CONFIG = AlgorithmConfig(name="trpo", trpo=TRPOSection(max_kl=MAX_KL), head_learning_rate=1e-2, epochs=2, minibatch_size=2)

@@ -22,6 +22,8 @@ from llmgym.compat.lamorel import (
     lamorel_init,
     load_lamorel_config,
 )
+from llmgym.compat.lamorel_config import parse_lamorel_args
+from llmgym.config import DistributedConfig
 from llmgym.errors import ConfigError
 from llmgym.testing import save_tiny_model, tiny_causal_lm
 
@@ -552,9 +554,8 @@ def test_model_initializer_and_plain_dict_config(config_args) -> None:
     ("override", "message"),
     [
         ({"llm_args": {"model_typo": "causal"}}, r"lamorel_args\.llm_args\.model_typo is not supported"),
-        ({"distributed_setup_args": {"n_llm_processes": 2}}, r"n_llm_processes=2 is not supported"),
-        ({"accelerate_args": {"num_machines": 2}}, r"num_machines=2"),
-        ({"llm_args": {"parallelism": {"model_parallelism_size": 2}}}, r"model_parallelism_size=2"),
+        ({"distributed_setup_args": {"n_rl_processes": 2}}, r"n_rl_processes=2 is not supported"),
+        ({"accelerate_args": {"machine_rank": 1}}, r"machine_rank=1: .* `ray start --address"),
         ({"llm_args": {"model_type": "encoder"}}, r"model_type='encoder' must be 'causal' or 'seq2seq'"),
         ({"llm_args": {"model_type": "seq2seq"}}, r"model_type='seq2seq' but .* is a causal model"),
         ({"llm_args": {"minibatch_size": 0}}, r"minibatch_size=0 must be a positive integer"),
@@ -567,6 +568,21 @@ def test_unsupported_keys_raise_config_error(config_args, override: dict, messag
     config = merged if merged is not None else {**OmegaConf.to_container(config_args.lamorel_args), **override}
     with pytest.raises(ConfigError, match=message):
         Caller(config)
+
+
+def test_several_servers_and_machines_map_onto_ray_servers(config_args) -> None:
+    settings = parse_lamorel_args(config_args.lamorel_args)
+    assert settings.distributed is None  # one server on one machine: the LLM runs in the RL process
+    more = OmegaConf.merge(config_args.lamorel_args, OmegaConf.create({
+        "gloo_timeout": 120, "allow_subgraph_use_whith_gradient": True,
+        "distributed_setup_args": {"n_llm_processes": 4}, "accelerate_args": {"num_machines": 2, "machine_rank": 0},
+        "llm_args": {"parallelism": {"use_gpu": False, "model_parallelism_size": 2}},
+    }))
+    settings = parse_lamorel_args(more)
+    assert settings.distributed == DistributedConfig(
+        llm_processes=4, model_parallelism_size=2, gpus_per_server=0.0, ray_address="auto", timeout_s=120.0
+    )
+    assert settings.find_unused_parameters
 
 
 def test_load_lamorel_config_errors(tmp_path: Path) -> None:

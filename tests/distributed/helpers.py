@@ -1,54 +1,56 @@
-"""Picklable pieces for the distributed tests with the real LocalLLM (imported by the servers too)."""
+"""The batch the Ray tests send to 2 LLM servers and to one in-process LLM, and the updates they make."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from llmgym.llm.updater import Updater
+from llmgym.agents.policies import CandidateActions, CandidatePolicy, TokenActions, TokenPolicy
+from llmgym.algorithms import A2C, PPO, TRPO, UpdateBatch
+from llmgym.config import AlgorithmConfig, TRPOSection
+from llmgym.llm.sampling import Sampling
+
+CONTEXTS = [
+    "You see a red ball 2 steps left. Action:",
+    "Goal of the agent: go to the red ball. Action:",
+    "Your hand: 14. Dealer shows: 10. Do you hit or stay?",
+    "the quick brown fox",
+    "The capital of France is",
+]
+CANDIDATES = [[" turn left", " go forward"], [" pick up", " drop"], [" hit", " stay", " stick"], [" jumps"], [" Paris", " apple"]]
+OPTIMIZER = AlgorithmConfig(learning_rate=1e-2, head_learning_rate=1e-2, max_grad_norm=0.5, gradient_accumulation_steps=2)
 
 
-class SGDUpdater(Updater):
-    """Policy + value loss, averaged over this server's samples, then the weighted all-reduce."""
-
-    def setup(self) -> None:
-        self.optimizer = torch.optim.SGD(self.llm.trainable_parameters(), lr=0.05)
-
-    def perform_update(
-        self,
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]] | None,
-        _current_batch_ids: Sequence[int],
-        **kwargs: Any,
-    ) -> dict[str, Any]:
-        assert self.optimizer is not None
-        self.optimizer.zero_grad()
-        if contexts:
-            out = self.llm.forward(["score", "value"], contexts, candidates, require_grad=True)
-            returns = torch.tensor([kwargs["returns"][i] for i in _current_batch_ids])
-            logp = torch.stack([o["score"][0] for o in out])
-            values = torch.stack([o["value"].reshape(()) for o in out]).cpu()
-            loss = (-logp.cpu() + (values - returns) ** 2).mean()
-            loss.backward()
-        self.llm.sync_gradients(len(contexts))
-        self.optimizer.step()
-        return {"samples": len(contexts)}
+def common() -> dict[str, Any]:
+    """The rollout data of the 5 samples (two minibatches)."""
+    n = len(CONTEXTS)
+    return dict(
+        minibatches=[[0, 2, 4], [1, 3]], old_log_probs=-torch.linspace(0.5, 1.5, n), old_values=torch.zeros(n),
+        advantages=torch.tensor([1.0, -0.5, 0.25, 2.0, -1.0]), returns=torch.tensor([1.0, 0.0, 0.5, 2.0, -1.0]),
+    )
 
 
-class FailingUpdater(Updater):
-    """Raises on the server that gets the context 'explode'."""
-
-    def perform_update(self, contexts, candidates, _current_batch_ids, **kwargs):  # type: ignore[no-untyped-def]
-        if "explode" in contexts:
-            raise KeyError("explode: this updater found a bad sample")
-        self.llm.sync_gradients(len(contexts))
-        return {}
+def generated(tokenizer: Any) -> tuple[list[list[int]], list[list[int]]]:
+    """Prompt and action token ids of the 5 samples (each action: its first candidate)."""
+    prompt_ids = [tokenizer(c)["input_ids"] for c in CONTEXTS]
+    action_ids = [tokenizer(c[0], add_special_tokens=False)["input_ids"] for c in CANDIDATES]
+    return prompt_ids, action_ids
 
 
-class CacheProbe(Updater):
-    """Reports how many items this server's frozen-trunk cache holds (trains nothing)."""
-
-    def perform_update(self, contexts, candidates, _current_batch_ids, **kwargs):  # type: ignore[no-untyped-def]
-        return {"cached": len(self.llm.trunk_cache)}
+def batches(tokenizer: Any) -> Iterator[tuple[tuple[str, ...], list[list[str]] | None, UpdateBatch]]:
+    """``(statistics to compare, candidates, batch)`` of PPO, A2C and TRPO, each with both policies."""
+    prompt_ids, action_ids = generated(tokenizer)
+    n = len(CONTEXTS)
+    losses = ("loss", "policy_loss", "value_loss", "entropy")
+    # TRPO's step statistics are all-reduced (the same on both servers); its max_kl is large enough
+    # that the line search accepts a step on these stored log-probs (not the current policy's).
+    trpo = TRPO(config=AlgorithmConfig(name="trpo", trpo=TRPOSection(max_kl=0.5)))
+    step = ("policy_objective", "policy_improvement", "approx_kl", "step_fraction", "step_size", "value_loss", "entropy")
+    for algorithm, keys in ((PPO(), losses), (A2C(config=AlgorithmConfig(name="a2c")), losses), (trpo, step)):
+        objective = algorithm.objective()
+        yield keys, CANDIDATES, UpdateBatch(objective=objective, policy=CandidatePolicy(temperature=0.7),
+                                            actions=CandidateActions(CANDIDATES, torch.zeros(n, dtype=torch.long)), **common())
+        yield keys, None, UpdateBatch(objective=objective, policy=TokenPolicy(Sampling(temperature=0.8)),
+                                      actions=TokenActions(prompt_ids, action_ids), learning_rate_scale=0.5, **common())

@@ -20,8 +20,7 @@ from llmgym.llm.distributed.backend import make_backend
 from llmgym.llm.distributed.ray_runtime import reload_ray_auth
 from llmgym.llm.modules import ValueHead
 from llmgym.testing import tiny_causal_lm
-from tests.distributed.test_algorithms import CANDIDATES
-from tests.distributed.test_local_equivalence import CONTEXTS
+from tests.distributed.helpers import CANDIDATES, CONTEXTS
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")

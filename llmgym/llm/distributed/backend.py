@@ -1,20 +1,37 @@
-"""Choosing the backend: in-process ``LocalLLM``, Ray actors, spawned local servers, or a launched job."""
+"""Choosing the backend: in-process ``LocalLLM``, or LLM servers as Ray actors."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from llmgym.config import DistributedConfig, ModelConfig
 from llmgym.llm.collectives import Collectives
-from llmgym.llm.distributed.client import DistributedLLM
-from llmgym.llm.distributed.launch import launch_info
 from llmgym.llm.distributed.placement import Placement
 from llmgym.llm.protocols import LLMBackend
 
-__all__ = ["LocalLLMFactory", "make_backend", "shard_model"]
+__all__ = ["LocalLLMFactory", "ServerFactory", "make_backend", "shard_model"]
+
+
+class ServerFactory(Protocol):
+    """Builds what one Ray LLM server runs (shipped to every server, where it is called once).
+
+    The result has the backend methods the driver calls (``score``, ``forward``, ``update``...;
+    see :data:`~.ray_server.SERVER_METHODS`), ``trainable_parameters()`` and ``close()``.
+    """
+
+    @property
+    def config(self) -> ModelConfig | str | None:
+        """The model section the servers load."""
+
+    @property
+    def module_function_keys(self) -> list[str]:
+        """Names of the module functions every server carries."""
+
+    def __call__(self, placement: Placement, collectives: Collectives) -> Any:
+        """Build the server's backend on ``placement``'s devices, reaching its peers through ``collectives``."""
 
 
 def shard_model(model: Any, num_gpus: int) -> Any:
@@ -39,7 +56,7 @@ def shard_model(model: Any, num_gpus: int) -> Any:
 
 @dataclass
 class LocalLLMFactory:
-    """Builds a server's ``LocalLLM`` on that server's devices (pickled to the servers with cloudpickle).
+    """Builds a server's ``LocalLLM`` on that server's devices (shipped to the Ray actors, pickled by Ray).
 
     Attributes:
         config: The model section (a name or ``None`` is turned into one); its ``device`` is
@@ -60,6 +77,11 @@ class LocalLLMFactory:
         from llmgym.llm.validation import as_model_config
 
         self.config = as_model_config(self.config)
+
+    @property
+    def module_function_keys(self) -> list[str]:
+        """Names of the heads."""
+        return list(self.module_functions or {})
 
     def __call__(self, placement: Placement, collectives: Collectives | None = None) -> Any:
         """Build the backend for ``placement``, reaching its peers through ``collectives``."""
@@ -94,11 +116,9 @@ def make_backend(
 ) -> LLMBackend:
     """Build the backend ``LLM`` delegates to.
 
-    * Inside ``llmgym launch`` (``LLMGYM_LAUNCHED=1``): a :class:`DistributedLLM` serving the
-      launched servers (the launch flags win over ``distributed``).
-    * Else with ``distributed.llm_processes > 1``: a :class:`~.ray_backend.RayLLM` whose servers
-      are Ray actors (``distributed.backend="ray"``, the default), or a :class:`DistributedLLM`
-      whose servers are child processes of this one on this machine (``backend="spawn"``).
+    * With ``distributed.llm_processes > 1`` (or one server spread over
+      ``model_parallelism_size > 1`` GPUs): a :class:`~.ray_backend.RayLLM` whose servers are Ray
+      actors (a private local Ray instance, or the cluster at ``distributed.ray_address``).
     * Else: an in-process ``LocalLLM``.
 
     Args:
@@ -112,24 +132,10 @@ def make_backend(
     Returns:
         An :class:`~llmgym.llm.protocols.LLMBackend`.
     """
-    factory = LocalLLMFactory(config, module_functions, updater, model, tokenizer)
-    info = launch_info()
-    if info is not None:
-        return DistributedLLM.connect(
-            factory, info.llm_processes, host=info.master_addr, port=info.master_port, timeout_s=info.timeout_s
-        )
-    if distributed is not None and distributed.llm_processes > 1 and distributed.backend == "ray":
+    if distributed is not None and (distributed.llm_processes > 1 or distributed.model_parallelism_size > 1):
         from llmgym.llm.distributed.ray_backend import RayLLM
 
-        return RayLLM(factory, distributed)
-    if distributed is not None and distributed.llm_processes > 1:
-        return DistributedLLM.spawn(
-            factory,
-            distributed.llm_processes,
-            timeout_s=distributed.timeout_s,
-            model_parallelism_size=distributed.model_parallelism_size,
-            host=distributed.master_addr,
-        )
+        return RayLLM(LocalLLMFactory(config, module_functions, updater, model, tokenizer), distributed)
     from llmgym.llm.local import LocalLLM
 
     return LocalLLM(config, module_functions, updater, model=model, tokenizer=tokenizer)

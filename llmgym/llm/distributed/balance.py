@@ -8,7 +8,10 @@ from typing import Any, TypeVar
 
 from llmgym.errors import BackendError
 
-__all__ = ["LengthFn", "character_lengths", "token_lengths", "context_costs", "split_balanced", "gather_in_order", "share_kwargs"]
+__all__ = [
+    "LengthFn", "character_lengths", "token_lengths", "context_costs", "split_balanced", "split_contiguous",
+    "gather_in_order", "share_kwargs",
+]
 
 T = TypeVar("T")
 
@@ -92,6 +95,23 @@ def split_balanced(costs: Sequence[int], num_shares: int) -> list[list[int]]:
         shares[share].append(index)
         heapq.heappush(heap, (load + costs[index], share))
     return [sorted(share) for share in shares]
+
+
+def split_contiguous(count: int, num_servers: int) -> list[list[int]]:
+    """Split ``range(count)`` into ``num_servers`` contiguous chunks whose sizes differ by at most 1.
+
+    The first chunks take the extra items, as ``numpy.array_split`` (and so Lamorel) does.
+
+    Args:
+        count: Number of items.
+        num_servers: Number of chunks.
+
+    Returns:
+        The indices of each chunk (empty chunks last when ``count < num_servers``).
+    """
+    size, extra = divmod(count, num_servers)
+    starts = [rank * size + min(rank, extra) for rank in range(num_servers + 1)]
+    return [list(range(starts[rank], starts[rank + 1])) for rank in range(num_servers)]
 
 
 def gather_in_order(shares: Sequence[Sequence[int]], results: Sequence[Sequence[T]], total: int) -> list[T]:

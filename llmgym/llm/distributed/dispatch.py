@@ -1,12 +1,13 @@
 """The backend API over N LLM servers: split each batch, call the servers, gather the answers in order.
 
-:class:`ShardedBackend` holds everything but the transport: ``score``, ``forward``, ``generate``
-and ``token_logprobs`` split their batch across the servers (balanced by token count, counted with
-a copy of server 0's tokenizer, see :mod:`~llmgym.llm.distributed.balance`) and return the answers
-in the original order; ``update`` sends every server its share with ``_current_batch_ids`` (the
-indices of its share in the batch) plus the full keyword arguments, and returns one result per
-server. A subclass supplies :meth:`ShardedBackend._request`, which runs one call per server and
-raises ``BackendError`` on any failure.
+:class:`ShardedBackend` holds everything but the calls to the servers (Ray's, in
+:mod:`.ray_backend`): ``score``, ``forward``, ``generate`` and ``token_logprobs`` split their batch
+across the servers (balanced by token count, counted with a copy of server 0's tokenizer, see
+:mod:`~llmgym.llm.distributed.balance`; or, as Lamorel does, in contiguous chunks of equal size)
+and return the answers in the original order; ``update`` sends every server its share with
+``_current_batch_ids`` (the indices of its share in the batch) plus the full keyword arguments, and
+returns one result per server. A subclass supplies :meth:`ShardedBackend._request`, which runs one
+call per server and raises ``BackendError`` on any failure.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from llmgym.llm.distributed.balance import (
     gather_in_order,
     share_kwargs,
     split_balanced,
+    split_contiguous,
     token_lengths,
 )
 
@@ -43,10 +45,17 @@ class ShardedBackend(ABC):
         config: The model config the servers were built from.
         module_function_keys: Names of the heads every server carries.
         check_weights: Debug: after every update, compare the servers' weight fingerprints.
+        balance_by_tokens: Give the servers shares of equal token counts (reordering the batch);
+            ``False``: contiguous chunks of equal size (``numpy.array_split``'s, as Lamorel splits, so
+            updaters that loop over minibatches of their share run the same number of steps).
     """
 
-    def __init__(self, num_servers: int, config: Any, module_function_keys: Sequence[str], check_weights: bool) -> None:
+    def __init__(
+        self, num_servers: int, config: Any, module_function_keys: Sequence[str], check_weights: bool,
+        balance_by_tokens: bool = True,
+    ) -> None:
         self._num_servers = num_servers
+        self._balance_by_tokens = balance_by_tokens
         self._config = config
         self._module_function_keys = list(module_function_keys)
         self._check_weights = check_weights
@@ -205,6 +214,8 @@ class ShardedBackend(ABC):
         """Context indices of each server, balanced by token count (one server: no measuring)."""
         if self.num_servers == 1:
             return [list(range(len(contexts)))]
+        if not self._balance_by_tokens:
+            return split_contiguous(len(contexts), self.num_servers)
         return split_balanced(context_costs(contexts, candidates, self._measure()), self.num_servers)
 
     def _measure(self) -> LengthFn:

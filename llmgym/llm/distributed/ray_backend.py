@@ -6,17 +6,21 @@ an :class:`~.ray_server.LLMServer` actor in each and joins them into one ``torch
 group. Batches are split and gathered by :class:`~.dispatch.ShardedBackend`. Every failure is a
 ``BackendError`` naming the server: an exception raised on it (with its traceback), a killed
 actor or a lost node (at once, as Ray reports it), resources no node has (at once) or that do not
-free up within ``timeout_s``.
+free up within ``timeout_s``, and a call that has not answered within ``call_timeout_s`` (a
+``BackendTimeoutError`` naming the server and the call); the collective calls (``update``,
+``load``, ``refresh_mask_policy``) are not timed: each server bounds its waits for its peers by
+``timeout_s`` itself, and a long update is not a hang.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 from llmgym.config import DistributedConfig
-from llmgym.errors import BackendError, PlacementError
-from llmgym.llm.distributed.backend import LocalLLMFactory
+from llmgym.errors import BackendError, BackendTimeoutError, PlacementError
+from llmgym.llm.distributed.backend import ServerFactory
 from llmgym.llm.distributed.dispatch import Calls, ShardedBackend
 from llmgym.llm.distributed.ray_runtime import RayRuntime, start_ray
 from llmgym.llm.distributed.ray_server import LLMServer, ServerLocation
@@ -30,19 +34,23 @@ class RayLLM(ShardedBackend):
     """The backend methods of ``LocalLLM``, served by ``config.llm_processes`` Ray actors.
 
     Args:
-        factory: Builds each server's ``LocalLLM`` (shipped to the actors once, through the object store).
-        config: The ``distributed`` section (servers, resources, timeout, Ray address).
+        factory: Builds each server's backend (a ``LocalLLM``, or what ``factory(placement,
+            collectives)`` returns; shipped to the actors once, through the object store).
+        config: The ``distributed`` section (servers, resources, timeouts, Ray address).
+        balance_by_tokens: Split batches by token count (the default); ``False``: in contiguous
+            chunks of equal size (Lamorel's split, see :class:`~.dispatch.ShardedBackend`).
 
     Raises:
         PlacementError: When the servers' resources cannot be reserved within ``timeout_s``.
         BackendError: When a server fails to start (with its traceback).
     """
 
-    def __init__(self, factory: LocalLLMFactory, config: DistributedConfig) -> None:
+    def __init__(self, factory: ServerFactory, config: DistributedConfig, balance_by_tokens: bool = True) -> None:
         super().__init__(
-            config.llm_processes, factory.config, list(factory.module_functions or {}), config.check_weights
+            config.llm_processes, factory.config, factory.module_function_keys, config.check_weights, balance_by_tokens
         )
         self.timeout_s = config.timeout_s
+        self.call_timeout_s = config.call_timeout_s
         self._actors: list[Any] = []
         self._locations: list[ServerLocation] = []
         self._group: Any = None
@@ -56,7 +64,7 @@ class RayLLM(ShardedBackend):
             raise
 
     # ----------------------------------------------------------------- construction
-    def _start(self, factory: LocalLLMFactory, config: DistributedConfig) -> None:
+    def _start(self, factory: ServerFactory, config: DistributedConfig) -> None:
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -89,7 +97,7 @@ class RayLLM(ShardedBackend):
         group_backend = "nccl" if gpus >= 1 else "gloo"  # NCCL refuses two ranks on one GPU
         starts = {rank: a.start.remote(shipped, store, group_backend) for rank, a in enumerate(self._actors)}
         self._wait("start", starts, True)
-        if self.num_servers > 1:
+        if self.num_servers > 1 and self._balance_by_tokens:
             self._measure()  # fetch the tokenizer now, so that no call pays (or fails on) the extra round trip
 
     # ----------------------------------------------------------------- properties
@@ -111,18 +119,33 @@ class RayLLM(ShardedBackend):
             raise BackendError(f"this LLM cannot be used any more: {self._broken}. Close it and create a new LLM.")
         method = next(iter(calls.values()))[0] if calls else "nothing"
         refs = {rank: self._actors[rank].call.remote(name, args, kwargs) for rank, (name, args, kwargs) in calls.items()}
-        return self._wait(method, refs, collective)
+        return self._wait(method, refs, collective, deadline_s=None if collective else self.call_timeout_s)
 
-    def _wait(self, method: str, refs: dict[int, Any], fatal: bool) -> dict[int, Any]:
-        """Results by rank; the first failure is raised at once (``fatal``: and the LLM is unusable after)."""
+    def _wait(self, method: str, refs: dict[int, Any], fatal: bool, deadline_s: float | None = None) -> dict[int, Any]:
+        """Results by rank; the first failure is raised at once (``fatal``: and the LLM is unusable after).
+
+        With ``deadline_s``, a server that has not answered within that many seconds is a
+        ``BackendTimeoutError`` naming it (its call still runs, so the LLM is unusable after).
+        """
         import ray
         from ray.exceptions import RayTaskError
 
         ranks = {ref: rank for rank, ref in refs.items()}
         pending = list(ranks)
         results: dict[int, Any] = {}
+        end = None if deadline_s is None else time.monotonic() + deadline_s
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            left = None if end is None else max(0.0, end - time.monotonic())
+            done, pending = ray.wait(pending, num_returns=1, timeout=left)
+            if not done:
+                late = ", ".join(self._where(ranks[ref]) for ref in pending)
+                self._broken = f"LLM server {late} did not answer {method}() in time"
+                raise BackendTimeoutError(
+                    f"LLM server {late} did not answer {method}() within distributed.call_timeout_s={deadline_s:g}s "
+                    "and is still running it (a module function or kernel that never returns?). This LLM cannot be "
+                    "used any more: close it and create a new one; raise distributed.call_timeout_s if such calls "
+                    "are expected to take longer."
+                )
             rank = ranks[done[0]]
             try:
                 results[rank] = ray.get(done[0])
@@ -155,8 +178,11 @@ class RayLLM(ShardedBackend):
         from ray.util.placement_group import remove_placement_group
 
         if ray.is_initialized():
-            with contextlib.suppress(Exception):
-                ray.wait([a.close.remote() for a in self._actors], num_returns=len(self._actors), timeout=_CLOSE_GRACE_S)
+            if self._broken is None:  # a hung or dead server would only make the grace time pass
+                with contextlib.suppress(Exception):
+                    ray.wait(
+                        [a.close.remote() for a in self._actors], num_returns=len(self._actors), timeout=_CLOSE_GRACE_S
+                    )
             for actor in self._actors:
                 with contextlib.suppress(Exception):
                     ray.kill(actor)
@@ -174,12 +200,23 @@ class RayLLM(ShardedBackend):
 
 
 def _gpus_per_server(config: DistributedConfig) -> float:
-    """``gpus_per_server``, or when unset ``model_parallelism_size`` if the cluster has GPUs, else 0."""
+    """``gpus_per_server``, or when unset ``model_parallelism_size`` if the cluster has GPUs, else 0.
+
+    Raises:
+        PlacementError: When ``model_parallelism_size > 1`` asks for GPUs the cluster does not have.
+    """
     import ray
 
     if config.gpus_per_server is not None:
         return float(config.gpus_per_server)
-    return float(config.model_parallelism_size) if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+    if ray.cluster_resources().get("GPU", 0) > 0:
+        return float(config.model_parallelism_size)
+    if config.model_parallelism_size > 1:
+        raise PlacementError(
+            f"distributed.model_parallelism_size={config.model_parallelism_size} spreads each LLM server's model "
+            "over that many GPUs, but the Ray cluster has no GPU; set it to 1 to run on CPUs, or add GPU nodes."
+        )
+    return 0.0
 
 
 def _check_some_node_fits(bundle: dict[str, float]) -> None:

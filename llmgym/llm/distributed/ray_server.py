@@ -16,19 +16,30 @@ placement-group bundle, then:
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import os
 import socket
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from llmgym.llm.collectives import ProcessGroupCollectives
-from llmgym.llm.distributed.gradients import fingerprint
 from llmgym.llm.distributed.placement import Placement
-from llmgym.llm.distributed.server import SERVER_METHODS, _bind_gloo_to, _to_cpu
 
-__all__ = ["LLMServer", "ServerLocation"]
+__all__ = ["SERVER_METHODS", "LLMServer", "ServerLocation"]
+
+#: Backend methods the driver may call on a server.
+SERVER_METHODS = frozenset(
+    {
+        "score", "forward", "generate", "update", "token_logprobs", "save", "load", "clear_trunk_cache",
+        "trainable_parameters", "tokenizer", "refresh_mask_policy",
+    }
+)
+
+_SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
 
 
 @dataclass(frozen=True)
@@ -151,3 +162,53 @@ class LLMServer:
             self.backend.close()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def fingerprint(parameters: Sequence[Any]) -> tuple[float, float]:
+    """Summarise the weights cheaply (sum and sum of squares, float64) to compare servers."""
+    import torch
+
+    total, squares = 0.0, 0.0
+    with torch.no_grad():
+        for p in parameters:
+            d = p.detach().double()
+            total += float(d.sum())
+            squares += float((d * d).sum())
+    return total, squares
+
+
+def _to_cpu(value: Any) -> Any:
+    """Move every tensor inside a result (lists, tuples, dicts, dataclasses) to the CPU."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, list):
+        return [_to_cpu(item) for item in value]
+    if isinstance(value, tuple):
+        return type(value)(*map(_to_cpu, value)) if hasattr(value, "_fields") else tuple(map(_to_cpu, value))
+    if isinstance(value, dict):
+        return {key: _to_cpu(item) for key, item in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _to_cpu(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **changes)
+    return value
+
+
+def _bind_gloo_to(address: str) -> None:
+    """Make gloo listen on the interface that holds ``address`` (unless ``GLOO_SOCKET_IFNAME`` is set).
+
+    Gloo otherwise binds the address the host name resolves to, which may be reachable from other
+    machines although a private instance keeps its servers on ``127.0.0.1``.
+    """
+    if "GLOO_SOCKET_IFNAME" in os.environ:
+        return
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                packed = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address on this interface
+                continue
+        if socket.inet_ntoa(packed[20:24]) == address:
+            os.environ["GLOO_SOCKET_IFNAME"] = name
+            return

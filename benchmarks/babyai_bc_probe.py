@@ -29,8 +29,9 @@ from babyai_scripted import scripted_action
 
 from llmgym.agents.base import BaseAgent
 from llmgym.agents.policies import scored_candidates
-from llmgym.algorithms.trainer import _env_instructions, _seed_everything, build_agent, build_heads, evaluate
+from llmgym.build import build_agent, build_heads, env_instructions, seed_everything
 from llmgym.config import Config, load_config
+from llmgym.evaluation import evaluate
 from llmgym.llm.client import LLM
 from llmgym.llm.modules import POLICY_KEY
 from llmgym.llm.updater import Updater
@@ -121,13 +122,13 @@ def main() -> None:
     config = load_config(args.config, args.overrides)
     if not (config.agent.type == "scoring" and config.agent.action_head):
         parser.error("the probe clones into the action head: use a scoring config with agent.action_head=true")
-    _seed_everything(config.train.seed)
+    seed_everything(config.train.seed)
     updater = CloningUpdater(
         args.learning_rate or config.algorithm.learning_rate, args.head_learning_rate or config.algorithm.head_learning_rate
     )
     llm = LLM(config.model, module_functions=build_heads(config), updater=updater, distributed=config.distributed)
     try:
-        agent = build_agent(config, llm, min(args.eval_episodes, config.train.eval_num_envs or 16), _env_instructions(config))
+        agent = build_agent(config, llm, min(args.eval_episodes, config.train.eval_num_envs or 16), env_instructions(config))
         train = collect(config, agent, args.train_states, seed=0)
         test = collect(config, agent, args.test_states, seed=500_000)
         print(f"{len(train)} train states, {len(test)} test states (episodes from seed 500000)")

@@ -18,8 +18,9 @@ import gymnasium as gym
 import torch
 
 from llmgym.agents.policies import CandidatePolicy, policy_logits_key, scored_candidates
-from llmgym.algorithms.trainer import _env_instructions, _seed_everything, build_agent, build_llm, evaluate
+from llmgym.build import build_agent, build_llm, env_instructions, seed_everything
 from llmgym.config import load_config
+from llmgym.evaluation import evaluate
 
 
 def main() -> None:
@@ -31,10 +32,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=12345)
     args = parser.parse_args()
     config = load_config(args.config, args.overrides)
-    _seed_everything(config.train.seed)
+    seed_everything(config.train.seed)
     llm = build_llm(config)
     try:
-        agent = build_agent(config, llm, 1, _env_instructions(config))
+        agent = build_agent(config, llm, 1, env_instructions(config))
         env = gym.make(config.env.id, **dict(config.env.kwargs))
         totals: dict[str, float] = defaultdict(float)
         key = policy_logits_key(llm.module_function_keys)
@@ -57,7 +58,7 @@ def main() -> None:
         if args.episodes:
             width = min(args.episodes, config.train.eval_num_envs)
             for greedy in (False, True):
-                agent = build_agent(config, llm, width, _env_instructions(config))
+                agent = build_agent(config, llm, width, env_instructions(config))
                 result = evaluate(agent, config, args.episodes, seed=args.seed, greedy=greedy)
                 label = "greedy" if greedy else "sampled"
                 print(f"untrained policy, {label}: success {result['success_rate']:.3f}, return {result['episode_return']:.3f}")

@@ -28,7 +28,7 @@ import gymnasium as gym
 from llmgym.agents.policies import Decision
 from llmgym.algorithms import NLPO, algorithm_class
 from llmgym.algorithms.fluency import fluency_metrics
-from llmgym.algorithms.trainer import build_agent, build_llm
+from llmgym.build import build_agent, build_llm
 from llmgym.checkpoint import latest_checkpoint
 from llmgym.config import Config, load_config
 from llmgym.stats import bootstrap_ci
@@ -65,7 +65,7 @@ def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int
     agent = build_agent(config, llm, width)
     agent.generator.manual_seed(seed)
     if issubclass(algorithm_class(config.algorithm.name), NLPO) and llm.backend.mask_policy.params is not None:
-        agent.policy = agent.policy.masked(config.algorithm.mask_top_p)  # the trained NLPO policy samples masked
+        agent.policy = agent.policy.masked(config.algorithm.nlpo.mask_top_p)  # the trained NLPO policy samples masked
     env = gym.make(config.env.id, **dict(config.env.kwargs))
     rewards: list[float] = []
     completions: list[str] = []

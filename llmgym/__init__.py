@@ -36,7 +36,7 @@ _LAZY: dict[str, str] = {
     "load_model": "llmgym.llm.models",
     "make_vec": "llmgym.envs.vector",
     "TextVectorEnv": "llmgym.envs.vector",
-    "check_text_env": "llmgym.envs.core",
+    "check_text_env": "llmgym.envs.checker",
     "Agent": "llmgym.agents.generative",
     "BaseAgent": "llmgym.agents.base",
     "ScoringAgent": "llmgym.agents.scoring",
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from llmgym.algorithms.ppo import PPO
     from llmgym.algorithms.rloo import RLOO
     from llmgym.algorithms.trpo import TRPO
-    from llmgym.envs.core import check_text_env
+    from llmgym.envs.checker import check_text_env
     from llmgym.envs.vector import TextVectorEnv, make_vec
     from llmgym.llm.client import LLM
     from llmgym.llm.generation import Generation

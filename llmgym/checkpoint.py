@@ -24,18 +24,16 @@ import os
 import random
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from llmgym.atomic_io import OLD_DIR, TMP_DIR, fsync_dir, write_atomic_dir, write_text_atomic
+from llmgym.config import move_renamed_keys
 from llmgym.errors import CheckpointError, ConfigError, DiskFullError, LLMGymError
 from llmgym.run_lock import lock_holder
 
 __all__ = [
-    "write_atomic_dir",
-    "write_text_atomic",
-    "fsync_tree",
     "write_manifest",
     "verify_manifest",
     "clean_crash_leftovers",
@@ -62,92 +60,6 @@ TRAINER_TENSORS = "trainer_tensors.pt"
 CONFIG = "config.yaml"
 _MANIFEST_FORMAT = 1
 _STEP_DIR = re.compile(r"step-\d+")
-_TMP_DIR = re.compile(r"\.(?P<name>.+)-tmp-[^/]+")
-_OLD_DIR = re.compile(r"\.(?P<name>.+)-old-\d+")
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(folder: str | Path) -> None:
-    """Flush every file below ``folder`` and every folder (itself included) to disk.
-
-    Args:
-        folder: The folder to flush.
-    """
-    for root, _, files in os.walk(folder):
-        for name in files:
-            fd = os.open(Path(root) / name, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(root))
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write a text file through a fsynced temporary file and ``os.replace``, then fsync its folder.
-
-    Args:
-        path: The file to write (replaced if it exists).
-        text: Its content.
-
-    Returns:
-        ``path``.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(target.parent)
-    return target
-
-
-def write_atomic_dir(target: str | os.PathLike[str], write: Callable[[Path], None]) -> Path:
-    """Build a folder with ``write(tmp_dir)``, fsync it, and move it into place in one rename.
-
-    An existing ``target`` is replaced only after the new folder is complete; a crash between the
-    two renames of a replacement leaves the old folder as ``.<name>-old-<pid>``, which
-    :func:`clean_crash_leftovers` moves back.
-
-    Args:
-        target: Final folder path.
-        write: Fills the temporary folder it is given.
-
-    Returns:
-        ``target``.
-    """
-    final = Path(target)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-tmp-"))
-    try:
-        write(tmp)
-        fsync_tree(tmp)
-        if final.exists():
-            old = final.with_name(f".{final.name}-old-{os.getpid()}")
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-        _fsync_dir(final.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
 
 
 def _sha256(path: Path) -> str:
@@ -243,7 +155,7 @@ def _leftovers(run: Path) -> list[Path]:
     if root.is_dir():
         found += [
             p for p in root.iterdir()
-            if _TMP_DIR.fullmatch(p.name) or _OLD_DIR.fullmatch(p.name) or p.name.startswith(f".{LATEST}-")
+            if TMP_DIR.fullmatch(p.name) or OLD_DIR.fullmatch(p.name) or p.name.startswith(f".{LATEST}-")
         ]
     return sorted(found)
 
@@ -265,16 +177,16 @@ def clean_crash_leftovers(run_dir: str | Path) -> list[str]:
     run = Path(run_dir)
     cleaned = []
     for path in _leftovers(run):
-        old = _OLD_DIR.fullmatch(path.name)
+        old = OLD_DIR.fullmatch(path.name)
         if old is not None and not (path.parent / old["name"]).exists():
             os.replace(path, path.parent / old["name"])
         else:
             _remove(path)
         cleaned.append(path.name)
     if cleaned:
-        _fsync_dir(run)
+        fsync_dir(run)
         if (run / CHECKPOINTS).is_dir():
-            _fsync_dir(run / CHECKPOINTS)
+            fsync_dir(run / CHECKPOINTS)
         logger.warning("Cleaned the leftovers of an interrupted save in %s: %s", run, ", ".join(cleaned))
     return cleaned
 
@@ -552,7 +464,8 @@ def load_checkpoint_config(checkpoint: str | Path) -> dict[str, Any]:
         checkpoint: A checkpoint folder.
 
     Returns:
-        Its ``config.yaml`` as a dict.
+        Its ``config.yaml`` as a dict, keys renamed since it was written under their new names
+        (:data:`llmgym.config.RENAMED_KEYS`).
 
     Raises:
         CheckpointError: When the file cannot be read or holds no mapping.
@@ -566,6 +479,7 @@ def load_checkpoint_config(checkpoint: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is unreadable ({exc}); resume from another checkpoint.") from exc
     if not isinstance(saved, dict):
         raise CheckpointError(f"{path} holds no config mapping; resume from another checkpoint.")
+    move_renamed_keys(saved, str(path))  # a run saved before a key was renamed resumes
     return saved
 
 

@@ -252,7 +252,7 @@ def _cmd_convert(path: str, approximate: bool, model: str | None, output: str | 
     if output is None:
         print(text, end="")
     else:
-        from llmgym.checkpoint import write_text_atomic
+        from llmgym.atomic_io import write_text_atomic
 
         write_text_atomic(output, text)
     return 0
@@ -463,7 +463,8 @@ def _quiet_third_party_output() -> None:
 
 
 def _cmd_train(config_arg: str | None, overrides: list[str]) -> int:
-    from llmgym.config import check_requirements, load_config
+    from llmgym.config import load_config
+    from llmgym.requirements import check_requirements
 
     config = load_config(*_split_config_arg(config_arg, overrides))
     check_requirements(config)  # before torch is imported, the model loads or the run directory exists

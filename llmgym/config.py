@@ -20,12 +20,12 @@ import numbers
 import os
 import typing
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from llmgym.errors import ConfigError, require_installed
+from llmgym.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -40,16 +40,20 @@ __all__ = [
     "EnvConfig",
     "AgentConfig",
     "AlgorithmConfig",
+    "PPOSection",
+    "TRPOSection",
+    "NLPOSection",
+    "GroupSection",
     "KLConfig",
     "TrainConfig",
     "WandbConfig",
     "LoggingConfig",
     "Config",
     "load_config",
+    "move_renamed_keys",
     "shipped_configs",
     "resolve_config",
     "CONFIG_ARGUMENT_RULE",
-    "check_requirements",
     "save_config",
     "config_to_dict",
     "iter_field_help",
@@ -505,15 +509,110 @@ ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "grpo", "rloo", "nlpo", "trpo"
 
 
 @dataclass
+class PPOSection(_Section):
+    """The clipped surrogate's knobs (``algorithm.ppo``): PPO, NLPO, GRPO and RLOO."""
+
+    _section: ClassVar[str] = "algorithm.ppo"
+    clip_range: float = _f(0.2, "Policy ratio clip.")
+    value_clip_range: Optional[float] = _f(
+        0.2, "Value clip around the old value; null disables it (GRPO and RLOO have no critic)."
+    )
+
+    def _check(self) -> None:
+        for name in ("clip_range", "value_clip_range"):
+            _check_positive(self._section, name, getattr(self, name))
+
+
+@dataclass
+class TRPOSection(_Section):
+    """TRPO's natural-gradient step (``algorithm.trpo``)."""
+
+    _section: ClassVar[str] = "algorithm.trpo"
+    max_kl: float = _f(
+        0.01,
+        "Trust-region radius, the largest mean KL divergence of the updated policy from the behaviour "
+        "policy over the rollout that one policy step may reach (the line search rejects steps beyond it).",
+    )
+    cg_steps: int = _f(10, "Conjugate-gradient iterations solving F x = g for the natural-gradient direction.")
+    cg_damping: float = _f(
+        0.1, "Damping lambda of the Fisher-vector products, (F + lambda I) x = g, which keeps CG stable."
+    )
+    line_search_steps: int = _f(
+        10, "Backtracking trials at most (fractions 1, shrink, shrink^2... of the full step) before the step is dropped."
+    )
+    line_search_shrink: float = _f(
+        0.5,
+        "Factor in (0, 1) between consecutive line-search fractions (OpenAI baselines' 0.5; SB3-contrib uses "
+        "0.8, whose 10 trials stop at 0.13 of the full step: on the tiny test model one seed had all its steps "
+        "rejected after the first).",
+    )
+
+    def _check(self) -> None:
+        for name in ("max_kl", "cg_steps", "line_search_steps"):
+            _check_positive(self._section, name, getattr(self, name))
+        _check_positive(self._section, "cg_damping", self.cg_damping, allow_zero=True)
+        if not 0 < self.line_search_shrink < 1:
+            raise ConfigError(
+                f"{self._section}.line_search_shrink={self.line_search_shrink!r} must lie in (0, 1), e.g. 0.5 or 0.8."
+            )
+
+
+@dataclass
+class NLPOSection(_Section):
+    """NLPO's mask policy (``algorithm.nlpo``)."""
+
+    _section: ClassVar[str] = "algorithm.nlpo"
+    mask_top_p: float = _f(
+        0.9,
+        "Every generated token is sampled from the smallest set of tokens whose probability under the "
+        "mask policy reaches this (RL4LMs' top_mask); 1 keeps every token (PPO).",
+    )
+    mask_update_interval: int = _f(
+        5,
+        "The mask policy is a snapshot of the policy, refreshed after every this many updates "
+        "(RL4LMs' target_update_iterations; 5 in its IMDB config, 20 in others).",
+    )
+
+    def _check(self) -> None:
+        _check_positive(self._section, "mask_update_interval", self.mask_update_interval)
+        if not 0.0 < self.mask_top_p <= 1.0:
+            raise ConfigError(f"{self._section}.mask_top_p={self.mask_top_p!r} must lie in (0, 1]; NLPO uses 0.9.")
+
+
+@dataclass
+class GroupSection(_Section):
+    """The group baselines of GRPO and RLOO (``algorithm.group``)."""
+
+    _section: ClassVar[str] = "algorithm.group"
+    size: int = _f(
+        4,
+        "Episodes per group, played from one reset seed and baselined against each other; env.num_envs must be "
+        "a multiple of it.",
+    )
+
+    def _check(self) -> None:
+        if self.size < 2:
+            raise ConfigError(
+                f"{self._section}.size={self.size!r} must be >= 2: a group baseline compares an episode "
+                "with the others of its group."
+            )
+
+
+@dataclass
 class AlgorithmConfig(_Section):
-    """The RL algorithm and its hyper-parameters (the ``algorithm`` section)."""
+    """The RL algorithm and its hyper-parameters (the ``algorithm`` section).
+
+    The fields every algorithm reads are here; each algorithm's own knobs are in a subsection
+    (``ppo``, ``trpo``, ``nlpo``, ``group``).
+    """
 
     _section: ClassVar[str] = "algorithm"
     name: str = _f(
         "ppo",
         "The algorithm: ppo, a2c, grpo or rloo (the last two critic-free, with group baselines), nlpo (PPO "
         "over the top-p tokens of a periodically refreshed mask policy; generative and token agents only) "
-        "or trpo (a natural-gradient step in a KL trust region): llmgym.algorithms.registry.",
+        "or trpo (a natural-gradient step in a KL trust region): llmgym.algorithms.registry. Or a user "
+        "algorithm as 'package.module:ClassName', an llmgym.OnPolicyAlgorithm subclass.",
     )
     updater: Optional[str] = _f(
         None, "Custom Updater class as 'module:Class'; null uses the algorithm's own updater."
@@ -525,11 +624,6 @@ class AlgorithmConfig(_Section):
         "Env steps collected per env before each update (grpo/rloo: the most steps one round of group "
         "episodes may take).",
     )
-    group_size: int = _f(
-        4,
-        "grpo/rloo: episodes per group, played from one reset seed and baselined against each other; "
-        "env.num_envs must be a multiple of it.",
-    )
     epochs: int = _f(4, "Passes over each rollout (PPO; TRPO: the critic's passes); A2C always uses 1.")
     minibatch_size: int = _f(32, "Transitions per gradient step.")
     gradient_accumulation_steps: int = _f(
@@ -540,8 +634,6 @@ class AlgorithmConfig(_Section):
     gamma: float = _f(0.99, "Discount factor.")
     gae_lambda: float = _f(0.95, "GAE lambda (1: Monte-Carlo returns, 0: one-step TD).")
     normalize_advantages: bool = _f(True, "Whiten advantages (mean 0, std 1) over the whole rollout before the update.")
-    clip_range: float = _f(0.2, "PPO policy ratio clip.")
-    value_clip_range: Optional[float] = _f(0.2, "PPO value clip around the old value; null disables it.")
     value_coef: float = _f(0.5, "Weight of the value loss.")
     entropy_coef: float = _f(0.01, "Weight of the entropy bonus.")
     kl: KLConfig = _f(
@@ -551,71 +643,34 @@ class AlgorithmConfig(_Section):
     )
     target_kl: Optional[float] = _f(None, "Stop the epoch loop when the approximate KL exceeds this.")
     max_grad_norm: Optional[float] = _f(0.5, "Clip the global gradient norm; null disables clipping.")
-    max_kl: float = _f(
-        0.01,
-        "TRPO: trust-region radius, the largest mean KL divergence of the updated policy from the behaviour "
-        "policy over the rollout that one policy step may reach (the line search rejects steps beyond it).",
-    )
-    cg_steps: int = _f(10, "TRPO: conjugate-gradient iterations solving F x = g for the natural-gradient direction.")
-    cg_damping: float = _f(
-        0.1, "TRPO: damping lambda of the Fisher-vector products, (F + lambda I) x = g, which keeps CG stable."
-    )
-    line_search_steps: int = _f(
-        10, "TRPO: backtracking trials at most (fractions 1, shrink, shrink^2... of the full step) before the step is dropped."
-    )
-    line_search_shrink: float = _f(
-        0.5,
-        "TRPO: factor in (0, 1) between consecutive line-search fractions (OpenAI baselines' 0.5; SB3-contrib uses "
-        "0.8, whose 10 trials stop at 0.13 of the full step: on the tiny test model one seed had all its steps "
-        "rejected after the first).",
-    )
     anneal_lr: bool = _f(
         False,
         "Decay both learning rates linearly to 0 over train.total_env_steps (CleanRL's anneal_lr): the update "
         "of rollout k uses lr * (1 - env steps before it / total), so late updates on a policy that already "
         "succeeds cannot undo it.",
     )
-    mask_top_p: float = _f(
-        0.9,
-        "nlpo: every generated token is sampled from the smallest set of tokens whose probability under the "
-        "mask policy reaches this (RL4LMs' top_mask); 1 keeps every token (PPO).",
-    )
-    mask_update_interval: int = _f(
-        5,
-        "nlpo: the mask policy is a snapshot of the policy, refreshed after every this many updates "
-        "(RL4LMs' target_update_iterations; 5 in its IMDB config, 20 in others).",
-    )
     value_head: str = _f(
         "shared",
         "shared (value loss also trains the LLM trunk/adapters) or detached (the critic reads the LLM's "
         "hidden states but its loss does not train the LLM).",
     )
+    ppo: PPOSection = _f(PPOSection, "The clipped surrogate (ppo, nlpo, grpo, rloo).")
+    trpo: TRPOSection = _f(TRPOSection, "TRPO's natural-gradient step.")
+    nlpo: NLPOSection = _f(NLPOSection, "NLPO's mask policy.")
+    group: GroupSection = _f(GroupSection, "GRPO's and RLOO's group baselines.")
 
     def _check(self) -> None:
-        _check_choice("algorithm", "name", self.name, ALGORITHM_NAMES)
+        if ":" not in self.name:
+            _check_choice("algorithm", "name", self.name, ALGORITHM_NAMES)
         _check_choice("algorithm", "value_head", self.value_head, ("shared", "detached"))
-        for name in (
-            "learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps", "max_kl",
-            "cg_steps", "line_search_steps", "mask_update_interval",
-        ):
+        for name in ("learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps"):
             _check_positive("algorithm", name, getattr(self, name))
-        if not 0 < self.line_search_shrink < 1:
-            raise ConfigError(
-                f"algorithm.line_search_shrink={self.line_search_shrink!r} must lie in (0, 1), e.g. 0.5 or 0.8."
-            )
-        if self.group_size < 2:
-            raise ConfigError(
-                f"algorithm.group_size={self.group_size!r} must be >= 2: a group baseline compares an episode "
-                "with the others of its group."
-            )
-        for name in ("head_learning_rate", "value_coef", "entropy_coef", "cg_damping"):
+        for name in ("head_learning_rate", "value_coef", "entropy_coef"):
             _check_positive("algorithm", name, getattr(self, name), allow_zero=True)
-        for name in ("clip_range", "value_clip_range", "target_kl", "max_grad_norm"):
+        for name in ("target_kl", "max_grad_norm"):
             _check_positive("algorithm", name, getattr(self, name))
         _check_unit("algorithm", "gamma", self.gamma)
         _check_unit("algorithm", "gae_lambda", self.gae_lambda)
-        if not 0.0 < self.mask_top_p <= 1.0:
-            raise ConfigError(f"algorithm.mask_top_p={self.mask_top_p!r} must lie in (0, 1]; NLPO uses 0.9.")
         if self.updater is not None and ":" not in self.updater:
             raise ConfigError(
                 f"algorithm.updater={self.updater!r} must look like 'package.module:ClassName'."
@@ -841,64 +896,65 @@ def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
     )
 
 
-#: ``(setting, whether the config uses it, module, extra)`` of each setting that needs an optional package.
-_SETTING_EXTRAS: tuple[tuple[str, Callable[[Config], bool], str, str], ...] = (
-    ("logging.tensorboard=true", lambda c: c.logging.tensorboard, "tensorboard", "tensorboard"),
-    ("model.load_in_4bit=true", lambda c: c.model.load_in_4bit, "bitsandbytes", "quantization"),
-)
-
-
-def check_requirements(config: Config) -> None:
-    """Check that a config can run: its env id is registered and every optional package it needs is installed.
-
-    Fast (nothing is imported or built): meant to run before a model loads or a run directory exists.
-
-    Args:
-        config: The run config.
-
-    Raises:
-        ConfigError: If ``env.id`` is not registered (with close matches).
-        MissingDependencyError: If the env (with ``env.kwargs``) or a setting needs an optional
-            package that is not installed; the message names the extra to install.
-    """
-    from llmgym.envs.registration import check_env_id
-
-    check_env_id(config.env.id, config.env.kwargs)
-    for setting, uses, module, extra in _SETTING_EXTRAS:
-        if uses(config):
-            require_installed(module, extra, setting)
-
-
 #: Config keys that were renamed: old dotted key -> new one (the old one loads, with a FutureWarning).
 RENAMED_KEYS: dict[str, str] = {
     "model.minibatch_size": "model.forward_batch_size",
     "algorithm.kl_coef": "algorithm.kl.coef",
+    # each algorithm's own knobs moved into its subsection
+    "algorithm.clip_range": "algorithm.ppo.clip_range",
+    "algorithm.value_clip_range": "algorithm.ppo.value_clip_range",
+    "algorithm.max_kl": "algorithm.trpo.max_kl",
+    "algorithm.cg_steps": "algorithm.trpo.cg_steps",
+    "algorithm.cg_damping": "algorithm.trpo.cg_damping",
+    "algorithm.line_search_steps": "algorithm.trpo.line_search_steps",
+    "algorithm.line_search_shrink": "algorithm.trpo.line_search_shrink",
+    "algorithm.mask_top_p": "algorithm.nlpo.mask_top_p",
+    "algorithm.mask_update_interval": "algorithm.nlpo.mask_update_interval",
+    "algorithm.group_size": "algorithm.group.size",
 }
 
 
-def _renamed(layer: Any, source: str) -> Any:
-    """``layer`` (an OmegaConf mapping) with each renamed key moved to its new name, warning once per key."""
-    from omegaconf import OmegaConf
+def move_renamed_keys(plain: dict[str, Any], source: str) -> list[str]:
+    """Move each key of :data:`RENAMED_KEYS` found in ``plain`` (a nested config dict) to its new name, in place.
 
+    Warns once per old key found (a ``FutureWarning`` naming ``source``); a new key already set wins.
+
+    Args:
+        plain: A nested config mapping (a YAML file, an override, a checkpoint's saved config).
+        source: Where it came from, for the warning.
+
+    Returns:
+        The old keys that were moved.
+    """
+    moved: list[str] = []
     for old, new in RENAMED_KEYS.items():
-        section, _, name = old.partition(".")
-        values = layer.get(section) if hasattr(layer, "get") else None
-        if values is None or not hasattr(values, "keys") or name not in values:
+        *path, name = old.split(".")
+        parent: Any = plain
+        for part in path:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict) or name not in parent:
             continue
         warnings.warn(
             f"{old} (in {source}) is renamed {new}; it still loads, but write {new} instead.",
             FutureWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-        plain = typing.cast(dict[str, Any], OmegaConf.to_container(layer))
-        value = plain[section].pop(name)
-        *parents, leaf = new.split(".")
-        node = plain
-        for part in parents:
-            node = node.setdefault(part, {})
-        node.setdefault(leaf, value)
-        layer = OmegaConf.create(plain)
-    return layer
+        value = parent.pop(name)
+        *new_path, new_name = new.split(".")
+        target = plain
+        for part in new_path:
+            target = target.setdefault(part, {})
+        target.setdefault(new_name, value)
+        moved.append(old)
+    return moved
+
+
+def _renamed(layer: Any, source: str) -> Any:
+    """``layer`` (an OmegaConf mapping) with each renamed key moved to its new name (:func:`move_renamed_keys`)."""
+    from omegaconf import OmegaConf
+
+    plain = typing.cast(dict[str, Any], OmegaConf.to_container(layer))
+    return OmegaConf.create(plain) if move_renamed_keys(plain, source) else layer
 
 
 def _from_rl4lms(loaded: Any, overrides: list[str] | tuple[str, ...]) -> Any:
@@ -983,7 +1039,7 @@ def save_config(config: Config, path: str | Path) -> Path:
     """Write the resolved config as YAML (atomically, fsynced) and return the path."""
     import yaml
 
-    from llmgym.checkpoint import write_text_atomic
+    from llmgym.atomic_io import write_text_atomic
 
     return write_text_atomic(path, yaml.safe_dump(config_to_dict(config), sort_keys=False))
 

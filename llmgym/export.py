@@ -174,7 +174,7 @@ def _base_model(config: ModelConfig, model: Any) -> tuple[str, str]:
 
 def _load_llm(config: Config, checkpoint: Path) -> LocalLLM:
     """The checkpoint's model and heads in this process, on the CPU unless the base is 4-bit (CUDA)."""
-    from llmgym.algorithms.trainer import build_heads
+    from llmgym.build import build_heads
     from llmgym.llm.local import LocalLLM
 
     model_config = config.model if config.model.load_in_4bit else dataclasses.replace(config.model, device="cpu")
@@ -347,7 +347,7 @@ def export_run(
         ConfigError: ``merge`` on a 4-bit (QLoRA) run, or an adapter of a base that was not
             pretrained (``model.pretrained=false``) without ``merge``.
     """
-    from llmgym.checkpoint import write_atomic_dir
+    from llmgym.atomic_io import write_atomic_dir
     from llmgym.config import load_config
 
     run = Path(run_dir)
@@ -411,7 +411,7 @@ def load_heads(folder: str | os.PathLike[str]) -> dict[str, ModuleFunction]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from llmgym.algorithms.trainer import build_heads
+    from llmgym.build import build_heads
     from llmgym.config import load_config
 
     root = Path(folder)

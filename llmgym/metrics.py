@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmgym.checkpoint import write_text_atomic
+from llmgym.atomic_io import write_text_atomic
 from llmgym.config import LoggingConfig
 from llmgym.errors import require
 

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from llmgym.config import Config, check_requirements, load_config
+from llmgym.config import Config, load_config
 from llmgym.errors import ConfigError
 from llmgym.lifetime import exit_with_parent
 from llmgym.metrics import read_metrics
+from llmgym.requirements import check_requirements
 from llmgym.run_lock import default_run_stem, new_run_dir
 from llmgym.stats import bootstrap_ci, iqm
 

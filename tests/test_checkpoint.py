@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from llmgym.atomic_io import write_atomic_dir
 from llmgym.checkpoint import (
     capture_rng_state,
     check_resume_config,
@@ -18,7 +19,6 @@ from llmgym.checkpoint import (
     restore_rng_state,
     save_checkpoint,
     verify_manifest,
-    write_atomic_dir,
     write_manifest,
 )
 from llmgym.errors import CheckpointError, ConfigError
@@ -236,3 +236,10 @@ def test_cuda_rng_states_restore_by_device_number_not_by_name():
     assert [i for i, _ in cuda_rng_states(tensors, 12)] == [0, 1, 2, 3, 10, 11]
     assert cuda_rng_states(tensors, 12)[4] == (10, "state-10")  # cuda10's state goes to device 10, not 2
     assert cuda_rng_states(tensors, 2) == [(0, "state-0"), (1, "state-1")]  # devices this machine lacks: skipped
+
+
+def test_a_checkpoint_config_written_before_a_rename_reads_under_the_new_keys(tmp_path):
+    (tmp_path / "config.yaml").write_text("algorithm:\n  name: grpo\n  group_size: 8\n  clip_range: 0.1\n")
+    with pytest.warns(FutureWarning, match="algorithm.group_size"):
+        saved = load_checkpoint_config(tmp_path)
+    assert saved == {"algorithm": {"name": "grpo", "group": {"size": 8}, "ppo": {"clip_range": 0.1}}}

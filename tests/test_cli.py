@@ -137,7 +137,7 @@ SMOKE = [
     "train.total_env_steps=8", "env.num_envs=2", "algorithm.rollout_steps=4", "algorithm.epochs=1",
     "algorithm.minibatch_size=4", "train.eval_episodes=2", "train.eval_every=null", "train.checkpoint_every=null",
     "logging.progress=false", "agent.max_prompt_tokens=256", "agent.max_new_tokens=4", "model.forward_batch_size=8",
-    "env.max_episode_steps=4", "algorithm.group_size=2",
+    "env.max_episode_steps=4", "algorithm.group.size=2",
 ]
 
 

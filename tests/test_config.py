@@ -1,6 +1,5 @@
 import dataclasses
 import math
-import sys
 
 import pytest
 from hypothesis import given
@@ -9,7 +8,6 @@ from hypothesis import strategies as st
 from llmgym.config import (
     Config,
     ModelConfig,
-    check_requirements,
     config_to_dict,
     iter_field_help,
     load_config,
@@ -17,7 +15,7 @@ from llmgym.config import (
     save_config,
     shipped_configs,
 )
-from llmgym.errors import ConfigError, MissingDependencyError
+from llmgym.errors import ConfigError
 
 
 def test_defaults_load_without_file():
@@ -105,27 +103,6 @@ def test_an_unknown_config_name_lists_the_shipped_ones():
         resolve_config("configs/quickstart.yaml")  # a path (the old layout), not a bare name
 
 
-@pytest.mark.parametrize(
-    ("module", "overrides", "extra"),
-    [
-        ("sacrebleu", ["env.id=llmgym/TextGen-v0", "env.kwargs.reward=bleu"], "metrics"),
-        ("rouge_score", ["env.id=llmgym/TextGen-v0", "env.kwargs.reward=rouge"], "metrics"),
-        ("tensorboard", ["logging.tensorboard=true"], "tensorboard"),
-        ("bitsandbytes", ["model.load_in_4bit=true"], "quantization"),
-    ],
-)
-def test_check_requirements_names_the_missing_extra(monkeypatch, module, overrides, extra):
-    monkeypatch.setitem(sys.modules, module, None)  # what an install without the extra looks like
-    with pytest.raises(MissingDependencyError, match=rf"'{module}'.*pip install 'llmgym\[{extra}\]'"):
-        check_requirements(load_config(None, overrides))
-    check_requirements(load_config(None, ["env.id=llmgym/TextGen-v0"]))  # the default reward needs nothing
-
-
-def test_check_requirements_rejects_an_unknown_env_id():
-    with pytest.raises(ConfigError, match="llmgym envs"):
-        check_requirements(load_config(None, ["env.id=llmgym/NoSuchEnv-v0"]))
-
-
 def test_config_error_is_value_error():
     with pytest.raises(ValueError):
         ModelConfig(dtype="int4")
@@ -200,11 +177,11 @@ def test_nan_learning_rate_is_refused_by_load_config_and_direct_construction():
 
 @given(value=st.floats(allow_nan=True, allow_infinity=True))
 def test_float_fields_accept_exactly_the_finite_in_range_values(value):
-    from llmgym.config import AgentConfig, AlgorithmConfig
+    from llmgym.config import AgentConfig, AlgorithmConfig, PPOSection
 
     ok = math.isfinite(value) and value > 0
     for build in (lambda: AlgorithmConfig(learning_rate=value), lambda: AgentConfig(temperature=value),
-                  lambda: AlgorithmConfig(clip_range=value), lambda: AlgorithmConfig(target_kl=value)):
+                  lambda: AlgorithmConfig(ppo=PPOSection(clip_range=value)), lambda: AlgorithmConfig(target_kl=value)):
         if ok:
             build()
         else:
@@ -238,6 +215,17 @@ def test_a_renamed_key_still_loads_with_a_future_warning(tmp_path):
     with pytest.warns(FutureWarning, match="override 'model.minibatch_size=7'"):
         assert load_config(None, ["model.minibatch_size=7"]).model.forward_batch_size == 7
     assert load_config(None, ["algorithm.minibatch_size=7"]).algorithm.minibatch_size == 7  # not renamed
+
+
+def test_the_flat_algorithm_keys_load_into_their_sections_with_a_future_warning(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("algorithm:\n  name: trpo\n  max_kl: 0.05\n  group_size: 6\n  trpo:\n    cg_steps: 3\n")
+    with pytest.warns(FutureWarning, match="algorithm.max_kl .* is renamed algorithm.trpo.max_kl"):
+        algorithm = load_config(path, ["algorithm.clip_range=0.3", "algorithm.mask_top_p=0.5"]).algorithm
+    assert (algorithm.trpo.max_kl, algorithm.trpo.cg_steps, algorithm.group.size) == (0.05, 3, 6)
+    assert (algorithm.ppo.clip_range, algorithm.nlpo.mask_top_p) == (0.3, 0.5)
+    with pytest.raises(ConfigError, match="algorithm.trpo.max_kl=0"):
+        load_config(None, ["algorithm.trpo.max_kl=0"])
 
 
 @pytest.mark.parametrize("name", ["babyai_ppo", "babyai_ppo_lora"])

@@ -45,3 +45,9 @@ def test_no_string_dispatch_on_the_algorithm_name():
         if 'name == "ppo"' in path.read_text() or 'name == "a2c"' in path.read_text()
     ]
     assert not hits, hits
+
+
+def test_generation_and_masking_do_not_import_each_other():
+    generation = _imports(PACKAGE / "llm" / "generation.py")
+    masking = _imports(PACKAGE / "llm" / "masking.py")
+    assert not ("llmgym.llm.masking" in generation and "llmgym.llm.generation" in masking)

@@ -11,6 +11,7 @@ from llmgym.agents.history import History, PlainTemplate, Prompt
 from llmgym.agents.policies import Decision, TokenChoice, TokenPolicy, decoder_state_values
 from llmgym.envs.core import normalize_action_text
 from llmgym.errors import InvalidActionError
+from llmgym.llm.protocols import PolicyLLM
 from llmgym.llm.sampling import Sampling
 
 __all__ = ["DecoderHistory", "GenerativeAgent", "TokenAgent", "Agent", "is_encoder_decoder"]
@@ -130,7 +131,7 @@ class DecoderHistory(History):
         return replace(self._prompt, decoder_ids=tuple(self.decoder_ids))
 
 
-def is_encoder_decoder(llm: Any) -> bool:
+def is_encoder_decoder(llm: PolicyLLM) -> bool:
     """Whether an LLM (:class:`llmgym.LLM` or a backend) serves an encoder-decoder model.
 
     An in-process model says so itself (its config's ``is_encoder_decoder``); LLM servers are

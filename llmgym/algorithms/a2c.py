@@ -72,7 +72,7 @@ class A2C(OnPolicyAlgorithm):
     """Advantage Actor-Critic: one pass of policy-gradient minibatch steps per rollout.
 
     Built and used as :class:`~llmgym.algorithms.ppo.PPO` is; ``algorithm.epochs``,
-    ``clip_range``, ``value_clip_range`` and ``target_kl`` do not apply.
+    ``algorithm.ppo`` and ``target_kl`` do not apply.
     """
 
     name: ClassVar[str] = "a2c"

@@ -41,7 +41,7 @@ def episode_returns_by_group(returns: Sequence[float], group_size: int) -> Tenso
     """
     if group_size < 2 or not returns or len(returns) % group_size:
         raise InputError(
-            f"{len(returns)} episodes do not form groups of algorithm.group_size={group_size} (>= 2); give a multiple "
+            f"{len(returns)} episodes do not form groups of algorithm.group.size={group_size} (>= 2); give a multiple "
             f"of {group_size} episodes, each group played from one reset seed."
         )
     return torch.tensor([float(r) for r in returns], dtype=torch.float64).reshape(-1, group_size)
@@ -52,9 +52,9 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
 
     Args:
         agent: As :class:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm`; with envs, the vector
-            env's ``num_envs`` must be a multiple of ``algorithm.group_size``.
+            env's ``num_envs`` must be a multiple of ``algorithm.group.size``.
         envs: The vector env, or ``None``.
-        config: The ``algorithm`` section (``group_size``; ``value_coef`` and ``gae_lambda`` do
+        config: The ``algorithm`` section (``group.size``; ``value_coef`` and ``gae_lambda`` do
             not apply).
         seed: Seeds the rounds' reset seeds and the minibatch order.
 
@@ -70,10 +70,10 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         seed: int = 0,
     ) -> None:
         super().__init__(agent, envs, config, seed)
-        group = self.config.group_size
+        group = self.config.group.size
         if envs is not None and envs.num_envs % group:
             raise ConfigError(
-                f"{type(self).__name__} plays groups of algorithm.group_size={group} envs from one reset seed, but "
+                f"{type(self).__name__} plays groups of algorithm.group.size={group} envs from one reset seed, but "
                 f"env.num_envs={envs.num_envs}; set env.num_envs to a multiple of {group}."
             )
         self._rounds = 0
@@ -87,13 +87,13 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
     def objective(self) -> PPOObjective:
         """PPO's clipped surrogate with no value loss (there is no critic)."""
         cfg = self.config
-        return PPOObjective(cfg.clip_range, None, 0.0, cfg.entropy_coef, self.kl.loss_coef)
+        return PPOObjective(cfg.ppo.clip_range, None, 0.0, cfg.entropy_coef, self.kl.loss_coef)
 
     # ------------------------------------------------------------------ rollouts
     def _round_seeds(self, num_envs: int) -> list[int]:
-        groups = num_envs // self.config.group_size
+        groups = num_envs // self.config.group.size
         first = self._seed + self._rounds * groups
-        return [first + g for g in range(groups) for _ in range(self.config.group_size)]
+        return [first + g for g in range(groups) for _ in range(self.config.group.size)]
 
     def collect_rollout(self) -> dict[str, float]:
         """Play one round: every env's first episode from its group's seed; store them end to end.
@@ -138,12 +138,12 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
 
         Consecutive runs of ``group_size`` episodes are the groups: in LlamaGym's loop, play each
         group's episodes from one reset seed and set ``episodes_per_update`` to a multiple of
-        ``algorithm.group_size``. Their lengths are kept for :meth:`rollout_targets`.
+        ``algorithm.group.size``. Their lengths are kept for :meth:`rollout_targets`.
 
         Raises:
             InputError: The episodes do not form whole groups.
         """
-        episode_returns_by_group([sum(ep.rewards) for ep in episodes], self.config.group_size)
+        episode_returns_by_group([sum(ep.rewards) for ep in episodes], self.config.group.size)
         self._episode_lengths = [len(ep.decisions) for ep in episodes]
         return lay_end_to_end(episodes, 1.0, 1.0)
 
@@ -158,7 +158,7 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         starts = torch.cumsum(lengths, 0) - lengths
         # with gamma = lambda = 1 and no values, a first turn's GAE advantage is its episode's return
         returns = [float(batch.advantages[int(s)]) for s in starts]
-        advantages = self.group_advantages(episode_returns_by_group(returns, self.config.group_size)).reshape(-1)
+        advantages = self.group_advantages(episode_returns_by_group(returns, self.config.group.size)).reshape(-1)
         per_turn = torch.repeat_interleave(advantages, lengths).to(batch.advantages.dtype)
         return RolloutTargets(batch, per_turn)
 

@@ -1,7 +1,7 @@
 """NLPO, Natural Language Policy Optimization (Ramamurthy et al., 2022, RL4LMs), for generating agents.
 
 PPO over a masked action space. At every generated token the vocabulary is cut to the smallest
-set whose probability under a *mask policy* ``pi_psi`` reaches ``p = algorithm.mask_top_p``
+set whose probability under a *mask policy* ``pi_psi`` reaches ``p = algorithm.nlpo.mask_top_p``
 (RL4LMs' ``top_mask``), and the token is sampled from the current policy renormalised on that set::
 
     M_psi(s) = smallest S with sum_{a in S} pi_psi(a | s) >= p
@@ -11,7 +11,7 @@ The update is PPO's clipped surrogate on ``pi_masked``: the behaviour log-probs 
 recorded at sampling, and the current ones are recomputed under the same mask (the mask policy does
 not change during an update). ``pi_psi`` is a frozen snapshot of the policy's trainable weights
 (the LoRA adapter or the fine-tuned weights, :class:`~llmgym.llm.masking.MaskPolicy`), taken before
-the first rollout and refreshed after every ``algorithm.mask_update_interval`` updates (RL4LMs'
+the first rollout and refreshed after every ``algorithm.nlpo.mask_update_interval`` updates (RL4LMs'
 ``target_update_iterations``): it lags the policy, so the policy can only move probability among
 the tokens its recent self found plausible.
 
@@ -69,19 +69,19 @@ class NLPO(PPO):
         Raises:
             ConfigError: The agent generates no tokens (a scoring agent).
         """
-        agent.policy = agent.policy.masked(self.config.mask_top_p)
+        agent.policy = agent.policy.masked(self.config.nlpo.mask_top_p)
         agent.llm.refresh_mask_policy()
 
     def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:
         """PPO's epochs on the masked policy the rollout was sampled from (see :meth:`PPO.train`).
 
         Raises:
-            ConfigError: ``policy`` is not masked at ``algorithm.mask_top_p`` (the agent was not
+            ConfigError: ``policy`` is not masked at ``algorithm.nlpo.mask_top_p`` (the agent was not
                 prepared, or its policy was replaced by an unmasked one).
         """
-        if policy.masked(self.config.mask_top_p) != policy:
+        if policy.masked(self.config.nlpo.mask_top_p) != policy:
             raise ConfigError(
-                f"NLPO trains the policy masked at algorithm.mask_top_p={self.config.mask_top_p}, but the actions were "
+                f"NLPO trains the policy masked at algorithm.nlpo.mask_top_p={self.config.nlpo.mask_top_p}, but the actions were "
                 f"sampled from {policy}; build NLPO with the agent (NLPO(agent, envs, config)) or call "
                 "nlpo.prepare(agent) before it acts, and keep the mask in a replaced agent.policy (policy.masked(p))."
             )
@@ -99,7 +99,7 @@ class NLPO(PPO):
         return {**stats, **self.refresh_if_due(llm)}
 
     def refresh_if_due(self, llm: PolicyBackend) -> dict[str, float]:
-        """Snapshot the policy as the mask policy after every ``algorithm.mask_update_interval`` updates.
+        """Snapshot the policy as the mask policy after every ``algorithm.nlpo.mask_update_interval`` updates.
 
         Returns:
             ``{"mask_refreshed": 1.0}`` when it refreshed, else ``0.0``.
@@ -107,7 +107,7 @@ class NLPO(PPO):
         Raises:
             ConfigError: The LLM backend has no ``refresh_mask_policy``.
         """
-        if self.updates % self.config.mask_update_interval != 0:
+        if self.updates % self.config.nlpo.mask_update_interval != 0:
             return {"mask_refreshed": 0.0}
         if not isinstance(llm, MaskedPolicyBackend):
             raise ConfigError(f"NLPO needs an LLM with refresh_mask_policy() (llmgym.LLM); got {type(llm).__name__}.")

@@ -4,14 +4,15 @@ An algorithm (:class:`~llmgym.algorithms.ppo.PPO`, :class:`~llmgym.algorithms.a2
 :class:`OnPolicyAlgorithm` and writes two methods: :meth:`~OnPolicyAlgorithm.objective` (its
 loss, run on every LLM server) and :meth:`~OnPolicyAlgorithm.train` (its epoch loop on one
 rollout). ``PPO(agent, envs, config).learn(total_env_steps)`` is the library-level API; the
-config-driven :class:`~llmgym.algorithms.trainer.Trainer` adds logging, evaluation and checkpoints.
+config-driven :class:`~llmgym.algorithms.trainer.Trainer` adds logging, evaluation and checkpoints as
+callbacks (:mod:`~llmgym.algorithms.callbacks`).
 """
 
 from __future__ import annotations
 
 import abc
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
@@ -25,12 +26,15 @@ from llmgym.agents.policies import Decision, KLEstimator, Policy
 from llmgym.algorithms.advantages import whiten
 from llmgym.algorithms.batch import UpdateBatch
 from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
+from llmgym.algorithms.callbacks import CallbackArgument, as_callback
 from llmgym.algorithms.kl_control import KLController, KLMeasurement, reward_penalty
 from llmgym.algorithms.protocols import NaturalGradientObjective, Objective, PolicyBackend, RolloutObserver
-from llmgym.algorithms.updaters import PolicyUpdater
+from llmgym.algorithms.updaters import resolve_updater
+from llmgym.algorithms.user_classes import import_class, is_import_path
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import ConfigError, InputError
 from llmgym.llm.protocols import PolicyLLM
+from llmgym.llm.updater import Updater
 from llmgym.metrics import EpisodeStats
 
 if TYPE_CHECKING:
@@ -174,7 +178,8 @@ class OnPolicyAlgorithm(abc.ABC):
         agent: The agent (its ``num_envs`` is set to the vector env's); ``None`` when the
             algorithm only trains from whole episodes (LlamaGym's loop, :meth:`learn_from_episodes`).
         envs: A :class:`~llmgym.envs.vector.TextVectorEnv`, or ``None`` likewise.
-        config: The ``algorithm`` section; its ``name`` must be this algorithm's.
+        config: The ``algorithm`` section; its ``name`` must be this algorithm's (its registered name, or
+            for a user algorithm its import path ``'package.module:ClassName'``).
         seed: Seeds the first env reset and the minibatch order.
 
     Raises:
@@ -193,7 +198,7 @@ class OnPolicyAlgorithm(abc.ABC):
         seed: int = 0,
     ) -> None:
         self.config = config if config is not None else AlgorithmConfig(name=self.name)
-        if self.config.name != self.name:
+        if self.config.name != self.name and not self._named_by_import_path(self.config.name):
             raise ConfigError(
                 f"algorithm.name={self.config.name!r} but {type(self).__name__} runs {self.name!r}; build the config "
                 f"with name={self.name!r} (or use the class that name selects)."
@@ -226,6 +231,11 @@ class OnPolicyAlgorithm(abc.ABC):
         self.kl = KLController(self.config.kl)
         self._rollout_kl: list[KLMeasurement] = []
 
+    @classmethod
+    def _named_by_import_path(cls, name: str) -> bool:
+        """Whether ``algorithm.name`` is the import path of this class (a user algorithm)."""
+        return is_import_path(name) and import_class(name, "algorithm.name", OnPolicyAlgorithm, "algorithm") is cls  # type: ignore[type-abstract]
+
     # ------------------------------------------------------------------ what an algorithm defines
     @abc.abstractmethod
     def objective(self) -> Objective | NaturalGradientObjective:
@@ -245,13 +255,14 @@ class OnPolicyAlgorithm(abc.ABC):
         """The buffer's transitions and the advantages to train on (GAE, whitened when configured)."""
         return RolloutTargets.from_buffer(buffer, self.config.normalize_advantages)
 
-    def updater(self) -> PolicyUpdater:
+    def updater(self) -> Updater:
         """The server-side half, to build the LLM with: ``llmgym.LLM(..., updater=algo.updater())``.
 
-        It runs whatever objective each update sends, with this config's optimizer settings
-        (learning rates, gradient clipping, accumulation).
+        A :class:`~llmgym.algorithms.updaters.PolicyUpdater` (or the user class ``algorithm.updater``,
+        :func:`~llmgym.algorithms.updaters.resolve_updater`): it runs whatever objective each update
+        sends, with this config's optimizer settings (learning rates, gradient clipping, accumulation).
         """
-        return PolicyUpdater(self.config)
+        return resolve_updater(self.config)
 
     # ------------------------------------------------------------------ shared steps
     def run_epoch(
@@ -403,27 +414,30 @@ class OnPolicyAlgorithm(abc.ABC):
         decisions = self.buffer.get(torch.arange(len(self.buffer))).decisions
         return {**stats, **self.kl_statistics(stats, agent.policy, decisions)}
 
-    def learn(
-        self, total_env_steps: int, callback: Optional[Callable[[OnPolicyAlgorithm, dict[str, float]], None]] = None
-    ) -> dict[str, float]:
+    def learn(self, total_env_steps: int, callback: CallbackArgument = None) -> dict[str, float]:
         """Alternate rollouts and updates until ``total_env_steps`` env steps are taken.
 
         Args:
             total_env_steps: Env steps summed over envs (rounded up to whole rollouts); also the
                 budget ``algorithm.anneal_lr`` decays the learning rates over.
-            callback: Called after each update with the algorithm and the iteration's metrics.
+            callback: A :class:`~llmgym.algorithms.callbacks.Callback`, a list of them, or a function
+                ``f(algorithm, metrics)`` called after each update.
 
         Returns:
-            The last iteration's metrics.
+            The last iteration's metrics: the rollout's and the update's statistics and the episode statistics.
         """
+        hooks = as_callback(callback)
         metrics: dict[str, float] = {}
         self.total_env_steps = total_env_steps
+        hooks.on_training_start(self)
         while self.env_steps < total_env_steps:
+            hooks.on_rollout_start(self)
             metrics = self.collect_rollout()
+            hooks.on_rollout_end(self, metrics)
             metrics.update(self.update())
             metrics.update(self.episode_stats.summary())
-            if callback is not None:
-                callback(self, metrics)
+            hooks.on_update(self, metrics)
+        hooks.on_training_end(self)
         return metrics
 
     def learn_from_episodes(self, agent: BaseAgent, episodes: Sequence[Episode]) -> dict[str, float]:

@@ -127,7 +127,7 @@ class PPO(OnPolicyAlgorithm):
         """PPO's loss with this config's coefficients."""
         cfg = self.config
         return PPOObjective(
-            cfg.clip_range, cfg.value_clip_range, cfg.value_coef, cfg.entropy_coef, self.kl.loss_coef
+            cfg.ppo.clip_range, cfg.ppo.value_clip_range, cfg.value_coef, cfg.entropy_coef, self.kl.loss_coef
         )
 
     def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:

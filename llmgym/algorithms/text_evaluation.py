@@ -11,17 +11,21 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmgym.agents.base import BaseAgent
 from llmgym.config import Config
 from llmgym.errors import BackendError, ConfigError
+from llmgym.evaluation import EpisodeStep, play_episodes
 from llmgym.text_metrics import MetricContext, MetricSpec, compute_metrics
+
+if TYPE_CHECKING:
+    from llmgym.llm.client import LLM
 
 __all__ = ["evaluate_splits", "metrics_table", "local_model"]
 
 
-def local_model(llm: Any) -> Any:
+def local_model(llm: LLM) -> Any:
     """The policy's ``transformers`` model when it lives in this process, else ``None`` (Ray servers)."""
     try:
         return llm.model
@@ -52,47 +56,25 @@ def _complete(agent: BaseAgent, config: Config, split: str, limit: int | None) -
     shared = {**dict(config.env.kwargs), "datapool": samples, "datapool_kwargs": {}}
     envs = [first, *(gym.make(config.env.id, **shared) for _ in range(width - 1))]
     records: list[dict[str, Any]] = [{} for _ in range(count)]
-    pending = iter(range(count))
-    running: dict[int, int] = {}
-    state: dict[int, tuple[Any, dict[str, Any]]] = {}
     returns = [0.0] * count
 
-    def start_next(slot: int) -> None:
-        index = next(pending, None)
-        if index is None:
-            state.pop(slot, None)
-            return
-        running[slot] = index
-        agent.reset_env(slot)
-        state[slot] = envs[slot].reset(seed=index, options={"index": index})
+    def on_step(step: EpisodeStep) -> None:
+        index = step.episode
+        returns[index] += step.reward
+        if step.done:
+            sample = samples[index]
+            obs = step.next_observation
+            records[index] = {
+                "index": index,
+                "prompt": sample.prompt,
+                "completion": step.info.get("completion", obs["completion"] if isinstance(obs, dict) else ""),
+                "references": list(sample.references),
+                "reward": returns[index],
+                "metadata": dict(sample.metadata),
+            }
 
     try:
-        for slot in range(width):
-            start_next(slot)
-        while state:
-            active = sorted(state)
-            actions = agent.act_batch(
-                [state[i][0] for i in active], [state[i][1] for i in active], greedy=True, env_indices=active
-            )
-            for slot, action in zip(active, actions):
-                obs, reward, terminated, truncated, info = envs[slot].step(action)
-                index = running[slot]
-                returns[index] += float(reward)
-                if terminated or truncated:
-                    sample = samples[index]
-                    records[index] = {
-                        "index": index,
-                        "prompt": sample.prompt,
-                        "completion": info.get(
-                            "completion", obs["completion"] if isinstance(obs, dict) else ""
-                        ),
-                        "references": list(sample.references),
-                        "reward": returns[index],
-                        "metadata": dict(sample.metadata),
-                    }
-                    start_next(slot)
-                else:
-                    state[slot] = (obs, info)
+        play_episodes(agent, envs, count, lambda env, index: env.reset(seed=index, options={"index": index}), on_step)
     finally:
         for env in envs:
             env.close()

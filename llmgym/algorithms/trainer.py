@@ -2,28 +2,26 @@
 
 ``llmgym train CONFIG [overrides]`` calls :func:`run_training`; ``llmgym eval RUN_DIR`` calls
 :func:`evaluate_run`. A run directory holds ``config.yaml`` (the resolved config),
-``metrics.jsonl``, ``checkpoints/`` and, at the end, ``learning_curve.png``.
+``metrics.jsonl``, ``checkpoints/`` and, at the end, ``learning_curve.png``. The run's pieces are
+built by :mod:`llmgym.build`; its loop is ``OnPolicyAlgorithm.learn`` with the logging, evaluation
+(:mod:`llmgym.evaluation`) and checkpoint callbacks of this module.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import logging
-import random
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
 import yaml
 
-from llmgym.agents.base import BaseAgent
-from llmgym.agents.policies import Decision
+from llmgym.algorithms.callbacks import Callback
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.registry import algorithm_class
-from llmgym.algorithms.updaters import PolicyUpdater
+from llmgym.build import build_agent, build_llm, env_instructions, make_envs, seed_everything
 from llmgym.checkpoint import (
     capture_rng_state,
     check_resume_config,
@@ -35,17 +33,10 @@ from llmgym.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from llmgym.config import (
-    AlgorithmConfig,
-    Config,
-    check_requirements,
-    config_to_dict,
-    load_config,
-    save_config,
-)
+from llmgym.config import Config, config_to_dict, load_config, save_config
 from llmgym.envs.registration import check_env_id
 from llmgym.errors import CheckpointError, ConfigError
-from llmgym.llm.updater import Updater
+from llmgym.evaluation import eval_width, evaluate
 from llmgym.metrics import RunLogger, plot_learning_curve, trim_metrics
 from llmgym.report.records import (
     EPISODES_NAME,
@@ -56,257 +47,18 @@ from llmgym.report.records import (
     read_episode_records,
     trim_episode_records,
 )
+from llmgym.requirements import check_requirements
 from llmgym.run_lock import RunLock, check_new_run_dir, default_run_stem, new_run_dir
 
-if TYPE_CHECKING:
-    from llmgym.llm.client import LLM
-    from llmgym.llm.modules import ModuleFunction
-    from llmgym.llm.protocols import PolicyLLM
-
 __all__ = [
-    "resolve_updater",
-    "build_heads",
-    "build_llm",
-    "build_agent",
-    "make_envs",
-    "evaluate",
+    "CheckpointCallback",
+    "EvalCallback",
+    "RunLogCallback",
     "Trainer",
     "run_training",
     "evaluation_summary",
     "evaluate_run",
 ]
-
-logger = logging.getLogger(__name__)
-
-
-def resolve_updater(config: AlgorithmConfig) -> Updater:
-    """The updater named by the config: the generic policy updater, or a user class ``'module:Class'``.
-
-    A user class is instantiated with the algorithm config when its constructor accepts it,
-    else without arguments.
-    """
-    if config.updater is None:
-        return PolicyUpdater(config)
-    module_name, _, class_name = config.updater.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(
-            f"algorithm.updater={config.updater!r} could not be imported ({exc}); give 'package.module:ClassName' "
-            "of an importable llmgym.Updater subclass."
-        ) from exc
-    if not (isinstance(cls, type) and issubclass(cls, Updater)):
-        raise ConfigError(f"algorithm.updater={config.updater!r} is not an llmgym.Updater subclass.")
-    try:
-        updater: Updater = cls(config)  # type: ignore[call-arg]  # user classes may take the config
-    except TypeError:
-        updater = cls()
-    return updater
-
-
-def build_heads(config: Config) -> dict[str, ModuleFunction]:
-    """The module functions of a run: a value head, and the action head of scoring agents.
-
-    Args:
-        config: The run config (``agent``, ``algorithm``).
-
-    Returns:
-        Unbound heads by key (:data:`~llmgym.llm.modules.VALUE_KEY`, and
-        :data:`~llmgym.llm.modules.POLICY_KEY` when ``agent.action_head`` applies).
-
-    Raises:
-        ConfigError: ``agent.action_head`` together with ``algorithm.kl.coef > 0``.
-    """
-    from llmgym.llm.modules import POLICY_KEY, VALUE_KEY, ActionHead, ValueHead
-
-    heads: dict[str, ModuleFunction] = {VALUE_KEY: ValueHead(detach_input=config.algorithm.value_head == "detached")}
-    if config.agent.type == "scoring" and config.agent.action_head:
-        if config.algorithm.kl.coef > 0:
-            raise ConfigError(
-                f"algorithm.kl.coef={config.algorithm.kl.coef:g} penalises the KL to the LLM's own scoring policy, which "
-                "agent.action_head replaces; set agent.action_head=false to keep the KL penalty, or algorithm.kl.coef=0."
-            )
-        heads[POLICY_KEY] = ActionHead(prior_weight=config.agent.prior_weight, normalize=config.agent.score_normalize)
-    return heads
-
-
-def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> LLM:
-    """An :class:`llmgym.LLM` with the heads of :func:`build_heads` and the configured updater.
-
-    Args:
-        config: The run config (``model``, ``agent``, ``algorithm``, ``distributed``).
-        model: Optional prebuilt transformers model (tests pass tiny models).
-        tokenizer: Its tokenizer.
-
-    Raises:
-        ConfigError: A KL to the reference (``algorithm.kl.coef > 0``) with neither LoRA nor
-            ``model.reference_copy``.
-    """
-    from llmgym.llm.client import LLM
-
-    if config.algorithm.kl.coef > 0 and config.model.lora is None and not config.model.reference_copy:
-        raise ConfigError(
-            f"algorithm.kl.coef={config.algorithm.kl.coef:g} measures the KL to a reference model, but the full model "
-            "trains (model.lora is null) and keeps no reference. Fix: model.reference_copy=true (a frozen copy of the "
-            "initial weights on the same device: one more copy of the weights in memory), or model.lora (the "
-            "reference is the model with its adapter disabled), or algorithm.kl.coef=0."
-        )
-    return LLM(
-        config.model, module_functions=build_heads(config), updater=resolve_updater(config.algorithm),
-        model=model, tokenizer=tokenizer, distributed=config.distributed,
-    )
-
-
-def build_agent(config: Config, llm: PolicyLLM, num_envs: int, system_prompt: Optional[str] = None) -> BaseAgent:
-    """The agent named by ``agent.type`` (``scoring``, ``generative`` or ``token``) for ``num_envs`` envs."""
-    from llmgym.agents.generative import GenerativeAgent, TokenAgent
-    from llmgym.agents.scoring import ScoringAgent
-
-    agent_config = config.agent
-    if system_prompt is not None and agent_config.system_prompt is None:
-        agent_config = type(agent_config)(**{**config_to_dict(agent_config), "system_prompt": system_prompt})
-    if agent_config.type == "scoring":
-        return ScoringAgent(llm, agent_config, num_envs=num_envs, seed=config.train.seed)
-    cls = {"generative": GenerativeAgent, "token": TokenAgent}[agent_config.type]
-    return cls(llm, agent_config, num_envs=num_envs, seed=config.train.seed)
-
-
-def make_envs(config: Config, num_envs: Optional[int] = None) -> Any:
-    """The vector env of the ``env`` section."""
-    from llmgym.envs.vector import make_vec
-
-    return make_vec(
-        config.env.id,
-        num_envs=num_envs or config.env.num_envs,
-        vectorization_mode=config.env.vectorization_mode,
-        env_kwargs=dict(config.env.kwargs),
-        max_episode_steps=config.env.max_episode_steps,
-        reward_clip=config.env.reward_clip,
-    )
-
-
-def _env_instructions(config: Config) -> Optional[str]:
-    import gymnasium as gym
-
-    env = gym.make(config.env.id, **dict(config.env.kwargs))
-    try:
-        text = getattr(env.unwrapped, "instructions", None)
-    finally:
-        env.close()
-    return text if isinstance(text, str) else None
-
-
-def evaluate(
-    agent: BaseAgent, config: Config, episodes: int, seed: int, greedy: bool = True,
-    recorder: Optional[EpisodeRecorder] = None,
-) -> dict[str, float]:
-    """Run ``episodes`` seeded episodes (episode ``j`` uses seed ``seed + j``) with the agent.
-
-    Up to ``agent.num_envs`` episodes run side by side, and a slot starts the next pending episode
-    as soon as its own ends, so every batched forward stays full. Each episode is reset with its
-    own seed and a fresh history, so the result does not depend on the number of envs. With a
-    ``recorder``, the steps of the episodes it wants are recorded (for the run report).
-
-    Returns:
-        ``success_rate``, ``episode_return`` (the task's return: ``info["shaping_reward"]`` is left
-        out) and ``episode_length`` means; for a text-generation env (its episodes end with
-        ``info["completion"]``) also the completions' fluency (:func:`~llmgym.algorithms.fluency.fluency_metrics`:
-        ``perplexity_ref``, ``distinct-1``, ``distinct-2``, and ``kl_ref`` when sampled).
-    """
-    import gymnasium as gym
-
-    kwargs: dict[str, Any] = dict(config.env.kwargs)
-    if config.env.max_episode_steps is not None:
-        kwargs["max_episode_steps"] = config.env.max_episode_steps
-    width = max(1, min(agent.num_envs, episodes))
-    envs = [gym.make(config.env.id, **kwargs) for _ in range(width)]
-    returns: list[float] = [0.0] * episodes
-    lengths: list[int] = [0] * episodes
-    successes: list[float] = [0.0] * episodes
-    completions: dict[int, str] = {}
-    decisions: list[Decision] = []
-    pending = iter(range(episodes))
-    running: dict[int, int] = {}  # slot -> episode
-    state: dict[int, tuple[Any, dict[str, Any]]] = {}
-
-    def start_next(slot: int) -> None:
-        episode = next(pending, None)
-        if episode is None:
-            running.pop(slot, None)
-            state.pop(slot, None)
-            return
-        running[slot] = episode
-        agent.reset_env(slot)
-        state[slot] = envs[slot].reset(seed=seed + episode)
-
-    try:
-        for slot in range(width):
-            start_next(slot)
-        while state:
-            active = sorted(state)
-            actions = agent.act_batch(
-                [state[i][0] for i in active], [state[i][1] for i in active], greedy=greedy, env_indices=active
-            )
-            failed = {i for i, d in zip(active, agent.last_decisions) if d.parse_failed}
-            for slot, action, decision in zip(active, actions, agent.last_decisions):
-                seen = state[slot][0]
-                obs, raw_reward, terminated, truncated, info = envs[slot].step(action)
-                reward = float(raw_reward) - float(info.get("shaping_reward", 0.0))
-                episode = running[slot]
-                penalised = reward + (agent.config.invalid_action_penalty if slot in failed else 0.0)
-                returns[episode] += penalised
-                lengths[episode] += 1
-                decisions.append(decision)
-                recorded = recorder is not None and recorder.wants(episode)
-                if recorder is not None and recorded:
-                    recorder.add_step(episode, agent.format_observation(seen), decision, penalised)
-                if terminated or truncated:
-                    if "completion" in info:
-                        completions[episode] = str(info["completion"])
-                    success = info.get("success")
-                    successes[episode] = float(bool(success if success is not None else reward > 0))
-                    if recorder is not None and recorded:
-                        recorder.end_episode(episode, seed + episode, bool(successes[episode]), bool(terminated))
-                    start_next(slot)
-                else:
-                    state[slot] = (obs, info)
-    finally:
-        for env in envs:
-            env.close()
-    n = max(1, episodes)
-    result = {
-        "success_rate": sum(successes) / n,
-        "episode_return": sum(returns) / n,
-        "episode_length": sum(lengths) / n,
-        "episodes": float(episodes),
-    }
-    if completions:
-        result.update(_fluency(agent, decisions, [completions[e] for e in sorted(completions)], sampled=not greedy))
-    return result
-
-
-def _fluency(agent: BaseAgent, decisions: list[Decision], completions: list[str], sampled: bool) -> dict[str, float]:
-    """:func:`~llmgym.algorithms.fluency.fluency_metrics`, distinct-n only (with a warning) when the LLM has no reference."""
-    from llmgym.algorithms.fluency import fluency_metrics
-
-    try:
-        return fluency_metrics(agent.llm, agent.policy, decisions, completions, sampled=sampled)
-    except ConfigError as exc:
-        logger.warning("perplexity and KL to the reference not measured: %s", exc)
-        return fluency_metrics(agent.llm, agent.policy, [], completions, sampled=sampled)
-
-
-def _eval_width(config: Config, episodes: int) -> int:
-    """Envs evaluated side by side: ``train.eval_num_envs`` (default ``env.num_envs``), at most ``episodes``."""
-    width = config.train.eval_num_envs or config.env.num_envs
-    return max(1, min(width, episodes))
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
-
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, np.integer):
@@ -355,21 +107,21 @@ class Trainer:
     def _setup(self, config: Config, model: Any, tokenizer: Any) -> None:
         """Everything of ``__init__`` done under the run folder's lock."""
         train = config.train
+        algorithm_cls = algorithm_class(config.algorithm.name)  # a user class is imported before the model loads
         if train.resume is None:
             check_new_run_dir(self.run_dir)
         clean_crash_leftovers(self.run_dir)
         checkpoint = self._resume_checkpoint() if train.resume is not None else None
         save_config(config, self.run_dir / "config.yaml")
-        _seed_everything(train.seed)
+        seed_everything(train.seed)
         self.llm = build_llm(config, model=model, tokenizer=tokenizer)
-        self.system_prompt = _env_instructions(config)
+        self.system_prompt = env_instructions(config)
         self.envs = make_envs(config)
         agent_config = self._fitted_budget()
         self.agent = build_agent(agent_config, self.llm, self.envs.num_envs, self.system_prompt)
-        algorithm_cls = algorithm_class(config.algorithm.name)
         self.algorithm: OnPolicyAlgorithm = algorithm_cls(self.agent, self.envs, config.algorithm, seed=train.seed)
         self.algorithm.total_env_steps = train.total_env_steps
-        self.eval_agent = build_agent(agent_config, self.llm, _eval_width(config, train.eval_episodes), self.system_prompt)
+        self.eval_agent = build_agent(agent_config, self.llm, eval_width(config, train.eval_episodes), self.system_prompt)
         self.evaluations: list[dict[str, float]] = []
         self.episode_records: list[EpisodeRecord] = []  # of the last evaluation
         algo = config.algorithm
@@ -493,57 +245,22 @@ class Trainer:
         self._last_eval_steps = self.algorithm.env_steps
         return result
 
-    def _log_evaluation(self, logger: RunLogger, label: str) -> None:
-        """Evaluate, then log the result and the recorded episodes."""
-        result = self.evaluate(label)
-        logger.log(self.algorithm.env_steps, result, kind="eval")
-        logger.log_episodes(self.algorithm.env_steps, self.episode_records)
-
     # ------------------------------------------------------------------ the loop
     def train(self) -> dict[str, Any]:
-        """Train until ``train.total_env_steps``; returns the summary (evaluations, paths)."""
+        """Train until ``train.total_env_steps``; returns the summary (evaluations, paths).
+
+        The loop is :meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.learn` with three
+        callbacks, in order: :class:`RunLogCallback`, :class:`EvalCallback` and :class:`CheckpointCallback`.
+        """
         cfg = self.config
         logger = RunLogger(
             self.run_dir, cfg.logging, config_to_dict(cfg), total_env_steps=cfg.train.total_env_steps,
             initial_env_steps=self.algorithm.env_steps,
         )
         start = time.monotonic()
-        start_steps = self.algorithm.env_steps
         try:
-            if cfg.train.eval_before and cfg.train.eval_episodes and not self.evaluations:
-                self._log_evaluation(logger, "before")
-            while self.algorithm.env_steps < cfg.train.total_env_steps:
-                tick = time.monotonic()
-                metrics = self.algorithm.collect_rollout()
-                metrics["collect_s"] = time.monotonic() - tick
-                tick = time.monotonic()
-                metrics.update(self.algorithm.update())
-                metrics["update_s"] = time.monotonic() - tick
-                if self.training_sampler is not None and self.training_sampler.finished:
-                    training_records = self.training_sampler.take()
-                    append_episode_records(self.run_dir / EPISODES_NAME, training_records)
-                    logger.log_episodes(self.algorithm.env_steps, training_records)
-                metrics.update(self.algorithm.episode_stats.summary())
-                elapsed = max(1e-9, time.monotonic() - start)
-                metrics["steps_per_s"] = (self.algorithm.env_steps - start_steps) / elapsed
-                if self.algorithm.updates % cfg.logging.log_every == 0:
-                    logger.log(self.algorithm.env_steps, metrics)
-                logger.progress(self.algorithm.env_steps, {
-                    "episodes": int(metrics.get("episodes", 0)),
-                    "success": metrics.get("success_rate", float("nan")),
-                    "return": metrics.get("episode_return", float("nan")),
-                })
-                steps = self.algorithm.env_steps
-                if cfg.train.eval_every and cfg.train.eval_episodes and steps - self._last_eval_steps >= cfg.train.eval_every:
-                    self._log_evaluation(logger, "periodic")
-                if cfg.train.checkpoint_every and steps - self._last_checkpoint_steps >= cfg.train.checkpoint_every:
-                    logger.sync()
-                    self.save()
-            if cfg.train.eval_episodes and (not self.evaluations or self._last_eval_steps != self.algorithm.env_steps):
-                self._log_evaluation(logger, "after")
-            if self._last_checkpoint_steps != self.algorithm.env_steps or not (self.run_dir / "checkpoints").exists():
-                logger.sync()
-                self.save()
+            callbacks = [RunLogCallback(self, logger), EvalCallback(self, logger), CheckpointCallback(self, logger)]
+            self.algorithm.learn(cfg.train.total_env_steps, callbacks)
         finally:
             logger.close()
         png = None
@@ -569,6 +286,119 @@ class Trainer:
             self.llm.close()
         finally:
             self._lock.release()
+
+
+class RunLogCallback(Callback):
+    """Logs every ``logging.log_every``-th update to the run's metrics, the progress line, and training episodes.
+
+    Adds ``collect_s`` and ``update_s`` (seconds of the rollout and of its update) and ``steps_per_s``
+    (env steps since training started, per second) to each iteration's metrics.
+
+    Args:
+        trainer: The trainer whose run is logged.
+        logger: The run's logger.
+    """
+
+    def __init__(self, trainer: Trainer, logger: RunLogger) -> None:
+        self.trainer = trainer
+        self.logger = logger
+        self._start = self._tick = time.monotonic()
+        self._start_steps = 0
+
+    def on_training_start(self, algorithm: OnPolicyAlgorithm) -> None:
+        """Start the clock of ``steps_per_s``."""
+        self._start = time.monotonic()
+        self._start_steps = algorithm.env_steps
+
+    def on_rollout_start(self, algorithm: OnPolicyAlgorithm) -> None:
+        """Start the clock of ``collect_s``."""
+        self._tick = time.monotonic()
+
+    def on_rollout_end(self, algorithm: OnPolicyAlgorithm, metrics: dict[str, float]) -> None:
+        """Add ``collect_s``, the rollout's seconds; start the clock of ``update_s``."""
+        metrics["collect_s"] = time.monotonic() - self._tick
+        self._tick = time.monotonic()
+
+    def on_update(self, algorithm: OnPolicyAlgorithm, metrics: dict[str, float]) -> None:
+        """Append a finished training episode to ``episodes.jsonl``; log the metrics and the progress."""
+        metrics["update_s"] = time.monotonic() - self._tick
+        sampler = self.trainer.training_sampler
+        if sampler is not None and sampler.finished:
+            training_records = sampler.take()
+            append_episode_records(self.trainer.run_dir / EPISODES_NAME, training_records)
+            self.logger.log_episodes(algorithm.env_steps, training_records)
+        elapsed = max(1e-9, time.monotonic() - self._start)
+        metrics["steps_per_s"] = (algorithm.env_steps - self._start_steps) / elapsed
+        if algorithm.updates % self.trainer.config.logging.log_every == 0:
+            self.logger.log(algorithm.env_steps, metrics)
+        self.logger.progress(algorithm.env_steps, {
+            "episodes": int(metrics.get("episodes", 0)),
+            "success": metrics.get("success_rate", float("nan")),
+            "return": metrics.get("episode_return", float("nan")),
+        })
+
+
+class EvalCallback(Callback):
+    """Evaluates before training (``train.eval_before``), every ``train.eval_every`` env steps, and after.
+
+    Args:
+        trainer: The trainer whose agent is evaluated (:meth:`Trainer.evaluate`).
+        logger: The run's logger, which gets each evaluation and its recorded episodes.
+    """
+
+    def __init__(self, trainer: Trainer, logger: RunLogger) -> None:
+        self.trainer = trainer
+        self.logger = logger
+
+    def _evaluate(self, algorithm: OnPolicyAlgorithm, label: str) -> None:
+        result = self.trainer.evaluate(label)
+        self.logger.log(algorithm.env_steps, result, kind="eval")
+        self.logger.log_episodes(algorithm.env_steps, self.trainer.episode_records)
+
+    def on_training_start(self, algorithm: OnPolicyAlgorithm) -> None:
+        """The ``before`` evaluation, unless the run already has evaluations (a resume)."""
+        train = self.trainer.config.train
+        if train.eval_before and train.eval_episodes and not self.trainer.evaluations:
+            self._evaluate(algorithm, "before")
+
+    def on_update(self, algorithm: OnPolicyAlgorithm, metrics: dict[str, float]) -> None:
+        """A ``periodic`` evaluation once ``train.eval_every`` env steps passed since the last one."""
+        train = self.trainer.config.train
+        if train.eval_every and train.eval_episodes and algorithm.env_steps - self.trainer._last_eval_steps >= train.eval_every:
+            self._evaluate(algorithm, "periodic")
+
+    def on_training_end(self, algorithm: OnPolicyAlgorithm) -> None:
+        """The ``after`` evaluation, unless the last one was at these env steps."""
+        if self.trainer.config.train.eval_episodes and (
+            not self.trainer.evaluations or self.trainer._last_eval_steps != algorithm.env_steps
+        ):
+            self._evaluate(algorithm, "after")
+
+
+class CheckpointCallback(Callback):
+    """Saves a checkpoint every ``train.checkpoint_every`` env steps and at the end (:meth:`Trainer.save`).
+
+    Args:
+        trainer: The trainer whose run is saved.
+        logger: The run's logger, flushed before each checkpoint.
+    """
+
+    def __init__(self, trainer: Trainer, logger: RunLogger) -> None:
+        self.trainer = trainer
+        self.logger = logger
+
+    def on_update(self, algorithm: OnPolicyAlgorithm, metrics: dict[str, float]) -> None:
+        """A checkpoint once ``train.checkpoint_every`` env steps passed since the last one."""
+        every = self.trainer.config.train.checkpoint_every
+        if every and algorithm.env_steps - self.trainer._last_checkpoint_steps >= every:
+            self.logger.sync()
+            self.trainer.save()
+
+    def on_training_end(self, algorithm: OnPolicyAlgorithm) -> None:
+        """The final checkpoint, unless the last one was at these env steps."""
+        if self.trainer._last_checkpoint_steps != algorithm.env_steps or not (self.trainer.run_dir / "checkpoints").exists():
+            self.logger.sync()
+            self.trainer.save()
 
 
 def _before_after(before: Optional[dict[str, Any]], after: dict[str, Any], prefix: str) -> str:
@@ -675,7 +505,7 @@ def evaluate_run(
             config file or shipped config name.
     """
     path = Path(run_dir)
-    _seed_everything(seed)
+    seed_everything(seed)
     built: list[Any] = []  # the LLM, built once (a retry loads the newer checkpoint into it)
 
     def load(source: Optional[Path]) -> Config:
@@ -691,7 +521,7 @@ def evaluate_run(
         # A run still training may replace its checkpoint while it loads: then its newest one is read.
         folder, config = read_latest_checkpoint(path, load) if path.is_dir() else (None, load(None))
         llm = built[0]
-        agent = build_agent(config, llm, _eval_width(config, episodes), _env_instructions(config))
+        agent = build_agent(config, llm, eval_width(config, episodes), env_instructions(config))
         algo = config.algorithm
         recorder = EpisodeRecorder(config.logging.record_episodes if report else 0, llm.tokenizer, algo.gamma, algo.gae_lambda)
         result = evaluate(agent, config, episodes, seed=seed, greedy=greedy, recorder=recorder)

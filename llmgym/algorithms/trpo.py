@@ -5,10 +5,10 @@ RL4LMs), with ``theta`` the policy's trainable parameters (the LLM or its LoRA a
 action head) and ``L(theta) = mean(pi_theta(a|s) / pi_old(a|s) * A)`` the surrogate:
 
 1. ``g = grad L`` at the behaviour policy ``theta_old``;
-2. ``x ~= F^-1 g`` by ``algorithm.cg_steps`` conjugate-gradient iterations, where ``F v`` (the
+2. ``x ~= F^-1 g`` by ``algorithm.trpo.cg_steps`` conjugate-gradient iterations, where ``F v`` (the
    Fisher-vector product) is the Hessian-vector product of the mean ``KL(pi_old || pi_theta)`` at
-   ``theta_old``, plus ``algorithm.cg_damping * v``;
-3. the largest step along ``x`` whose quadratic KL model reaches ``algorithm.max_kl``:
+   ``theta_old``, plus ``algorithm.trpo.cg_damping * v``;
+3. the largest step along ``x`` whose quadratic KL model reaches ``algorithm.trpo.max_kl``:
    ``beta = sqrt(2 * max_kl / (x^T F x))``;
 4. a backtracking line search over ``theta_old + shrink^k * beta * x``, ``k < line_search_steps``,
    accepting the first step whose mean KL is at most ``max_kl`` and whose surrogate improves on
@@ -295,19 +295,20 @@ class TRPOObjective:
 class TRPO(OnPolicyAlgorithm):
     """Trust Region Policy Optimization: one natural-gradient step in a KL trust region per rollout.
 
-    Built and used as :class:`~llmgym.algorithms.ppo.PPO` is. ``algorithm.max_kl``, ``cg_steps``,
+    Built and used as :class:`~llmgym.algorithms.ppo.PPO` is. ``algorithm.trpo``: ``max_kl``, ``cg_steps``,
     ``cg_damping``, ``line_search_steps`` and ``line_search_shrink`` shape the policy step;
     ``epochs``, ``minibatch_size`` and ``head_learning_rate`` the critic's. ``learning_rate``,
-    ``clip_range``, ``value_clip_range``, ``entropy_coef`` and ``target_kl`` do not apply.
+    ``algorithm.ppo``, ``entropy_coef`` and ``target_kl`` do not apply.
     """
 
     name: ClassVar[str] = "trpo"
 
     def objective(self) -> TRPOObjective:
         """TRPO's step with this config's trust region, conjugate gradient and line search."""
-        cfg = self.config
+        trpo = self.config.trpo
         return TRPOObjective(
-            cfg.max_kl, cfg.cg_steps, cfg.cg_damping, cfg.line_search_steps, cfg.line_search_shrink, self.kl.loss_coef
+            trpo.max_kl, trpo.cg_steps, trpo.cg_damping, trpo.line_search_steps, trpo.line_search_shrink,
+            self.kl.loss_coef,
         )
 
     def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:

@@ -28,13 +28,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from llmgym.algorithms.batch import PolicyOutputs, SampleTargets, UpdateBatch
 from llmgym.algorithms.protocols import NaturalGradientObjective
+from llmgym.algorithms.user_classes import import_class
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import InputError
 from llmgym.llm.modules import VALUE_KEY
 from llmgym.llm.precision import LossScaling
 from llmgym.llm.updater import Updater
 
-__all__ = ["PolicyUpdater", "UpdateContext"]
+__all__ = ["PolicyUpdater", "UpdateContext", "resolve_updater"]
 
 #: A chunk's loss and its detached statistics, from the policy's outputs and the stored targets.
 LossFunction = Callable[[PolicyOutputs, SampleTargets], tuple[Tensor, dict[str, Tensor]]]
@@ -254,3 +255,23 @@ class UpdateContext:
         """Where the policy's outputs land, so the targets go there: the LM head's device (the last GPU of a sharded model)."""
         head_device = getattr(self._updater.llm, "head_device", None)
         return head_device if isinstance(head_device, torch.device) else next(iter(self._updater.params)).device
+
+
+def resolve_updater(config: AlgorithmConfig) -> Updater:
+    """The updater of an ``algorithm`` section: a :class:`PolicyUpdater`, or the user class ``algorithm.updater``.
+
+    The one builder of updaters: :meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.updater` and
+    :func:`llmgym.build.build_llm` both call it. A user class (``'module:Class'``) is instantiated
+    with the algorithm config when its constructor accepts it, else without arguments.
+
+    Raises:
+        ConfigError: ``algorithm.updater`` cannot be imported or is not an :class:`~llmgym.llm.updater.Updater`.
+    """
+    if config.updater is None:
+        return PolicyUpdater(config)
+    cls = import_class(config.updater, "algorithm.updater", Updater, "llmgym.Updater subclass")  # type: ignore[type-abstract]
+    try:
+        updater: Updater = cls(config)  # type: ignore[call-arg]  # user classes may take the config
+    except TypeError:
+        updater = cls()
+    return updater

@@ -355,7 +355,7 @@ class LamorelLLMModule(torch.nn.Module):
         """``(minibatch, model inputs)`` of some rows of a causal model (Lamorel's decoder minibatch)."""
         from transformers import DynamicCache
 
-        from llmgym.llm.generation import cache_kwarg
+        from llmgym.llm.adapters import cache_kwarg
 
         width = max(len(rows.outputs[i]["input_ids"]) for i in indices)
         outputs = [_pad(rows.outputs[i], width) for i in indices]

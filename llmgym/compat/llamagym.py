@@ -58,7 +58,7 @@ import torch
 
 from llmgym.agents.learning import Episode
 from llmgym.agents.policies import Decision, TokenChoice, TokenPolicy
-from llmgym.config import AlgorithmConfig, KLConfig, ModelConfig
+from llmgym.config import AlgorithmConfig, KLConfig, ModelConfig, PPOSection
 from llmgym.envs.reward_checks import check_reward
 from llmgym.errors import ConfigError, InputError, require
 from llmgym.llm.modules import VALUE_KEY
@@ -227,8 +227,7 @@ class PPOConfig:
             gamma=self.gamma,
             gae_lambda=self.lam,
             normalize_advantages=True,
-            clip_range=self.cliprange,
-            value_clip_range=self.cliprange_value,
+            ppo=PPOSection(clip_range=self.cliprange, value_clip_range=self.cliprange_value),
             value_coef=self.vf_coef,
             entropy_coef=0.0,
             kl=self.kl(),

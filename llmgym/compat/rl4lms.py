@@ -242,8 +242,7 @@ def convert_rl4lms_config(
         algorithm["minibatch_size"] = int(args.get("batch_size", defaults["batch_size"]))
         algorithm["epochs"] = int(args.get("n_epochs", defaults["n_epochs"]))
     if algo in ("ppo", "nlpo"):
-        algorithm["clip_range"] = float(args.get("clip_range", 0.2))
-        algorithm["value_clip_range"] = args.get("clip_range_vf")
+        algorithm["ppo"] = {"clip_range": float(args.get("clip_range", 0.2)), "value_clip_range": args.get("clip_range_vf")}
         algorithm["target_kl"] = args.get("target_kl")
     args.get("verbose")  # llmgym logs every update (logging.progress)
     seed = args.get("seed")
@@ -261,8 +260,10 @@ def convert_rl4lms_config(
     # RL4LMs trains every weight against a frozen reference model: llmgym's frozen copy of the initial weights
     reference_copy = algorithm["kl"]["coef"] > 0
     if algo == "nlpo":
-        algorithm["mask_top_p"] = float(pargs.get("top_mask", 1.0))
-        algorithm["mask_update_interval"] = int(pargs.get("target_update_iterations", 20))
+        algorithm["nlpo"] = {
+            "mask_top_p": float(pargs.get("top_mask", 1.0)),
+            "mask_update_interval": int(pargs.get("target_update_iterations", 20)),
+        }
         if pargs.get("mask_type", "learned_top_p") != "learned_top_p":
             raise ConfigError(
                 "RL4LMs config: alg.policy.args.mask_type must be 'learned_top_p' (llmgym's NLPO mask)."

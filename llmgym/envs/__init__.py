@@ -3,7 +3,8 @@
 Importing this package is light: the env modules that need minigrid load on first use.
 """
 
-from llmgym.envs.core import PROSE_CHARSET, TextEnv, TextSpace, check_text_env, observation_text
+from llmgym.envs.checker import check_text_env
+from llmgym.envs.core import PROSE_CHARSET, TextEnv, TextSpace, observation_text
 from llmgym.envs.datapools import Sample, list_datapools, load_datapool, register_datapool
 from llmgym.envs.registration import list_envs, register_envs
 from llmgym.envs.rewards import Reward, get_reward, list_rewards, register_reward

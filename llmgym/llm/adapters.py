@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -9,7 +10,7 @@ from typing import Any, Optional
 from llmgym.config import LoRAConfig
 from llmgym.errors import ConfigError
 
-__all__ = ["apply_lora", "base_model", "check_quantization", "is_peft_model", "lora_target_modules"]
+__all__ = ["apply_lora", "base_model", "cache_kwarg", "check_quantization", "is_peft_model", "lora_target_modules"]
 
 # The ModuleList of transformer blocks is named so in every common architecture (llama "layers", GPT-2 "h",
 # T5 "block"); the group captures the block index.
@@ -24,6 +25,11 @@ def is_peft_model(model: Any) -> bool:
 def base_model(model: Any) -> Any:
     """The transformers model under a PEFT wrapper (``model`` itself when it is not wrapped)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def cache_kwarg(model: Any) -> str:
+    """Name of the KV-cache argument of the model's forward (``cache`` in transformers >= 5.x)."""
+    return "cache" if "cache" in inspect.signature(base_model(model).forward).parameters else "past_key_values"
 
 
 def check_quantization(load_in_4bit: bool) -> None:

@@ -12,7 +12,6 @@ prompt.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +21,7 @@ from transformers import LogitsProcessorList
 from transformers.cache_utils import DynamicLayer
 
 from llmgym.errors import InputError
-from llmgym.llm.adapters import base_model
+from llmgym.llm.adapters import cache_kwarg
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows
 from llmgym.llm.masking import MaskLogitsProcessor
 from llmgym.llm.precision import activation_dtype
@@ -33,7 +32,6 @@ from llmgym.llm.validation import check_decoder_prefixes, check_generation_kwarg
 
 __all__ = [
     "Generation",
-    "cache_kwarg",
     "gather_cache_rows",
     "generated_length",
     "generate",
@@ -108,11 +106,6 @@ def generated_length(
             if all(t == pad_id for t in tokens[index + 1 :]) and any(s in decode(tokens[: index + 1]) for s in stop_strings):
                 return index + 1
     return len(tokens)
-
-
-def cache_kwarg(model: Any) -> str:
-    """Name of the KV-cache argument of the model's forward (``cache`` in transformers >= 5.x)."""
-    return "cache" if "cache" in inspect.signature(base_model(model).forward).parameters else "past_key_values"
 
 
 class PreallocatedLayer(DynamicLayer):  # type: ignore[misc]

@@ -22,6 +22,7 @@ from transformers import LogitsProcessor
 from transformers.modeling_outputs import BaseModelOutput
 
 from llmgym.errors import InputError
+from llmgym.llm.adapters import cache_kwarg
 from llmgym.llm.scoring import input_device
 
 __all__ = ["DecoderIncrementalMask", "IncrementalMask", "MaskLogitsProcessor", "MaskPolicy", "check_mask_top_p", "top_p_mask"]
@@ -199,7 +200,7 @@ class MaskPolicy:
             model: The causal or seq2seq LM the snapshot was taken from.
             prompts: ``B`` prompt token-id lists (a seq2seq model's encoder ids).
             completions: ``B`` completion token-id lists (a seq2seq model's decoder ids).
-            top_p: The mask's mass (``algorithm.mask_top_p``).
+            top_p: The mask's mass (``algorithm.nlpo.mask_top_p``).
             pad_token_id: Id written on padding positions.
             always_keep: Token ids kept in every mask (special tokens).
             starts: Per completion, the first token masked: the tokens before it are a prefix the
@@ -267,8 +268,6 @@ class IncrementalMask:
             input_ids: ``[R, T]`` left-padded rows (prompt, then what was generated).
             pads: ``[R]`` left padding of each row (on ``input_ids``' device).
         """
-        from llmgym.llm.generation import cache_kwarg  # generation imports this module
-
         params = self.policy._snapshot()
         device = input_device(self.model)
         input_ids = input_ids.to(device, non_blocking=True)
@@ -329,8 +328,6 @@ class DecoderIncrementalMask:
 
     def __call__(self, input_ids: torch.Tensor, pads: torch.Tensor) -> torch.Tensor:
         """``[R, V]`` bool: the tokens the mask policy keeps after each decoder row ``input_ids [R, T]`` (``pads`` unused: decoder rows are not padded)."""
-        from llmgym.llm.generation import cache_kwarg  # generation imports this module
-
         del pads
         params = self.policy._snapshot()
         input_ids = input_ids.to(self.encoder["input_ids"].device, non_blocking=True)

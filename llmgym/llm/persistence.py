@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from llmgym.checkpoint import verify_manifest, write_atomic_dir, write_manifest
+from llmgym.atomic_io import write_atomic_dir
+from llmgym.checkpoint import verify_manifest, write_manifest
 from llmgym.errors import CheckpointError
 from llmgym.llm.adapters import is_peft_model
 from llmgym.llm.fingerprint import BaseFingerprint

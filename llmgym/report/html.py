@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
 
-from llmgym.checkpoint import write_text_atomic
+from llmgym.atomic_io import write_text_atomic
 from llmgym.report.runs import SWEEP_SUMMARY, RunData, load_runs
 from llmgym.report.svg import PALETTE, Band, Series, line_chart, stacked_bars
 

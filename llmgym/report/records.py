@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from llmgym.agents.policies import CandidateChoice, Decision, TokenChoice
-from llmgym.checkpoint import write_text_atomic
+from llmgym.atomic_io import write_text_atomic
 from llmgym.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ def _generative_fields(decision: Decision, choice: TokenChoice, tokenizer: Any) 
 class EpisodeRecorder:
     """Records the first ``max_episodes`` episodes of one evaluation from the agent's decisions.
 
-    :func:`llmgym.algorithms.trainer.evaluate` calls :meth:`add_step` after each env step and
+    :func:`llmgym.evaluation.evaluate` calls :meth:`add_step` after each env step and
     :meth:`end_episode` when an episode ends; :meth:`records` then gives the finished episodes.
 
     Args:

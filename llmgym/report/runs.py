@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import yaml
 
-from llmgym.checkpoint import write_atomic_dir
+from llmgym.atomic_io import write_atomic_dir
 from llmgym.errors import InputError
 from llmgym.metrics import read_metrics
 from llmgym.report.records import EPISODES_NAME, EpisodeRecord, read_episode_records
@@ -122,7 +122,7 @@ def save_evaluation(
         folder: The folder (replaced when it exists).
         config_yaml: The resolved config evaluated.
         env_steps: Env steps of the checkpoint evaluated (0 zero-shot).
-        result: What :func:`llmgym.algorithms.trainer.evaluate` returned.
+        result: What :func:`llmgym.evaluation.evaluate` returned.
         records: The recorded episodes.
         label: The eval record's label.
 

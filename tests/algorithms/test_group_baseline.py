@@ -8,6 +8,7 @@ import torch
 from llmgym.agents.learning import Episode
 from llmgym.algorithms import GRPO, RLOO, grpo_advantages, rloo_advantages
 from llmgym.algorithms.group_baseline import episode_returns_by_group
+from llmgym.config import GroupSection
 from llmgym.errors import ConfigError, InputError
 from tests.algorithms.helpers import build, tiny_config
 
@@ -28,15 +29,15 @@ def test_rloo_subtracts_the_mean_of_the_others():
 
 def test_returns_must_form_whole_groups():
     assert episode_returns_by_group([1, 2, 3, 4], 2).tolist() == [[1.0, 2.0], [3.0, 4.0]]
-    with pytest.raises(InputError, match="groups of algorithm.group_size=3"):
+    with pytest.raises(InputError, match="groups of algorithm.group.size=3"):
         episode_returns_by_group([1, 2, 3, 4], 3)
-    with pytest.raises(ConfigError, match="group_size=1"):
-        tiny_config("/tmp", "llmgym/EchoWord-v0", "algorithm.group_size=1")
+    with pytest.raises(ConfigError, match="group.size=1"):
+        tiny_config("/tmp", "llmgym/EchoWord-v0", "algorithm.group.size=1")
 
 
 def test_a_round_plays_each_group_from_one_seed_and_credits_every_turn(tmp_path):
     config = tiny_config(tmp_path, "llmgym/Countdown-v0", "algorithm.name=grpo", "env.num_envs=4",
-                         "algorithm.group_size=2", "agent.action_head=false", "algorithm.rollout_steps=5")
+                         "algorithm.group.size=2", "agent.action_head=false", "algorithm.rollout_steps=5")
     _, envs, _, algorithm = build(config)
     algorithm.collect_rollout()
     rollout = algorithm.rollout_targets(algorithm.buffer)
@@ -53,7 +54,7 @@ def test_a_round_plays_each_group_from_one_seed_and_credits_every_turn(tmp_path)
 
 
 def test_num_envs_must_be_a_multiple_of_the_group(tmp_path):
-    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", "algorithm.name=rloo", "algorithm.group_size=3")
+    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", "algorithm.name=rloo", "algorithm.group.size=3")
     with pytest.raises(ConfigError, match="multiple of 3"):
         build(config)
 
@@ -65,9 +66,9 @@ def test_loop_api_episodes_are_grouped_in_order(tmp_path):
     agent.act_batch(obs, infos)
     decisions = agent.last_decisions
     envs.close()
-    rloo = RLOO(config=GRPO().config.__class__(name="rloo", group_size=2, epochs=1))
+    rloo = RLOO(config=GRPO().config.__class__(name="rloo", group=GroupSection(size=2), epochs=1))
     episodes = [Episode([d], [float(i % 2)]) for i, d in enumerate(decisions)]
     stats = rloo.train_on_episodes(llm, agent.policy, episodes)
     assert stats["episodes"] == 4.0 and "policy_loss" in stats and stats["value_loss"] >= 0
-    with pytest.raises(InputError, match="group_size=2"):
+    with pytest.raises(InputError, match="group.size=2"):
         rloo.train_on_episodes(llm, agent.policy, episodes[:3])

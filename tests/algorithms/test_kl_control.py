@@ -134,8 +134,8 @@ def test_reward_penalty_is_minus_beta_times_the_tokens_log_ratio_to_the_referenc
 @pytest.mark.parametrize(("name", "agent_type", "extra"), [
     ("ppo", "generative", ()),
     ("a2c", "generative", ()),
-    ("grpo", "generative", ("algorithm.group_size=2",)),
-    ("rloo", "generative", ("algorithm.group_size=2",)),
+    ("grpo", "generative", ("algorithm.group.size=2",)),
+    ("rloo", "generative", ("algorithm.group.size=2",)),
     ("nlpo", "generative", ()),
     ("trpo", "generative", ()),
     ("ppo", "scoring", ("agent.action_head=false",)),

@@ -15,7 +15,7 @@ candidate with the context inside the candidate's hidden state.
 
 import pytest
 
-from llmgym.algorithms.trainer import evaluate
+from llmgym.evaluation import evaluate
 from tests.algorithms.helpers import build, tiny_config
 from tests.algorithms.test_nlpo import TOKEN_TEXTGEN
 
@@ -84,7 +84,7 @@ def test_value_head_learns_bootstrapped_constant_return(tmp_path, seed):
     config, llm, envs, agent, algorithm = _build(
         tmp_path, "llmgym/ConstantReward-v0", seed, "env.kwargs.horizon=5", f"algorithm.gamma={gamma}",
         "algorithm.gae_lambda=1.0", "algorithm.learning_rate=1e-3", "algorithm.head_learning_rate=1e-2",
-        "algorithm.value_clip_range=null", "algorithm.normalize_advantages=false", "algorithm.rollout_steps=16",
+        "algorithm.ppo.value_clip_range=null", "algorithm.normalize_advantages=false", "algorithm.rollout_steps=16",
     )
     algorithm.learn(total_env_steps=1024)  # 9.72 / 9.99 / 9.81 on seeds 0-2 (target 10)
     value = agent.values_of({0: "Every step earns one point."})[0]
@@ -97,7 +97,7 @@ def test_value_head_learns_bootstrapped_constant_return(tmp_path, seed):
 # each episode baselined against its group. On this tiny model at 2048 steps they improve the
 # zero-shot greedy success on seeds 0-2 at OMP_NUM_THREADS 1 and 2 (0.45/0.45/0.275 -> 0.425-0.875;
 # docs/algorithms.md) but do not solve the env as PPO with a critic does in the same budget.
-GROUP = ["env.num_envs=16", "algorithm.group_size=8", "algorithm.epochs=2", "algorithm.entropy_coef=0.01"]
+GROUP = ["env.num_envs=16", "algorithm.group.size=8", "algorithm.epochs=2", "algorithm.entropy_coef=0.01"]
 
 
 @pytest.mark.slow
@@ -138,7 +138,7 @@ def test_nlpo_learns_token_level_generation(tmp_path, seed):
 # steps with evaluations along the way); with SB3-contrib's shrink 0.8 at max_kl 0.1, seed 2 had
 # its steps rejected after the first and stayed at 0.15; at 1536 steps seed 0 fell back to 0.725 at OMP 2 (steps on
 # the critic's noise once solved), hence the shorter budget. docs/algorithms.md.
-TRPO_RECIPE = ["algorithm.name=trpo", "algorithm.max_kl=0.05"]
+TRPO_RECIPE = ["algorithm.name=trpo", "algorithm.trpo.max_kl=0.05"]
 
 
 @pytest.mark.slow

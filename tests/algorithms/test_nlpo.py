@@ -8,7 +8,7 @@ import torch
 from llmgym.agents import GenerativeAgent
 from llmgym.agents.learning import Episode
 from llmgym.algorithms import NLPO, PPO, algorithm_class
-from llmgym.config import AgentConfig, AlgorithmConfig, ModelConfig
+from llmgym.config import AgentConfig, AlgorithmConfig, ModelConfig, NLPOSection
 from llmgym.errors import ConfigError
 from llmgym.llm.local import LocalLLM
 from llmgym.llm.modules import ValueHead
@@ -38,16 +38,16 @@ def test_nlpo_is_registered_and_exported():
 
     assert algorithm_class("nlpo") is NLPO and llmgym.NLPO is NLPO and issubclass(NLPO, PPO)
     config = AlgorithmConfig(name="nlpo")
-    assert (config.mask_top_p, config.mask_update_interval) == (0.9, 5)
+    assert (config.nlpo.mask_top_p, config.nlpo.mask_update_interval) == (0.9, 5)
     with pytest.raises(ConfigError, match="mask_top_p=1.5"):
-        AlgorithmConfig(name="nlpo", mask_top_p=1.5)
+        AlgorithmConfig(name="nlpo", nlpo=NLPOSection(mask_top_p=1.5))
     with pytest.raises(ConfigError, match="mask_update_interval=0"):
-        AlgorithmConfig(name="nlpo", mask_update_interval=0)
+        AlgorithmConfig(name="nlpo", nlpo=NLPOSection(mask_update_interval=0))
 
 
 def test_the_first_epoch_ratio_is_one_on_the_masked_policy(tiny_llama):
     model, tok = tiny_llama
-    nlpo = NLPO(config=AlgorithmConfig(name="nlpo", mask_top_p=0.6, learning_rate=1e-9, head_learning_rate=1e-9,
+    nlpo = NLPO(config=AlgorithmConfig(name="nlpo", nlpo=NLPOSection(mask_top_p=0.6), learning_rate=1e-9, head_learning_rate=1e-9,
                                        epochs=1, minibatch_size=64))
     llm = LocalLLM(ModelConfig(name="tiny"), {"value": ValueHead()}, nlpo.updater(), model=model, tokenizer=tok)
     agent = GenerativeAgent(llm, AgentConfig(use_chat_template=False, max_new_tokens=5, temperature=0.8))
@@ -69,7 +69,7 @@ def test_the_first_epoch_ratio_is_one_on_the_masked_policy(tiny_llama):
 
 def test_the_mask_policy_is_refreshed_every_interval_updates_and_not_in_between(tmp_path):
     config = tiny_config(tmp_path, "llmgym/TextGen-v0", *TOKEN_TEXTGEN, "algorithm.rollout_steps=2",
-                         "algorithm.mask_update_interval=2")
+                         "algorithm.nlpo.mask_update_interval=2")
     llm, envs, agent, algorithm = build(config)
     try:
         assert agent.policy.sampling.mask_top_p == 0.9

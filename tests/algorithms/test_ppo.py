@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from llmgym.algorithms.trainer import resolve_updater
+from llmgym.algorithms.updaters import resolve_updater
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import ConfigError
 from llmgym.llm.updater import Updater

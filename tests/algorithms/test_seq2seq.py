@@ -16,7 +16,8 @@ import torch
 
 from llmgym.agents.generative import DecoderHistory
 from llmgym.algorithms import algorithm_class
-from llmgym.algorithms.trainer import build_agent, build_llm, evaluate, make_envs
+from llmgym.build import build_agent, build_llm, make_envs
+from llmgym.evaluation import evaluate
 from llmgym.testing import tiny_seq2seq_lm
 from tests.algorithms.helpers import tiny_config
 

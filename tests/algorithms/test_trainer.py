@@ -218,7 +218,7 @@ def test_evaluate_run_loads_the_checkpoint(tmp_path, tiny_model_dir, capsys):
 
 
 def test_evaluate_run_of_a_config_is_the_untrained_model(tmp_path, tiny_model_dir, capsys):
-    from llmgym.algorithms.trainer import evaluate
+    from llmgym.evaluation import evaluate
 
     trainer = Trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.run_name=z", f"model.name={tiny_model_dir}"))
     want = evaluate(trainer.eval_agent, trainer.config, 5, seed=3)  # the model before any update
@@ -233,7 +233,8 @@ def test_evaluate_run_of_a_config_is_the_untrained_model(tmp_path, tiny_model_di
 
 
 def test_evaluate_does_not_depend_on_the_number_of_envs(tmp_path):
-    from llmgym.algorithms.trainer import build_agent, build_llm, evaluate
+    from llmgym.build import build_agent, build_llm
+    from llmgym.evaluation import evaluate
 
     config = tiny_config(tmp_path, "llmgym/Countdown-v0", "env.kwargs.length=3")
     model, tokenizer = tiny_causal_lm("llama", seed=0)
@@ -245,7 +246,8 @@ def test_evaluate_does_not_depend_on_the_number_of_envs(tmp_path):
 
 def test_evaluate_reports_the_task_return_without_shaping(tmp_path):
     pytest.importorskip("minigrid")
-    from llmgym.algorithms.trainer import build_agent, build_llm, evaluate
+    from llmgym.build import build_agent, build_llm
+    from llmgym.evaluation import evaluate
 
     env = ["env.id=llmgym/BabyAI-Text-GoToRedBallNoDists-v0", "env.max_episode_steps=12", "agent.temperature=100"]
     plain = tiny_config(tmp_path, "x", *env)
@@ -302,7 +304,7 @@ def _resume_at(tmp_path, env_id, base, total, split, anneal_over_total=False):
 
 @pytest.mark.parametrize("algorithm", ["grpo", "rloo"])
 def test_group_baselines_train_through_the_trainer_and_resume_exactly(tmp_path, algorithm):
-    base = ["env.kwargs.words=[banana,dog]", f"algorithm.name={algorithm}", "algorithm.group_size=2", "agent.action_head=false",
+    base = ["env.kwargs.words=[banana,dog]", f"algorithm.name={algorithm}", "algorithm.group.size=2", "agent.action_head=false",
             "algorithm.epochs=2", "algorithm.minibatch_size=4", "algorithm.anneal_lr=true"]
     _resume_at(tmp_path, "llmgym/EchoWord-v0", base, total=16, split=8, anneal_over_total=True)
 
@@ -312,7 +314,7 @@ def test_nlpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
     # holds a snapshot that is neither the initial policy nor the checkpointed one, so only a restored
     # snapshot resumes exactly.
     # The adaptive KL weight in the reward changes at every update: the resumed run goes on from the checkpoint's.
-    base = [*TOKEN_TEXTGEN, "algorithm.rollout_steps=2", "algorithm.mask_update_interval=2", "algorithm.mask_top_p=0.5",
+    base = [*TOKEN_TEXTGEN, "algorithm.rollout_steps=2", "algorithm.nlpo.mask_update_interval=2", "algorithm.nlpo.mask_top_p=0.5",
             "algorithm.epochs=2", "algorithm.minibatch_size=4", "model.lora.r=4", "algorithm.kl.coef=0.5",
             "algorithm.kl.penalty=reward", "algorithm.kl.controller=adaptive", "algorithm.kl.target=0.001",
             "algorithm.kl.horizon=8"]
@@ -321,7 +323,7 @@ def test_nlpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
 
 def test_trpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
     base = [*COUNTDOWN, "algorithm.name=trpo", "algorithm.epochs=2", "algorithm.minibatch_size=4", "model.lora.r=4",
-            "algorithm.max_kl=0.05"]
+            "algorithm.trpo.max_kl=0.05"]
     _resume_at(tmp_path, "llmgym/Countdown-v0", base, total=16, split=8)
     train = [r for r in read_metrics(tmp_path / "a" / "metrics.jsonl") if r["kind"] == "train"]
     assert {"approx_kl", "step_fraction", "policy_improvement", "value_loss"} <= train[-1].keys()
@@ -329,7 +331,8 @@ def test_trpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
 
 
 def test_textgen_evaluations_report_perplexity_under_the_reference_distinct_n_and_kl(tmp_path):
-    from llmgym.algorithms.trainer import build_agent, build_llm, evaluate
+    from llmgym.build import build_agent, build_llm
+    from llmgym.evaluation import evaluate
     from llmgym.report.records import EpisodeRecorder
 
     config = tiny_config(tmp_path, "llmgym/TextGen-v0", "env.kwargs.datapool=review_openings", "env.kwargs.reward=keywords",

@@ -7,7 +7,7 @@ import torch
 
 from llmgym.agents.policies import CandidateActions, CandidatePolicy, TokenActions, TokenPolicy
 from llmgym.algorithms import TRPO, UpdateBatch, UpdateContext
-from llmgym.config import AlgorithmConfig, DistributedConfig, ModelConfig
+from llmgym.config import AlgorithmConfig, DistributedConfig, ModelConfig, TRPOSection
 from llmgym.llm.distributed.backend import make_backend
 from llmgym.llm.modules import ValueHead
 from llmgym.llm.sampling import Sampling
@@ -15,7 +15,7 @@ from llmgym.testing import tiny_causal_lm
 from tests.distributed.helpers import CANDIDATES, CONTEXTS
 
 MAX_KL = 0.01
-CONFIG = AlgorithmConfig(name="trpo", max_kl=MAX_KL, head_learning_rate=1e-2, epochs=2, minibatch_size=2)
+CONFIG = AlgorithmConfig(name="trpo", trpo=TRPOSection(max_kl=MAX_KL), head_learning_rate=1e-2, epochs=2, minibatch_size=2)
 
 
 def _llm():
@@ -83,4 +83,4 @@ def test_a_step_that_cannot_improve_keeps_the_old_policy_exactly():
     finally:
         llm.close()
     assert (stats["step_fraction"], stats["step_size"], stats["approx_kl"]) == (0.0, 0.0, 0.0)
-    assert stats["line_search_trials"] == CONFIG.line_search_steps
+    assert stats["line_search_trials"] == CONFIG.trpo.line_search_steps

@@ -224,7 +224,7 @@ def test_ppo_config_maps_trl_names() -> None:
                                   "target_kl": 0.5})
     algorithm = config.algorithm()
     assert (algorithm.minibatch_size, algorithm.learning_rate, algorithm.epochs) == (4, 1e-4, 2)
-    assert (algorithm.clip_range, algorithm.value_coef, algorithm.target_kl, algorithm.entropy_coef) == (0.1, 0.5, 0.5, 0.0)
+    assert (algorithm.ppo.clip_range, algorithm.value_coef, algorithm.target_kl, algorithm.entropy_coef) == (0.1, 0.5, 0.5, 0.0)
     assert PPOConfig.from_dict({"batch_size": 8}).algorithm().target_kl is None
     with pytest.raises(ConfigError, match=r"unsupported keys \['batch_sise'\]"):
         PPOConfig.from_dict({"batch_sise": 8})

@@ -178,7 +178,7 @@ def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsy
     assert "# approximately: alg.policy.args.min_tokens_to_keep" in err
     (tmp_path / "nlpo.yaml").write_text(out)
     config = load_config(str(tmp_path / "nlpo.yaml"))
-    assert (config.algorithm.name, config.algorithm.mask_top_p, config.algorithm.mask_update_interval) == ("nlpo", 0.9, 5)
+    assert (config.algorithm.name, config.algorithm.nlpo.mask_top_p, config.algorithm.nlpo.mask_update_interval) == ("nlpo", 0.9, 5)
     assert config.train.eval_splits == ["val", "test"] and config.env.kwargs["datapool_kwargs"] == {"seed": 42, "split": "train"}
     assert main(["convert", str(CONFIGS.parent / "test_rl4lms.py")]) == 2
 

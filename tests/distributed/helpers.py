@@ -9,7 +9,7 @@ import torch
 
 from llmgym.agents.policies import CandidateActions, CandidatePolicy, TokenActions, TokenPolicy
 from llmgym.algorithms import A2C, PPO, TRPO, UpdateBatch
-from llmgym.config import AlgorithmConfig
+from llmgym.config import AlgorithmConfig, TRPOSection
 from llmgym.llm.sampling import Sampling
 
 CONTEXTS = [
@@ -46,7 +46,7 @@ def batches(tokenizer: Any) -> Iterator[tuple[tuple[str, ...], list[list[str]] |
     losses = ("loss", "policy_loss", "value_loss", "entropy")
     # TRPO's step statistics are all-reduced (the same on both servers); its max_kl is large enough
     # that the line search accepts a step on these stored log-probs (not the current policy's).
-    trpo = TRPO(config=AlgorithmConfig(name="trpo", max_kl=0.5))
+    trpo = TRPO(config=AlgorithmConfig(name="trpo", trpo=TRPOSection(max_kl=0.5)))
     step = ("policy_objective", "policy_improvement", "approx_kl", "step_fraction", "step_size", "value_loss", "entropy")
     for algorithm, keys in ((PPO(), losses), (A2C(config=AlgorithmConfig(name="a2c")), losses), (trpo, step)):
         objective = algorithm.objective()

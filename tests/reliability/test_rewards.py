@@ -86,7 +86,7 @@ def test_async_workers_check_rewards_too() -> None:
 
 
 def test_run_config_reward_clip_reaches_the_vector_env() -> None:
-    from llmgym.algorithms.trainer import make_envs
+    from llmgym.build import make_envs
 
     config = load_config(None, [f"env.id={_ID}", "env.num_envs=1", "env.reward_clip=2", "env.kwargs.bad_step=1",
                                 "env.kwargs.bad_reward=1e38"])

@@ -4,7 +4,8 @@ import math
 
 import torch
 
-from llmgym.algorithms.trainer import Trainer, evaluate
+from llmgym.algorithms.trainer import Trainer
+from llmgym.evaluation import evaluate
 from llmgym.report.records import EpisodeRecorder, read_episode_records
 from llmgym.testing import tiny_causal_lm
 from tests.algorithms.helpers import tiny_config

@@ -27,11 +27,11 @@ def _first_decision(config):
     """The first sampled completion of an RL run of ``config`` (its LLM, agent and env, as the trainer builds them)."""
     import gymnasium as gym
 
-    from llmgym.algorithms.trainer import _env_instructions, build_agent, build_llm
+    from llmgym.build import build_agent, build_llm, env_instructions
 
     llm = build_llm(config)
     try:
-        agent = build_agent(config, llm, 1, _env_instructions(config))
+        agent = build_agent(config, llm, 1, env_instructions(config))
         env = gym.make(config.env.id, **dict(config.env.kwargs))
         obs, info = env.reset(seed=0)
         agent.act_batch([obs], [info])

@@ -1,0 +1,28 @@
+import sys
+
+import pytest
+
+from llmgym.config import load_config
+from llmgym.errors import ConfigError, MissingDependencyError
+from llmgym.requirements import check_requirements
+
+
+@pytest.mark.parametrize(
+    ("module", "overrides", "extra"),
+    [
+        ("sacrebleu", ["env.id=llmgym/TextGen-v0", "env.kwargs.reward=bleu"], "metrics"),
+        ("rouge_score", ["env.id=llmgym/TextGen-v0", "env.kwargs.reward=rouge"], "metrics"),
+        ("tensorboard", ["logging.tensorboard=true"], "tensorboard"),
+        ("bitsandbytes", ["model.load_in_4bit=true"], "quantization"),
+    ],
+)
+def test_check_requirements_names_the_missing_extra(monkeypatch, module, overrides, extra):
+    monkeypatch.setitem(sys.modules, module, None)  # what an install without the extra looks like
+    with pytest.raises(MissingDependencyError, match=rf"'{module}'.*pip install 'llmgym\[{extra}\]'"):
+        check_requirements(load_config(None, overrides))
+    check_requirements(load_config(None, ["env.id=llmgym/TextGen-v0"]))  # the default reward needs nothing
+
+
+def test_check_requirements_rejects_an_unknown_env_id():
+    with pytest.raises(ConfigError, match="llmgym envs"):
+        check_requirements(load_config(None, ["env.id=llmgym/NoSuchEnv-v0"]))

@@ -26,6 +26,7 @@ from llmgym.llm.adapters import base_model
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows
 from llmgym.llm.masking import MaskLogitsProcessor
 from llmgym.llm.precision import activation_dtype
+from llmgym.llm.sampling import RepetitionPenaltyProcessor
 from llmgym.llm.scoring import input_device, split_causal_lm
 from llmgym.llm.tokenization import TextEncoder, decoder_limit
 from llmgym.llm.tree_attention import packed_row_attention, reads_dense_mask, supports_tree_attention
@@ -74,7 +75,8 @@ class Generation:
     prompt_ids: list[int]
 
 
-def _eos_ids(model: Any, kwargs: dict[str, Any]) -> set[int]:
+def eos_token_ids(model: Any, kwargs: dict[str, Any]) -> set[int]:
+    """The ids that end a generation: ``kwargs["eos_token_id"]``, else the model's generation config's."""
     eos = kwargs.get("eos_token_id", model.generation_config.eos_token_id)
     if eos is None:
         return set()
@@ -390,8 +392,14 @@ def generate(
     pads = [longest - len(p) for p in prompts]
     input_ids = torch.tensor([[pad_id] * pad + p for p, pad in zip(prompts, pads)], dtype=torch.long, device=device)
     attention_mask = torch.tensor([[0] * pad + [1] * len(p) for p, pad in zip(prompts, pads)], dtype=torch.long, device=device)
+    row_pads = [pad for pad in pads for _ in range(repeats)]
+    penalty = kwargs.pop("repetition_penalty", None)
+    if penalty is not None and float(penalty) != 1.0:
+        # llmgym's penalty skips each row's left padding, so a row's distribution is its own (sampling.py)
+        kwargs["logits_processor"] = LogitsProcessorList(
+            [RepetitionPenaltyProcessor(float(penalty), row_pads), *kwargs.get("logits_processor", [])]
+        )
     if logits_mask is not None:
-        row_pads = [pad for pad in pads for _ in range(repeats)]
         kwargs["logits_processor"] = LogitsProcessorList(
             [MaskLogitsProcessor(logits_mask, row_pads), *kwargs.get("logits_processor", [])]
         )
@@ -417,7 +425,7 @@ def generate(
     raw = _step_logprobs(out.logits, tokens)
     stops = kwargs.get("stop_strings") or []
     stops = [stops] if isinstance(stops, str) else list(stops)
-    eos = _eos_ids(model, kwargs)
+    eos = eos_token_ids(model, kwargs)
     per_context = tokens.shape[0] // len(prompts)
     results: list[list[Generation]] = []
     token_lists = tokens.cpu().tolist()

@@ -429,6 +429,19 @@ class AgentConfig(_Section):
         1.0, "Generative and token agents: sample from the smallest set of tokens whose probability reaches top_p "
         "(nucleus sampling; 1: all; LlamaGym used 0.6). The stored log-probs are those of this distribution.",
     )
+    min_new_tokens: int = _f(
+        0, "Generative agents: EOS is forbidden before this many generated tokens (RL4LMs' min_length; 0: never). "
+        "Rollouts, evaluations and the updates' re-scoring use the same distribution.",
+    )
+    repetition_penalty: float = _f(
+        1.0, "Generative and token agents: the logit of every token already in the prompt or the generation is "
+        "divided by this (multiplied when negative; CTRL's penalty, transformers'); 1: none. The stored log-probs "
+        "are those of the penalised distribution.",
+    )
+    stop: list[str] = _f(
+        [], "Generative agents: generation ends after the first token that completes one of these strings (kept "
+        "in the action, as transformers' stop_strings); [] stops at EOS or max_new_tokens only.",
+    )
     invalid_action: str = _f(
         "penalty", "Unparsable generated action: penalty (fallback action + penalty reward) or error."
     )
@@ -446,6 +459,15 @@ class AgentConfig(_Section):
         _check_positive("agent", "top_k", self.top_k, allow_zero=True)
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"agent.top_p={self.top_p!r} must lie in (0, 1]; 1 keeps every token, LlamaGym used 0.6.")
+        _check_positive("agent", "min_new_tokens", self.min_new_tokens, allow_zero=True)
+        _check_positive("agent", "repetition_penalty", self.repetition_penalty)
+        if any(not s for s in self.stop):
+            raise ConfigError(f"agent.stop={self.stop!r} holds an empty string; give non-empty stop strings.")
+        if self.type == "token" and (self.min_new_tokens or self.stop):
+            raise ConfigError(
+                "agent.type=token generates one token per step, so agent.min_new_tokens and agent.stop do not apply; "
+                "end episodes in the env (its eos_token, max_tokens) or use agent.type=generative."
+            )
 
 
 @dataclass

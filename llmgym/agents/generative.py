@@ -60,12 +60,16 @@ class GenerativeAgent(BaseAgent):
         return candidates[0]
 
     def make_policy(self) -> TokenPolicy:
-        """The model's distribution at ``agent.temperature``, cut by ``agent.top_k`` / ``agent.top_p``, ``agent.max_new_tokens`` tokens."""
-        return TokenPolicy(self.sampling_config(), self.config.max_new_tokens)
+        """The agent's generation settings: its distribution (:meth:`sampling_config`), ``agent.max_new_tokens`` and ``agent.stop``."""
+        return TokenPolicy(self.sampling_config(), self.config.max_new_tokens, stop=tuple(self.config.stop))
 
     def sampling_config(self) -> Sampling:
-        """The sampling distribution the agent's settings describe (temperature, top-k, top-p)."""
-        return Sampling(temperature=self.config.temperature, top_k=self.config.top_k, top_p=self.config.top_p)
+        """The distribution the agent's settings describe (temperature, top-k, top-p, repetition penalty, min_new_tokens)."""
+        cfg = self.config
+        return Sampling(
+            temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, repetition_penalty=cfg.repetition_penalty,
+            min_new_tokens=cfg.min_new_tokens,
+        )
 
     def parse(self, response: str, options: Optional[list[str]]) -> tuple[Any, bool]:
         """Turn a response into ``(action, parse_failed)`` with the ``agent.invalid_action`` policy.

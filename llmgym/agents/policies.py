@@ -753,19 +753,28 @@ class TokenPolicy:
         max_new_tokens: Tokens generated per action at most.
         special_tokens: The response text keeps special tokens (EOS is sent to the env as its
             string: :class:`~llmgym.agents.generative.TokenAgent`).
+        stop: Generation ends after the token that completes one of these strings (transformers'
+            ``stop_strings``; the action keeps it). Not a change of distribution: the stored tokens
+            are re-scored as they are.
     """
 
     sampling: Sampling = Sampling()
     max_new_tokens: int = 32
     special_tokens: bool = False
+    stop: tuple[str, ...] = ()
 
     def generation_kwargs(self, greedy: bool) -> dict[str, Any]:
-        """Keyword arguments of ``llm.generate`` for one step (greedy: the argmax at every token)."""
+        """Keyword arguments of ``llm.generate`` for one step (greedy: the argmax at every token).
+
+        Greedy keeps the repetition penalty and ``min_new_tokens`` (they shape the argmax too) and the stop strings.
+        """
         kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens}
         if greedy:
-            kwargs["do_sample"] = False
+            kwargs.update(do_sample=False, **self.sampling.history_kwargs())
         else:
             kwargs.update(self.sampling.generation_kwargs())
+        if self.stop:
+            kwargs["stop_strings"] = list(self.stop)
         return kwargs
 
     def act(

@@ -20,11 +20,12 @@ How LlamaGym's conventions map onto llmgym (no TRL involved):
   or folder; the value head is llmgym's (:class:`~llmgym.llm.modules.ValueHead` with no hidden
   layer: a linear map of the last prompt token's hidden state, as TRL's head is).
 - ``generate_config_dict`` (``generate/`` prefixes dropped, as LlamaGym does) goes to
-  ``llmgym.LLM.generate``. With ``do_sample`` the temperature, ``top_k`` and ``top_p`` in force
-  (the dict's, else the model's generation config, else transformers' defaults) are passed
-  explicitly and make the :class:`~llmgym.llm.sampling.Sampling` that training scores responses
-  under: the policy trained is the one sampled from. Other arguments that change the sampling
-  distribution (``repetition_penalty``, ``min_p``...) raise a :class:`~llmgym.errors.ConfigError`.
+  ``llmgym.LLM.generate``. With ``do_sample`` the temperature, ``top_k``, ``top_p``,
+  ``repetition_penalty`` and ``min_new_tokens`` in force (the dict's, else the model's generation
+  config, else transformers' defaults) are passed explicitly and make the
+  :class:`~llmgym.llm.sampling.Sampling` that training scores responses under: the policy trained
+  is the one sampled from. Other arguments that change the sampling distribution (``min_p``,
+  ``no_repeat_ngram_size``...) raise a :class:`~llmgym.errors.ConfigError`.
 - ``ppo_config_dict`` takes TRL's ``PPOConfig`` names (:class:`PPOConfig`); ``batch_size`` is
   the number of turns per update, as in LlamaGym. The update is llmgym's PPO, as TRL's
   ``PPOTrainer.step`` sees the batch: every (query, response, reward) is a one-step episode whose
@@ -81,7 +82,6 @@ _TRANSFORMERS_SAMPLING_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "top_k": 
 
 #: Generation arguments that change the sampling distribution, with the value that leaves it alone.
 _DISTRIBUTION_ARGS: dict[str, Any] = {
-    "repetition_penalty": 1.0,
     "encoder_repetition_penalty": 1.0,
     "no_repeat_ngram_size": 0,
     "min_p": None,
@@ -90,7 +90,6 @@ _DISTRIBUTION_ARGS: dict[str, Any] = {
     "eta_cutoff": 0.0,
     "top_h": None,
     "min_length": 0,
-    "min_new_tokens": None,
     "bad_words_ids": None,
     "suppress_tokens": None,
     "begin_suppress_tokens": None,
@@ -244,12 +243,13 @@ def generation_settings(config: Mapping[str, Any], generation_config: Any) -> tu
         generation_config: The model's ``generation_config`` (its values fill what the dict omits).
 
     Returns:
-        ``(kwargs, sampling)``: with ``do_sample`` the temperature, ``top_k`` and ``top_p`` in force
-        are explicit in ``kwargs`` and ``sampling`` holds them; greedy decoding gives ``None``.
+        ``(kwargs, sampling)``: with ``do_sample`` the temperature, ``top_k``, ``top_p``,
+        ``repetition_penalty`` and ``min_new_tokens`` in force are explicit in ``kwargs`` and
+        ``sampling`` holds them; greedy decoding gives ``None``.
 
     Raises:
         ConfigError: When sampling with an argument that changes the distribution in a way
-            training cannot score (``repetition_penalty``, ``min_p``...).
+            training cannot score (``min_p``, ``no_repeat_ngram_size``...).
     """
     kwargs = {key.split("/")[-1]: value for key, value in config.items()}
 
@@ -265,9 +265,13 @@ def generation_settings(config: Mapping[str, Any], generation_config: Any) -> tu
             where = "generate_config_dict" if name in kwargs else "the model's generation_config"
             raise ConfigError(
                 f"{name}={value!r} (from {where}) changes the sampling distribution in a way training cannot score; "
-                f"set {name!r}: {neutral!r} in generate_config_dict (temperature, top_k and top_p are supported)."
+                f"set {name!r}: {neutral!r} in generate_config_dict (temperature, top_k, top_p, repetition_penalty "
+                "and min_new_tokens are supported)."
             )
-    sampling = Sampling(**{name: in_force(name, default) for name, default in _TRANSFORMERS_SAMPLING_DEFAULTS.items()})
+    sampling = Sampling(
+        **{name: in_force(name, default) for name, default in _TRANSFORMERS_SAMPLING_DEFAULTS.items()},
+        repetition_penalty=in_force("repetition_penalty", 1.0), min_new_tokens=in_force("min_new_tokens", 0),
+    )
     return {**kwargs, **sampling.generation_kwargs()}, sampling
 
 

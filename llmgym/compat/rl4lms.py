@@ -204,9 +204,7 @@ def convert_rl4lms_config(
             approximately(
                 f"alg.policy.args.generation_kwargs.{key}", "dropped: llmgym's policy may end at EOS earlier"
             )
-    top_k = gen.get("top_k")
-    if top_k not in (None, 0):
-        approximately("alg.policy.args.generation_kwargs.top_k", "llmgym samples from the whole distribution")
+    top_k = int(gen.get("top_k") or 0)  # agent.top_k: rollouts and their re-scoring cut to the top k tokens
     temperature = float(gen.get("temperature", 1.0))
     max_new = gen.get("max_new_tokens")
     if max_new is not None and int(max_new) != episode_length:
@@ -324,6 +322,7 @@ def convert_rl4lms_config(
             # a seq2seq decoder holds the generated tokens: the encoder gets the prompt alone
             "max_prompt_tokens": prompt_length if seq2seq else prompt_length + episode_length,
             "temperature": temperature,
+            "top_k": top_k,
         },
         "algorithm": algorithm,
         "train": train,

@@ -25,6 +25,7 @@ from llmgym.llm.adapters import cache_kwarg
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows
 from llmgym.llm.masking import MaskLogitsProcessor
 from llmgym.llm.precision import activation_dtype
+from llmgym.llm.sampling import RepetitionPenaltyProcessor
 from llmgym.llm.scoring import input_device, split_causal_lm
 from llmgym.llm.tokenization import TextEncoder, decoder_limit
 from llmgym.llm.tree_attention import packed_row_attention, reads_dense_mask, supports_tree_attention
@@ -73,7 +74,8 @@ class Generation:
     prompt_ids: list[int]
 
 
-def _eos_ids(model: Any, kwargs: dict[str, Any]) -> set[int]:
+def eos_token_ids(model: Any, kwargs: dict[str, Any]) -> set[int]:
+    """The ids that end a generation: ``kwargs["eos_token_id"]``, else the model's generation config's."""
     eos = kwargs.get("eos_token_id", model.generation_config.eos_token_id)
     if eos is None:
         return set()
@@ -407,6 +409,8 @@ def generate(
                 f"a decoder prefix of {longest_prefix} tokens and max_new_tokens={new_tokens} exceed the {limit} decoder "
                 f"positions allowed by {source}. Fix: end episodes sooner (env max_tokens) or lower max_new_tokens."
             )
+    penalty = kwargs.pop("repetition_penalty", None)
+    penalty = None if penalty is None or float(penalty) == 1.0 else float(penalty)
     rows_of: list[int] = [0] * len(prompts)
     token_rows: list[list[int]] = []
     processed_rows: list[torch.Tensor] = []
@@ -421,12 +425,16 @@ def generate(
         if seq2seq and prefixes[group[0]]:
             start = int(model.config.decoder_start_token_id)
             call["decoder_input_ids"] = torch.tensor([[start, *prefixes[i]] for i in group], dtype=torch.long, device=device)
+        row_pads = [0 if seq2seq else pad for pad in pads for _ in range(repeats)]
+        processors = []
         if logits_mask is not None:
             row_prompts = [p for p in chosen for _ in range(repeats)]
-            row_pads = [0 if seq2seq else pad for pad in pads for _ in range(repeats)]
-            call["logits_processor"] = LogitsProcessorList(
-                [MaskLogitsProcessor(logits_mask(row_prompts), row_pads), *kwargs.get("logits_processor", [])]
-            )
+            processors.append(MaskLogitsProcessor(logits_mask(row_prompts), row_pads))
+        if penalty is not None:
+            # llmgym's penalty skips each row's left padding, so a row's distribution is its own (sampling.py)
+            processors.append(RepetitionPenaltyProcessor(penalty, row_pads))
+        if processors:
+            call["logits_processor"] = LogitsProcessorList([*processors, *kwargs.get("logits_processor", [])])
         with torch.inference_mode():
             cache = None
             if packed_prefill and not seq2seq:
@@ -452,7 +460,7 @@ def generate(
         raw_rows.extend(_step_logprobs(out.logits, tokens).cpu().unbind(0))
     stops = kwargs.get("stop_strings") or []
     stops = [stops] if isinstance(stops, str) else list(stops)
-    eos = _eos_ids(model, kwargs)
+    eos = eos_token_ids(model, kwargs)
     results: list[list[Generation]] = []
     for b, prompt in enumerate(prompts):
         group_out: list[Generation] = []

@@ -19,14 +19,14 @@ from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
 from llmgym.llm.collectives import Collectives, SingleProcess
 from llmgym.llm.fingerprint import base_fingerprint
-from llmgym.llm.generation import Generation, MaskFactory, generate
+from llmgym.llm.generation import Generation, MaskFactory, eos_token_ids, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
 from llmgym.llm.masking import DecoderIncrementalMask, IncrementalMask, MaskPolicy, check_mask_top_p
 from llmgym.llm.memory import enable_gradient_checkpointing, trunk_cache_bytes
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, load_mask_policy, save_llm_state
 from llmgym.llm.precision import compute_autocast, keep_trainable_fp32
-from llmgym.llm.sampling import Sampling
+from llmgym.llm.sampling import Sampling, history_masks
 from llmgym.llm.scoring import (
     Minibatch,
     forward_items,
@@ -178,6 +178,7 @@ class LocalLLM:
         extra_key: str | None = None,
         sampling: Sampling | None = None,
         keep: Sequence[torch.Tensor] | None = None,
+        seen_tokens: Sequence[torch.Tensor] | None = None,
     ) -> list[dict[str, Any]]:
         results: list[dict[str, Any]] = [{} for _ in items]
         lengths = [row_length(item, self.config.row_tokens) for item in items]
@@ -197,6 +198,7 @@ class LocalLLM:
                     self.model, chosen, self.pad_token_id, is_seq2seq=self.is_seq2seq, token_mode=token_mode,
                     trunk_cache=self.trunk_cache, row_tokens=self.config.row_tokens, sampling=sampling,
                     keep=None if keep is None else _concat_masks([keep[i] for i in plan]),
+                    seen=None if seen_tokens is None else _concat_masks([seen_tokens[i] for i in plan]),
                 )
                 counts = [len(item.candidate_ids) for item in chosen]
                 states = [sum(len(ids) - s for ids, s in zip(i.candidate_ids, i.candidate_starts)) for i in chosen] if token_mode else [1] * len(chosen)
@@ -412,12 +414,44 @@ class LocalLLM:
                         self.pad_token_id, self._special_ids(), firsts[start : start + size],
                     )
                 ]
+        seen = None
+        if sampling is not None and sampling.depends_on_history:
+            if self.is_seq2seq:
+                raise InputError(
+                    "repetition_penalty and min_new_tokens are re-scored for causal LMs only; seq2seq models are not "
+                    "supported (set agent.repetition_penalty=1 and agent.min_new_tokens=0)."
+                )
+            seen, keep = self._history_masks(prompts, completions, sampling, keep)
         with self._maybe_reference(reference, require_grad):
             return self._run(
                 items, keys, token_mode=True, require_grad=require_grad, normalize="sum",
                 minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs, extra_key="logprobs",
-                sampling=sampling, keep=keep,
+                sampling=sampling, keep=keep, seen_tokens=seen,
             )
+
+    def _history_masks(
+        self, prompts: list[list[int]], completions: list[list[int]], sampling: Sampling,
+        keep: list[torch.Tensor] | None,
+    ) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
+        """Per sample ``[T_i, V]`` masks of the repetition penalty and ``min_new_tokens`` (:func:`history_masks`).
+
+        Returns:
+            ``(seen, keep)``: ``seen`` for the penalty (``None`` without one) and ``keep`` (the NLPO
+            masks ``keep``, if any, without EOS before ``min_new_tokens``).
+        """
+        vocab = int(self.model.get_output_embeddings().weight.shape[0])
+        eos = eos_token_ids(self.model, {})
+        seen: list[torch.Tensor] = []
+        allowed: list[torch.Tensor] = []
+        for prompt, completion in zip(prompts, completions):
+            penalised, kept = history_masks(prompt, completion, vocab, sampling, eos, self.head_device)
+            if penalised is not None:
+                seen.append(penalised)
+            if kept is not None:
+                allowed.append(kept)
+        if allowed and keep is not None:
+            allowed = [k.to(a.device) & a for k, a in zip(keep, allowed)]
+        return seen or None, allowed or keep
 
     def generate(self, contexts: Sequence[str], **generation_kwargs: Any) -> list[list[Generation]]:
         """Sample continuations of all contexts in one batched call (see :func:`~llmgym.llm.generation.generate`).

@@ -194,6 +194,7 @@ def _forward_causal(
     row_tokens: int,
     sampling: Sampling | None,
     keep: torch.Tensor | None,
+    seen: torch.Tensor | None = None,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor]:
     backbone, head = split_causal_lm(model)
     groups, rows = layout_rows(items, row_tokens)
@@ -245,7 +246,8 @@ def _forward_causal(
         logprobs = torch.log_softmax(logits.float(), dim=-1)[inverse, target]
     else:
         keep = None if keep is None else keep.to(logits.device, non_blocking=True)
-        logprobs = sampled_logprobs(logits[inverse], target, sampling, keep)
+        seen = None if seen is None else seen.to(logits.device, non_blocking=True)
+        logprobs = sampled_logprobs(logits[inverse], target, sampling, keep, seen)
     outputs = ForwardOutputs(
         hidden_states=hidden,
         context_hidden=flat[torch.tensor(states, dtype=torch.long).to(device, non_blocking=True)],
@@ -336,6 +338,7 @@ def forward_items(
     row_tokens: int = 0,
     sampling: Sampling | None = None,
     keep: torch.Tensor | None = None,
+    seen: torch.Tensor | None = None,
 ) -> tuple[ForwardOutputs, torch.Tensor, torch.Tensor | None]:
     """Run one forward pass over items (under the caller's grad mode).
 
@@ -353,14 +356,17 @@ def forward_items(
         sampling: Score candidate tokens under this sampling distribution
             (:func:`~llmgym.llm.sampling.sampled_logprobs`); ``None``: the model's own.
         keep: ``[N, V]`` bool NLPO mask of the ``N`` candidate tokens, in item, candidate and token
-            order (:meth:`~llmgym.llm.masking.MaskPolicy.keep_masks`).
+            order (:meth:`~llmgym.llm.masking.MaskPolicy.keep_masks`); for causal models also EOS
+            forbidden before ``sampling.min_new_tokens`` (:func:`~llmgym.llm.sampling.history_masks`).
+        seen: Causal models only: ``[N, V]`` bool tokens seen before each candidate token, for
+            ``sampling.repetition_penalty`` (:func:`~llmgym.llm.sampling.history_masks`).
 
     Returns:
         ``(outputs, input_ids [R, L], position_ids [R, L] or None)``.
     """
     if is_seq2seq:
         return _forward_seq2seq(model, items, pad_token_id, token_mode, sampling, keep)
-    return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, row_tokens, sampling, keep)
+    return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, row_tokens, sampling, keep, seen)
 
 
 def score_items(

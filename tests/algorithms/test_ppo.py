@@ -31,18 +31,27 @@ def test_first_minibatch_ratio_is_one_and_nothing_clipped(tmp_path, normalize, a
     assert stats["clip_fraction"] == 0.0
 
 
-# Generated actions: the stored log-probs are those of the cut distribution (agent.top_p / top_k) that
-# the tokens were drawn from, and the update re-scores under the same cut (LlamaGym used top_p 0.6).
+# Generated actions: the stored log-probs are those of the distribution (agent.top_p / top_k, the
+# repetition penalty, min_new_tokens) that the tokens were drawn from, and the update re-scores under
+# the same one (LlamaGym used top_p 0.6); stop strings end generations without changing it.
 @pytest.mark.parametrize(("agent_type", "cut"), [
     ("generative", "agent.top_p=0.6"), ("generative", "agent.top_k=5"), ("token", "agent.top_p=0.6"),
+    ("generative", "agent.repetition_penalty=3.0"), ("token", "agent.repetition_penalty=3.0"),
+    ("generative", "agent.min_new_tokens=3"), ("generative", "agent.stop=[a,e]"),
 ])
 def test_first_minibatch_ratio_is_one_under_top_p_and_top_k(tmp_path, agent_type, cut):
     config = tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.epochs=1", "algorithm.minibatch_size=32",
                          f"agent.type={agent_type}", "agent.max_new_tokens=3", "agent.temperature=0.8", cut)
     _, envs, agent, algorithm = build(config)
-    sampling = agent.policy.sampling
-    assert (sampling.top_p, sampling.top_k) == ((0.6, 0) if "top_p" in cut else (1.0, 5))
+    sampling, policy = agent.policy.sampling, agent.policy
+    assert (sampling.top_p, sampling.top_k, sampling.repetition_penalty, sampling.min_new_tokens, policy.stop) == {
+        "agent.top_p=0.6": (0.6, 0, 1.0, 0, ()), "agent.top_k=5": (1.0, 5, 1.0, 0, ()),
+        "agent.repetition_penalty=3.0": (1.0, 0, 3.0, 0, ()), "agent.min_new_tokens=3": (1.0, 0, 1.0, 3, ()),
+        "agent.stop=[a,e]": (1.0, 0, 1.0, 0, ("a", "e")),
+    }[cut]
     algorithm.collect_rollout()
+    if "stop" in cut:  # some generation ended at a stop string, before its 3 tokens
+        assert any(len(d.choice.token_ids) < 3 and d.response.endswith(("a", "e")) for step in algorithm.buffer.decisions for d in step)
     stats = algorithm.update()
     envs.close()
     assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
@@ -55,6 +64,16 @@ def test_first_minibatch_ratio_is_one_under_top_p_and_top_k(tmp_path, agent_type
 def test_top_p_and_top_k_out_of_range_are_config_errors(tmp_path, override, message):
     with pytest.raises(ConfigError, match=message):
         tiny_config(tmp_path, "llmgym/EchoWord-v0", override)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["agent.repetition_penalty=0"], "agent.repetition_penalty=0"), (["agent.min_new_tokens=-1"], "agent.min_new_tokens"),
+    (["agent.type=token", "agent.stop=[x]"], "agent.type=token generates one token"),
+    (["agent.type=token", "agent.min_new_tokens=2"], "agent.type=token generates one token"),
+])
+def test_generation_settings_out_of_range_are_config_errors(tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        tiny_config(tmp_path, "llmgym/EchoWord-v0", *overrides)
 
 
 def test_lora_trains_adapters_and_head_only(tmp_path):

@@ -251,8 +251,11 @@ def test_generation_settings_resolve_what_sampling_uses() -> None:
     assert kwargs == {"max_new_tokens": 8, "do_sample": True, "temperature": 1.0, "top_k": 50, "top_p": 0.9}
     kwargs, sampling = generation_settings({"max_new_tokens": 8}, GenerationConfig())
     assert sampling is None and kwargs["do_sample"] is False
-    with pytest.raises(ConfigError, match=r"repetition_penalty=1.2 \(from generate_config_dict\)"):
-        generation_settings({"do_sample": True, "repetition_penalty": 1.2}, GenerationConfig())
+    kwargs, sampling = generation_settings({"do_sample": True, "repetition_penalty": 1.2, "min_new_tokens": 2}, GenerationConfig())
+    assert sampling == Sampling(temperature=1.0, top_k=50, top_p=1.0, repetition_penalty=1.2, min_new_tokens=2)
+    assert (kwargs["repetition_penalty"], kwargs["min_new_tokens"]) == (1.2, 2)
+    with pytest.raises(ConfigError, match=r"no_repeat_ngram_size=2 \(from generate_config_dict\)"):
+        generation_settings({"do_sample": True, "no_repeat_ngram_size": 2}, GenerationConfig())
     with pytest.raises(ConfigError, match="from the model's generation_config"):
         generation_settings({"do_sample": True}, GenerationConfig(min_p=0.1))
 
@@ -268,9 +271,10 @@ class _Words(Agent):
         return response
 
 
-def test_first_ppo_ratio_is_one_under_top_p(tiny_path: str) -> None:
+@pytest.mark.parametrize("generate", [{"top_p": 0.5, "temperature": 0.7}, {"repetition_penalty": 1.5, "min_new_tokens": 3}])
+def test_first_ppo_ratio_is_one_under_top_p(tiny_path: str, generate: dict) -> None:
     torch.manual_seed(0)
-    agent = _Words(tiny_path, tiny_path, "cpu", {"max_new_tokens": 6, "do_sample": True, "top_p": 0.5, "temperature": 0.7},
+    agent = _Words(tiny_path, tiny_path, "cpu", {"max_new_tokens": 6, "do_sample": True, **generate},
                    {"batch_size": 4, "mini_batch_size": 4, "ppo_epochs": 1})
     stats = {}
     for turn in range(4):

@@ -77,3 +77,39 @@ def test_generative_agent_trains_on_the_distribution_it_samples_from(tiny_llama)
         agent.observe([1.0], [True], [False])
     stats = ppo.learn_from_episodes(agent, episodes)
     assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # one minibatch: evaluated before the step
+
+
+# The repetition penalty and min_new_tokens depend on the tokens before each one: re-scoring rebuilds that
+# history per token, and generate's penalty skips each row's left padding (the PROMPTS differ in length).
+@pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_gpt2"])
+@pytest.mark.parametrize("sampling", [Sampling(0.8, 0, 0.9, repetition_penalty=2.0), Sampling(min_new_tokens=5),
+                                      Sampling(1.2, 10, 1.0, repetition_penalty=0.7, min_new_tokens=2)])
+def test_history_dependent_sampling_is_rescored_exactly(request, fixture, sampling):
+    model, tok = request.getfixturevalue(fixture)
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    torch.manual_seed(0)
+    gens = [g for group in llm.generate(PROMPTS, max_new_tokens=6, num_return_sequences=2, **sampling.generation_kwargs())
+            for g in group]
+    rescored = llm.token_logprobs([g.prompt_ids for g in gens], [g.token_ids for g in gens], require_grad=False,
+                                  sampling=sampling)
+    for g, r in zip(gens, rescored):
+        assert torch.allclose(r["logprobs"], g.logprobs, atol=1e-4)
+    plain = llm.token_logprobs([g.prompt_ids for g in gens], [g.token_ids for g in gens], require_grad=False,
+                               sampling=Sampling(sampling.temperature, sampling.top_k, sampling.top_p))
+    assert not all(torch.allclose(p["logprobs"], g.logprobs, atol=1e-3) for g, p in zip(gens, plain))
+
+
+def test_repetition_penalty_is_transformers_on_a_row_without_padding_and_skips_left_padding():
+    from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
+
+    from llmgym.llm.sampling import RepetitionPenaltyProcessor, history_masks
+
+    scores = torch.tensor([[2.0, -1.0, 0.5, 3.0, -2.0], [2.0, -1.0, 0.5, 3.0, -2.0]])
+    ids = torch.tensor([[1, 3, 1], [0, 0, 1]])  # row 1: two left pads of id 0, then token 1
+    ours = RepetitionPenaltyProcessor(2.0, [0, 2])(ids, scores.clone())
+    assert torch.equal(ours[0], RepetitionPenaltyLogitsProcessor(2.0)(ids[:1], scores[:1].clone())[0])
+    assert ours[1].tolist() == [2.0, -2.0, 0.5, 3.0, -2.0]  # the pads' id 0 is not penalised
+    seen, keep = history_masks([1], [3, 1, 4], 5, Sampling(repetition_penalty=2.0, min_new_tokens=2), {4}, torch.device("cpu"))
+    assert seen.tolist() == [[False, True, False, False, False], [False, True, False, True, False],
+                             [False, True, False, True, False]]
+    assert keep[:, 4].tolist() == [False, False, True] and keep[:, :4].all()

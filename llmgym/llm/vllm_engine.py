@@ -224,6 +224,8 @@ class VLLMEngine:
         # on a CPU vLLM must not pin this process's threads (llmgym's forward passes share them).
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        # vLLM reports usage statistics to its authors' server unless told not to: llmgym sends nothing anywhere.
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
         vllm = require("vllm", "vllm", "model.generation_engine=vllm")
         self._lora_rank = _lora_rank(model)
         self._folder = Path(tempfile.mkdtemp(prefix="llmgym-vllm-"))

@@ -30,13 +30,21 @@ def main() -> None:
     from llmgym.llm.local import LocalLLM
     from llmgym.llm.vllm_engine import engine_request
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="SmolLM2-135M-Instruct", help="model.name (a folder, or the default alias)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", default="SmolLM2-135M-Instruct", help="model.name (a folder, or the default alias)"
+    )
     parser.add_argument("--prompts", type=int, default=32, help="number of prompts from the workload")
     parser.add_argument("--new-tokens", type=int, default=32, help="new tokens per prompt")
     args = parser.parse_args()
     prompts = json.loads(WORKLOAD.read_text())["contexts"][: args.prompts]
-    llm = LocalLLM(ModelConfig(name=args.model, device="cpu", dtype="float32", generation_engine="vllm", vllm_kv_cache_mb=512))
+    llm = LocalLLM(
+        ModelConfig(
+            name=args.model, device="cpu", dtype="float32", generation_engine="vllm", vllm_kv_cache_mb=512
+        )
+    )
     kwargs = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "do_sample": False}
 
     start = time.perf_counter()
@@ -63,19 +71,27 @@ def main() -> None:
     t_loop = time.perf_counter() - start
 
     same = sum(a[0].token_ids == b[0].token_ids for a, b in zip(ours, batched))
-    gap = max(float((g[0].engine_logprobs - g[0].logprobs).abs().max()) for g in ours if g[0].engine_logprobs is not None)
+    gap = max(
+        float((g[0].engine_logprobs - g[0].logprobs).abs().max())
+        for g in ours
+        if g[0].engine_logprobs is not None
+    )
     tokens = len(prompts) * args.new_tokens
-    print(f"{args.model}: {len(prompts)} prompts x {args.new_tokens} new tokens (greedy, fp32), threads={torch.get_num_threads()}")
+    print(
+        f"{args.model}: {len(prompts)} prompts x {args.new_tokens} new tokens (greedy, fp32), threads={torch.get_num_threads()}"
+    )
     print(f"vLLM start-up (model copy + engine): {t_start:.1f} s")
     print(f"{'method':<40}{'seconds':>9}{'tokens/s':>10}")
     print(f"{'vLLM + llmgym log-probs (LLM.generate)':<40}{t_vllm:>9.2f}{tokens / t_vllm:>10.1f}")
     print(f"{'  vLLM sampling alone':<40}{t_engine:>9.2f}{tokens / t_engine:>10.1f}")
     print(f"{'llmgym batched generate (1 call)':<40}{t_batched:>9.2f}{tokens / t_batched:>10.1f}")
     print(f"{'per-prompt generate loop':<40}{t_loop:>9.2f}{tokens / t_loop:>10.1f}")
-    print(f"vLLM (with rescoring) is {t_loop / t_vllm:.1f}x faster than the loop and {t_batched / t_vllm:.2f}x the batched "
-          f"generate's speed (sampling alone: {t_loop / t_engine:.1f}x / {t_batched / t_engine:.2f}x); batched generate is "
-          f"{t_loop / t_batched:.1f}x faster than the loop; identical greedy outputs {same}/{len(prompts)}; "
-          f"max |vLLM - llmgym| log-prob {gap:.1e}")
+    print(
+        f"vLLM (with rescoring) is {t_loop / t_vllm:.1f}x faster than the loop and {t_batched / t_vllm:.2f}x the batched "
+        f"generate's speed (sampling alone: {t_loop / t_engine:.1f}x / {t_batched / t_engine:.2f}x); batched generate is "
+        f"{t_loop / t_batched:.1f}x faster than the loop; identical greedy outputs {same}/{len(prompts)}; "
+        f"max |vLLM - llmgym| log-prob {gap:.1e}"
+    )
     llm.close()
 
 

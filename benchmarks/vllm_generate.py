@@ -50,9 +50,11 @@ def main() -> None:
     start = time.perf_counter()
     llm.generate(prompts[:2], max_new_tokens=2)  # builds the engine (and warms it up)
     t_start = time.perf_counter() - start
+    print(f"[progress] vLLM start-up: {t_start:.2f} s", flush=True)
     start = time.perf_counter()
     ours = llm.generate(prompts, **kwargs)
     t_vllm = time.perf_counter() - start
+    print(f"[progress] vLLM + llmgym log-probs: {t_vllm:.2f} s", flush=True)
     engine = llm._engine
     assert engine is not None
     encoded = llm.encoder.encode_contexts(llm.encoder.fit_contexts(prompts))
@@ -60,15 +62,18 @@ def main() -> None:
     start = time.perf_counter()
     engine.sample(encoded, request)
     t_engine = time.perf_counter() - start
+    print(f"[progress] vLLM sampling alone: {t_engine:.2f} s", flush=True)
 
     generation.generate(llm.model, llm.tokenizer, llm.encoder, prompts[:2], max_new_tokens=2)  # warm-up
     start = time.perf_counter()
     batched = generation.generate(llm.model, llm.tokenizer, llm.encoder, prompts, **kwargs)
     t_batched = time.perf_counter() - start
+    print(f"[progress] llmgym batched generate: {t_batched:.2f} s", flush=True)
     start = time.perf_counter()
     for p in prompts:
         generation.generate(llm.model, llm.tokenizer, llm.encoder, [p], packed_prefill=False, **kwargs)
     t_loop = time.perf_counter() - start
+    print(f"[progress] per-prompt loop: {t_loop:.2f} s", flush=True)
 
     same = sum(a[0].token_ids == b[0].token_ids for a, b in zip(ours, batched))
     gap = max(

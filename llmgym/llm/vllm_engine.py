@@ -155,15 +155,21 @@ def engine_request(
 
 
 @contextmanager
-def _rng_kept() -> Iterator[None]:
-    """Restore Python's, NumPy's and torch's global RNG states after the block (vLLM seeds them all)."""
+def _process_state_kept() -> Iterator[None]:
+    """Restore what building a vLLM engine changes in the process: the global RNGs and ``torch.set_num_threads``.
+
+    vLLM seeds Python's, NumPy's and torch's RNGs, and on a CPU replaces ``torch.set_num_threads``
+    by a no-op (to protect its thread pinning, which llmgym turns off).
+    """
     import numpy as np
 
     python, numpy_state, cpu = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    set_num_threads = torch.set_num_threads
     try:
         yield
     finally:
+        torch.set_num_threads = set_num_threads
         random.setstate(python)
         np.random.set_state(numpy_state)
         torch.random.set_rng_state(cpu)
@@ -249,7 +255,7 @@ class VLLMEngine:
             kwargs["max_model_len"] = max_model_len
         if self._lora_rank is not None:
             kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=self._lora_rank)
-        with _rng_kept():
+        with _process_state_kept():
             self._llm = vllm.LLM(**kwargs)  # type: ignore[attr-defined]
         #: The weights version (:attr:`llmgym.llm.local.LocalLLM.weights_version`) vLLM holds; ``None``: an adapter is still to be written.
         self.synced_version: int | None = None if self._lora_rank is not None else 0

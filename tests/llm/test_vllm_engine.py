@@ -94,6 +94,7 @@ def _check_engine_agrees(gens, tol=1e-4):
 def test_vllm_generates_as_llmgym_and_an_update_reaches_it(tmp_path, vllm_model_dir, lora):
     llm, envs, algorithm = _build(tmp_path, vllm_model_dir, *(["model.lora.r=4"] if lora else []))
     backend = llm.backend
+    rng = torch.random.get_rng_state()
     # Greedy: the same tokens as llmgym's built-in engine, and vLLM's log-probs are llmgym's.
     greedy = llm.generate(PROMPTS, max_new_tokens=6, do_sample=False)
     builtin = generation.generate(backend.model, backend.tokenizer, backend.encoder, PROMPTS, max_new_tokens=6, do_sample=False)
@@ -101,6 +102,15 @@ def test_vllm_generates_as_llmgym_and_an_update_reaches_it(tmp_path, vllm_model_
     for ours, theirs in zip(greedy, builtin):
         assert torch.allclose(ours[0].logprobs, theirs[0].logprobs, atol=1e-4)
     _check_engine_agrees(greedy)
+    # Building vLLM's engine did not reseed torch: the only draw from its RNG was the request's seed.
+    after = torch.random.get_rng_state()
+    torch.random.set_rng_state(rng)
+    torch.randint(0, 2**31 - 1, ())
+    assert torch.equal(torch.random.get_rng_state(), after)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # vLLM's CPU worker makes it a no-op; llmgym restores it
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(threads)
     # Sampled under temperature, top-k and top-p: vLLM draws from the distribution llmgym scores.
     sampled = llm.generate(PROMPTS, max_new_tokens=6, do_sample=True, temperature=0.8, top_k=20, top_p=0.9,
                            num_return_sequences=2)

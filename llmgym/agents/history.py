@@ -63,6 +63,9 @@ class Prompt:
         first_turn: Index (in the episode) of the oldest past turn kept in the prompt.
         num_turns: Number of past turns kept.
         observation_truncated: Whether the pending observation was cut on the left to fit the budget.
+        decoder_ids: An encoder-decoder model's decoder prefix: the token ids generated earlier in
+            the episode, continued after (:class:`~llmgym.agents.generative.TokenAgent`); the text
+            and ``token_ids`` go to the encoder. Empty for causal models.
     """
 
     text: str
@@ -70,6 +73,7 @@ class Prompt:
     first_turn: int
     num_turns: int
     observation_truncated: bool
+    decoder_ids: tuple[int, ...] = ()
 
 
 class History:

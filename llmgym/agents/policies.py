@@ -49,6 +49,7 @@ __all__ = [
     "categorical_entropy",
     "categorical_kl",
     "categorical_log_prob",
+    "decoder_state_values",
     "kl_estimate",
     "pad_candidate_scores",
     "policy_logits_key",
@@ -271,10 +272,13 @@ class TokenChoice:
         token_ids: The sampled token ids (never re-tokenized text).
         token_log_probs: Their log-probs under the distribution they were drawn from (the run report
             shows them); empty when not recorded.
+        decoder_prefix: An encoder-decoder model's decoder ids the tokens were generated after (the
+            episode's earlier tokens, :attr:`~llmgym.agents.history.Prompt.decoder_ids`); empty otherwise.
     """
 
     token_ids: list[int]
     token_log_probs: list[float] = field(default_factory=list)
+    decoder_prefix: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -332,18 +336,27 @@ class TokenActions:
     """``B`` generated token sequences, as an update stores them.
 
     Attributes:
-        prompt_ids: ``B`` prompt token-id lists (the exact ids the sequences were generated after).
+        prompt_ids: ``B`` prompt token-id lists (the exact ids the sequences were generated after; an
+            encoder-decoder's encoder ids).
         token_ids: ``B`` generated token-id lists.
+        decoder_prefixes: ``B`` decoder prefixes of an encoder-decoder's sequences (fed before the
+            tokens, not scored), or ``None`` when no sequence has one.
     """
 
     prompt_ids: list[list[int]]
     token_ids: list[list[int]]
+    decoder_prefixes: Optional[list[list[int]]] = None
 
     def __post_init__(self) -> None:
         if len(self.prompt_ids) != len(self.token_ids):
             raise InputError(
                 f"TokenActions got {len(self.prompt_ids)} prompts and {len(self.token_ids)} token sequences; "
                 "pass one prompt per sequence."
+            )
+        if self.decoder_prefixes is not None and len(self.decoder_prefixes) != len(self.token_ids):
+            raise InputError(
+                f"TokenActions got {len(self.decoder_prefixes)} decoder prefixes for {len(self.token_ids)} token "
+                "sequences; pass one per sequence (empty where there is none), or None."
             )
 
     def __len__(self) -> int:
@@ -356,7 +369,11 @@ class TokenActions:
 
     def select(self, indices: Sequence[int]) -> TokenActions:
         """The actions at ``indices`` (positions in this batch)."""
-        return TokenActions([self.prompt_ids[i] for i in indices], [self.token_ids[i] for i in indices])
+        prefixes = self.decoder_prefixes
+        return TokenActions(
+            [self.prompt_ids[i] for i in indices], [self.token_ids[i] for i in indices],
+            None if prefixes is None else [prefixes[i] for i in indices],
+        )
 
 
 Actions = Union[CandidateActions, TokenActions]
@@ -461,6 +478,28 @@ def prompt_values(llm: PolicyLLM, prompts: Sequence[str]) -> list[float]:
     if VALUE_KEY not in llm.module_function_keys:
         return [0.0] * len(prompts)
     outputs = llm.forward([VALUE_KEY], contexts=list(prompts))
+    return [float(torch.as_tensor(o[VALUE_KEY]).reshape(-1)[0]) for o in outputs]
+
+
+def decoder_state_values(llm: PolicyLLM, prompt_ids: Sequence[Sequence[int]], prefixes: Sequence[Sequence[int]]) -> list[float]:
+    """``V`` of encoder-decoder states: the decoder's state after each prefix, from the LLM's ``"value"`` head (0 without one).
+
+    The state that predicts the token after ``prefixes[i]``: the value :meth:`TokenPolicy.evaluate`
+    re-computes for a token generated there. The decoder is causal, so the token scored after
+    the prefix (EOS) does not change it.
+
+    Args:
+        llm: An encoder-decoder LLM.
+        prompt_ids: ``B`` encoder token-id lists.
+        prefixes: ``B`` decoder prefixes (empty: the state at the decoder's start token).
+    """
+    if VALUE_KEY not in llm.module_function_keys:
+        return [0.0] * len(prompt_ids)
+    probe = llm.tokenizer.eos_token_id if llm.tokenizer.eos_token_id is not None else 0
+    outputs = llm.token_logprobs(
+        [list(p) for p in prompt_ids], [[probe] for _ in prompt_ids], keys=[VALUE_KEY], require_grad=False,
+        decoder_prefixes=[list(p) for p in prefixes],
+    )
     return [float(torch.as_tensor(o[VALUE_KEY]).reshape(-1)[0]) for o in outputs]
 
 
@@ -653,19 +692,30 @@ class TokenPolicy:
         greedy: bool,
         generator: torch.Generator,
     ) -> list[Decision]:
-        """Generate a response per prompt; its log-prob is the sum of its tokens' under :attr:`sampling`."""
+        """Generate a response per prompt; its log-prob is the sum of its tokens' under :attr:`sampling`.
+
+        An encoder-decoder prompt with :attr:`~llmgym.agents.history.Prompt.decoder_ids` is continued
+        after them (its text goes to the encoder), and its value is the decoder's state after them.
+        """
         texts = [p.text for p in prompts]
-        generations = llm.generate(texts, **self.generation_kwargs(greedy))
-        values = prompt_values(llm, texts)
+        prefixes = [list(p.decoder_ids) for p in prompts]
+        kwargs = self.generation_kwargs(greedy)
+        if any(prefixes):
+            kwargs["decoder_prefixes"] = prefixes
+        generations = llm.generate(texts, **kwargs)
+        if any(prefixes):
+            values = decoder_state_values(llm, [gens[0].prompt_ids for gens in generations], prefixes)
+        else:
+            values = prompt_values(llm, texts)
         decisions = []
-        for prompt, gens, value in zip(prompts, generations, values):
+        for prompt, gens, value, prefix in zip(prompts, generations, values, prefixes):
             gen = gens[0]
             text = llm.tokenizer.decode(gen.token_ids, skip_special_tokens=False) if self.special_tokens else gen.text
             decisions.append(
                 Decision(
                     prompt=prompt.text, prompt_ids=list(gen.prompt_ids), action=text, response=str(text),
                     log_prob=float(gen.logprobs.sum()), value=value,
-                    choice=TokenChoice(list(gen.token_ids), gen.logprobs.tolist()),
+                    choice=TokenChoice(list(gen.token_ids), gen.logprobs.tolist(), prefix),
                 )
             )
         return decisions
@@ -682,9 +732,11 @@ class TokenPolicy:
                 f"decisions {wrong[:5]} chose candidates but the policy generates tokens; train with the agent's own "
                 "policy (agent.policy)."
             )
+        choices = [d.choice for d in decisions if isinstance(d.choice, TokenChoice)]
+        prefixes = [list(c.decoder_prefix) for c in choices]
         return TokenActions(
-            [list(d.prompt_ids) for d in decisions],
-            [list(d.choice.token_ids) for d in decisions if isinstance(d.choice, TokenChoice)],
+            [list(d.prompt_ids) for d in decisions], [list(c.token_ids) for c in choices],
+            prefixes if any(prefixes) else None,
         )
 
     def evaluate(
@@ -708,9 +760,10 @@ class TokenPolicy:
         if not isinstance(actions, TokenActions):
             raise InputError("TokenPolicy.evaluate got chosen candidates; it re-scores generated token sequences.")
         has_value = VALUE_KEY in llm.module_function_keys
+        prefixed: dict[str, Any] = {} if actions.decoder_prefixes is None else {"decoder_prefixes": actions.decoder_prefixes}
         outputs = llm.token_logprobs(
             actions.prompt_ids, actions.token_ids, keys=[VALUE_KEY] if has_value else [], require_grad=require_grad,
-            sampling=self.sampling,
+            sampling=self.sampling, **prefixed,
         )
         token_lp = [o["logprobs"] for o in outputs]
         log_probs = torch.stack([lp.sum() for lp in token_lp])
@@ -719,7 +772,8 @@ class TokenPolicy:
         if with_reference:
             with torch.no_grad(), llm.reference():
                 ref = llm.token_logprobs(
-                    actions.prompt_ids, actions.token_ids, require_grad=False, sampling=self.sampling.without_mask()
+                    actions.prompt_ids, actions.token_ids, require_grad=False, sampling=self.sampling.without_mask(),
+                    **prefixed,
                 )
             ref_kl = torch.stack([(lp - r["logprobs"].to(lp.device)).sum() for lp, r in zip(token_lp, ref)])
         return PolicyOutputs(log_probs, entropy, _values(llm, outputs, log_probs), ref_kl)

@@ -7,8 +7,9 @@ reward, splits and metrics. Every RL4LMs key is mapped, or refused with a
 :class:`~llmgym.errors.ConfigError` naming it. Keys llmgym honours only approximately (RL4LMs'
 adaptive KL controller ``alg.kl_div.target_kl``, ``min_length``, beam search in evaluation, SB3's
 A2C RMSprop...) are refused unless ``approximate=True``, which maps them as documented and lists
-each in :attr:`Conversion.approximations`. T5/BART (seq2seq) policies are refused: llmgym does not
-train seq2seq policies with RL yet.
+each in :attr:`Conversion.approximations`. T5/BART (seq2seq) policies train as RL4LMs' do: the
+prompt goes to the encoder, the generated tokens to the decoder (``model.model_type: seq2seq``;
+the token agent's :class:`~llmgym.agents.generative.DecoderHistory`).
 
 ``llmgym train rl4lms_config.yml`` converts such a file strictly; ``llmgym convert CFG
 [--approximate] [--model NAME]`` prints the llmgym YAML.
@@ -126,8 +127,8 @@ def convert_rl4lms_config(
         The llmgym config and the approximations made.
 
     Raises:
-        ConfigError: Naming the first RL4LMs key that is unknown or unsupported (seq2seq policies,
-            supervised training), or every key mapped approximately when ``approximate`` is false.
+        ConfigError: Naming the first RL4LMs key that is unknown or unsupported (supervised
+            training), or every key mapped approximately when ``approximate`` is false.
     """
     approx: list[str] = []
 
@@ -140,15 +141,12 @@ def convert_rl4lms_config(
 
     policy = alg.sub("policy")
     policy_id = policy.get("id", "causal_lm_actor_critic_policy")
-    if policy_id in _SEQ2SEQ_POLICIES:
+    if policy_id not in _CAUSAL_POLICIES | _SEQ2SEQ_POLICIES:
         raise ConfigError(
-            f"RL4LMs config: alg.policy.id={policy_id!r} trains a seq2seq (T5/BART) policy; llmgym does not train "
-            "seq2seq policies with RL yet. Fix: use a causal LM (causal_lm_actor_critic_policy)."
+            f"RL4LMs config: alg.policy.id={policy_id!r} is unknown; expected one of "
+            f"{sorted(_CAUSAL_POLICIES | _SEQ2SEQ_POLICIES)}."
         )
-    if policy_id not in _CAUSAL_POLICIES:
-        raise ConfigError(
-            f"RL4LMs config: alg.policy.id={policy_id!r} is unknown; expected one of {sorted(_CAUSAL_POLICIES)}."
-        )
+    seq2seq = policy_id in _SEQ2SEQ_POLICIES
     algo = alg.get("id")
     if algo not in _SB3:
         raise ConfigError(
@@ -176,7 +174,11 @@ def convert_rl4lms_config(
     terminate_on_eos = bool(env_args.get("terminate_on_eos", False))
     if env_args.get("prompt_truncation_side", "left") != "left":
         approximately("env.args.prompt_truncation_side", "llmgym truncates prompts on the left")
-    env_args.get("context_start_token")  # the decoder start of seq2seq policies; causal ones ignore it in RL4LMs too
+    start = env_args.get("context_start_token")  # the decoder start of seq2seq policies; causal ones ignore it in RL4LMs too
+    if seq2seq and start not in (None, 0):
+        approximately(
+            "env.args.context_start_token", "llmgym starts the decoder at the model's decoder_start_token_id (T5's is 0)"
+        )
     env_args.done()
     n_envs = int(env.get("n_envs", 1))
     env.done()
@@ -312,15 +314,19 @@ def convert_rl4lms_config(
         train["eval_num_envs"] = int(eval_width)
     if seed is not None:
         train["seed"] = int(seed)
+    model_section: dict[str, Any] = {"name": str(model), "lora": lora}
+    if seq2seq:
+        model_section["model_type"] = "seq2seq"
     config = {
-        "model": {"name": str(model), "lora": lora},
+        "model": model_section,
         "env": {"id": "llmgym/TextGen-v0", "num_envs": n_envs, "kwargs": env_kwargs},
         "agent": {
             "type": "token",
             "history_length": 0,
             "use_chat_template": False,
             "system_prompt": "",
-            "max_prompt_tokens": prompt_length + episode_length,
+            # a seq2seq decoder holds the generated tokens: the encoder gets the prompt alone
+            "max_prompt_tokens": prompt_length if seq2seq else prompt_length + episode_length,
             "temperature": temperature,
         },
         "algorithm": algorithm,

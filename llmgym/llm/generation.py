@@ -29,7 +29,7 @@ from llmgym.llm.precision import activation_dtype
 from llmgym.llm.scoring import input_device, split_causal_lm
 from llmgym.llm.tokenization import TextEncoder, decoder_limit
 from llmgym.llm.tree_attention import packed_row_attention, reads_dense_mask, supports_tree_attention
-from llmgym.llm.validation import check_generation_kwargs
+from llmgym.llm.validation import check_decoder_prefixes, check_generation_kwargs
 
 __all__ = [
     "Generation",
@@ -54,6 +54,7 @@ TREE_PREFILL_ROW_TOKENS = 8192
 
 _OWNED_KWARGS = (
     "return_dict_in_generate", "output_scores", "output_logits", "input_ids", "attention_mask", "cache", "past_key_values",
+    "decoder_input_ids",
 )
 
 
@@ -335,6 +336,18 @@ def check_prompts(
     )
 
 
+#: Given the prompt ids of the rows of one ``model.generate`` call, NLPO's mask function of that call.
+MaskFactory = Callable[[Sequence[Sequence[int]]], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
+
+
+def _prefix_groups(prefixes: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Context indices grouped by decoder-prefix length: each group is one ``model.generate`` call, without decoder padding."""
+    groups: dict[int, list[int]] = {}
+    for index, prefix in enumerate(prefixes):
+        groups.setdefault(len(prefix), []).append(index)
+    return list(groups.values())
+
+
 def generate(
     model: Any,
     tokenizer: Any,
@@ -342,10 +355,11 @@ def generate(
     contexts: Sequence[str],
     *,
     packed_prefill: bool = True,
-    logits_mask: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    logits_mask: MaskFactory | None = None,
+    decoder_prefixes: Sequence[Sequence[int]] | None = None,
     **generation_kwargs: Any,
 ) -> list[list[Generation]]:
-    """Sample continuations of all contexts in one batched ``model.generate`` call.
+    """Sample continuations of all contexts in one batched ``model.generate`` call (one per decoder-prefix length).
 
     Args:
         model: A transformers causal or seq2seq LM.
@@ -355,9 +369,14 @@ def generate(
         packed_prefill: Prefill causal models' prompts in packed prefix-sharing rows
             (:func:`packed_prompt_cache`); ``False`` leaves the padded prefill to ``generate``.
         logits_mask: NLPO's mask (:class:`~llmgym.llm.masking.MaskLogitsProcessor`): given the
-            left-padded ``input_ids [R, T]`` so far (prompt, then the generated ids) and each row's
-            left padding ``[R]``, the ``[R, V]`` bool tokens that may come next; applied before
-            temperature, top-k and top-p, and included in ``Generation.logprobs``. ``None``: no mask.
+            prompt ids of the rows of one ``model.generate`` call (one per row), the function that,
+            given the ``input_ids [R, T]`` so far (left-padded prompt then the generated ids for a
+            causal LM; the decoder's ids for a seq2seq LM) and each row's left padding ``[R]``,
+            returns the ``[R, V]`` bool tokens that may come next; applied before temperature,
+            top-k and top-p, and included in ``Generation.logprobs``. ``None``: no mask.
+        decoder_prefixes: Seq2seq models only: per context, decoder token ids to continue after
+            (a token-level agent's tokens so far in the episode); the generations hold only the
+            new tokens. ``None``: every decoder starts empty.
         **generation_kwargs: Any ``transformers`` generation argument (``max_new_tokens``,
             ``max_length``, turned into the ``max_new_tokens`` it leaves, ``do_sample``, ``temperature``, ``top_p``, ``num_return_sequences``, ``stop_strings``...).
 
@@ -394,56 +413,76 @@ def generate(
     if kwargs.get("stop_strings"):
         kwargs.setdefault("tokenizer", tokenizer)
     repeats = int(kwargs.get("num_return_sequences") or 1)
-    longest = max(len(p) for p in prompts)
-    pads = [longest - len(p) for p in prompts]
-    input_ids = torch.tensor([[pad_id] * pad + p for p, pad in zip(prompts, pads)], dtype=torch.long, device=device)
-    attention_mask = torch.tensor([[0] * pad + [1] * len(p) for p, pad in zip(prompts, pads)], dtype=torch.long, device=device)
-    if logits_mask is not None:
-        row_pads = [pad for pad in pads for _ in range(repeats)]
-        kwargs["logits_processor"] = LogitsProcessorList(
-            [MaskLogitsProcessor(logits_mask, row_pads), *kwargs.get("logits_processor", [])]
-        )
-    with torch.inference_mode():
-        cache = None
-        if packed_prefill and not seq2seq:
-            cache = packed_prompt_cache(model, prompts, pad_id, spare=new_tokens + 1)
-        if cache is not None:
-            if repeats > 1:
-                cache.batch_repeat_interleave(repeats)
-            kwargs[cache_kwarg(model)] = cache
-        out = model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            return_dict_in_generate=True,
-            output_scores=True,
-            output_logits=True,
-            **kwargs,
-        )
-    steps = len(out.scores)
-    tokens = out.sequences[:, out.sequences.shape[1] - steps :]
-    processed = _step_logprobs(out.scores, tokens)
-    raw = _step_logprobs(out.logits, tokens)
+    prefixes = check_decoder_prefixes(decoder_prefixes, len(prompts), model.config)
+    if seq2seq:
+        limit, source = decoder_limit(model.config, tokenizer)
+        longest_prefix = max((len(p) for p in prefixes), default=0)
+        if longest_prefix + new_tokens > limit:
+            raise InputError(
+                f"a decoder prefix of {longest_prefix} tokens and max_new_tokens={new_tokens} exceed the {limit} decoder "
+                f"positions allowed by {source}. Fix: end episodes sooner (env max_tokens) or lower max_new_tokens."
+            )
+    rows_of: list[int] = [0] * len(prompts)
+    token_rows: list[list[int]] = []
+    processed_rows: list[torch.Tensor] = []
+    raw_rows: list[torch.Tensor] = []
+    for group in _prefix_groups(prefixes):
+        chosen = [prompts[i] for i in group]
+        longest = max(len(p) for p in chosen)
+        pads = [longest - len(p) for p in chosen]
+        call = dict(kwargs)
+        input_ids = torch.tensor([[pad_id] * pad + p for p, pad in zip(chosen, pads)], dtype=torch.long, device=device)
+        attention_mask = torch.tensor([[0] * pad + [1] * len(p) for p, pad in zip(chosen, pads)], dtype=torch.long, device=device)
+        if seq2seq and prefixes[group[0]]:
+            start = int(model.config.decoder_start_token_id)
+            call["decoder_input_ids"] = torch.tensor([[start, *prefixes[i]] for i in group], dtype=torch.long, device=device)
+        if logits_mask is not None:
+            row_prompts = [p for p in chosen for _ in range(repeats)]
+            row_pads = [0 if seq2seq else pad for pad in pads for _ in range(repeats)]
+            call["logits_processor"] = LogitsProcessorList(
+                [MaskLogitsProcessor(logits_mask(row_prompts), row_pads), *kwargs.get("logits_processor", [])]
+            )
+        with torch.inference_mode():
+            cache = None
+            if packed_prefill and not seq2seq:
+                cache = packed_prompt_cache(model, chosen, pad_id, spare=new_tokens + 1)
+            if cache is not None:
+                if repeats > 1:
+                    cache.batch_repeat_interleave(repeats)
+                call[cache_kwarg(model)] = cache
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                return_dict_in_generate=True,
+                output_scores=True,
+                output_logits=True,
+                **call,
+            )
+        steps = len(out.scores)
+        tokens = out.sequences[:, out.sequences.shape[1] - steps :]
+        for position, index in enumerate(group):
+            rows_of[index] = len(token_rows) + position * repeats
+        token_rows.extend(tokens.cpu().tolist())
+        processed_rows.extend(_step_logprobs(out.scores, tokens).cpu().unbind(0))  # one copy each, not one per row
+        raw_rows.extend(_step_logprobs(out.logits, tokens).cpu().unbind(0))
     stops = kwargs.get("stop_strings") or []
     stops = [stops] if isinstance(stops, str) else list(stops)
     eos = eos_ids(model, kwargs)
-    per_context = tokens.shape[0] // len(prompts)
     results: list[list[Generation]] = []
-    token_lists = tokens.cpu().tolist()
-    processed, raw = processed.cpu(), raw.cpu()  # one copy each, not one per row
     for b, prompt in enumerate(prompts):
-        group: list[Generation] = []
-        for s in range(per_context):
-            row = b * per_context + s
-            ids = token_lists[row]
+        group_out: list[Generation] = []
+        for s in range(repeats):
+            row = rows_of[b] + s
+            ids = token_rows[row]
             keep = generated_length(ids, eos, kwargs["pad_token_id"], stops, tokenizer.decode)
-            group.append(
+            group_out.append(
                 Generation(
                     text=tokenizer.decode(ids[:keep], skip_special_tokens=True),
                     token_ids=ids[:keep],
-                    logprobs=processed[row, :keep].clone(),
-                    raw_logprobs=raw[row, :keep].clone(),
+                    logprobs=processed_rows[row][:keep].clone(),
+                    raw_logprobs=raw_rows[row][:keep].clone(),
                     prompt_ids=list(prompt),
                 )
             )
-        results.append(group)
+        results.append(group_out)
     return results

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -17,9 +17,9 @@ from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
 from llmgym.llm.collectives import Collectives, SingleProcess
 from llmgym.llm.fingerprint import base_fingerprint
-from llmgym.llm.generation import Generation, generate
+from llmgym.llm.generation import Generation, MaskFactory, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
-from llmgym.llm.masking import IncrementalMask, MaskPolicy, check_mask_top_p
+from llmgym.llm.masking import DecoderIncrementalMask, IncrementalMask, MaskPolicy, check_mask_top_p
 from llmgym.llm.memory import enable_gradient_checkpointing, trunk_cache_bytes
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, load_mask_policy, save_llm_state
@@ -43,6 +43,7 @@ from llmgym.llm.validation import (
     as_model_config,
     check_candidates,
     check_contexts,
+    check_decoder_prefixes,
     check_minibatch_size,
     check_normalize,
     check_token_ids,
@@ -222,18 +223,12 @@ class LocalLLM:
         """Token ids the NLPO mask always keeps (the tokenizer's special tokens, EOS among them, as RL4LMs)."""
         return [int(i) for i in getattr(self.tokenizer, "all_special_ids", [])]
 
-    def _check_maskable(self) -> None:
-        """NLPO's mask policy runs causal LMs only.
-
-        Raises:
-            InputError: The model is seq2seq.
-        """
+    def _mask_keep(self, top_p: float) -> MaskFactory:
+        """For ``generate``: per call, the ``[R, V]`` tokens the mask policy keeps after each row so far."""
+        special, pad = self._special_ids(), self.pad_token_id
         if self.is_seq2seq:
-            raise InputError("mask_top_p < 1 (NLPO) needs a causal LM; seq2seq models are not supported.")
-
-    def _mask_keep(self, top_p: float) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-        """For ``generate``: the ``[R, V]`` tokens the mask policy keeps after each left-padded row so far."""
-        return IncrementalMask(self.mask_policy, self.model, top_p, self._special_ids(), self.pad_token_id)
+            return lambda prompts: DecoderIncrementalMask(self.mask_policy, self.model, top_p, special, pad, prompts)
+        return lambda prompts: IncrementalMask(self.mask_policy, self.model, top_p, special, pad)
 
     def _trunk_partition(self, items: Sequence[ItemSpec]) -> list[list[int]]:
         """Item indices in groups of passes: items the frozen-trunk cache holds apart from the others.
@@ -343,6 +338,7 @@ class LocalLLM:
         require_grad: bool = True,
         minibatch_size: int | None = None,
         sampling: Sampling | None = None,
+        decoder_prefixes: Sequence[Sequence[int]] | None = None,
         **kwargs: Any,
     ) -> list[dict[str, Any]]:
         """Per-token log-probs of given completions (token-level RL), plus module outputs per token.
@@ -358,6 +354,8 @@ class LocalLLM:
                 top-p, NLPO's mask): log-probs under it, as ``Generation.logprobs``; ``None``: the
                 model's own, as ``Generation.raw_logprobs``. With ``mask_top_p < 1`` every token
                 is first restricted to the mask policy's top-p set at its position.
+            decoder_prefixes: Seq2seq models only: per sample, decoder ids fed before its completion
+                and not scored (``generate``'s ``decoder_prefixes``); ``None``: none.
             **kwargs: Passed to every module function.
 
         Returns:
@@ -365,8 +363,8 @@ class LocalLLM:
 
         Raises:
             InputError: On malformed ids, a sample longer than the model window, a ``sampling``
-                that is not a :class:`~llmgym.llm.sampling.Sampling`, or a masked one with a
-                seq2seq model.
+                that is not a :class:`~llmgym.llm.sampling.Sampling`, or decoder prefixes for a
+                causal LM or of another count.
         """
         self._check_open()
         if sampling is not None and not isinstance(sampling, Sampling):
@@ -378,26 +376,28 @@ class LocalLLM:
         keys = self._check_keys(keys, has_candidates=False)
         if SCORE_KEY in keys:
             raise InputError(f"keys may not contain {SCORE_KEY!r} in token_logprobs: 'logprobs' is always returned.")
+        prefixes = check_decoder_prefixes(decoder_prefixes, len(prompts), self.model.config)
         items: list[ItemSpec] = []
-        for index, (prompt, completion) in enumerate(zip(prompts, completions)):
-            joint = completion if self.is_seq2seq else prompt + completion
+        for index, (prompt, completion, prefix) in enumerate(zip(prompts, completions, prefixes)):
+            joint = prefix + completion if self.is_seq2seq else prompt + completion
             if self.window is not None and len(joint) > self.window:
                 raise InputError(
                     f"sample {index} has {len(joint)} tokens, more than the model window of {self.window}; "
                     "shorten the prompt or the completion."
                 )
-            items.append(ItemSpec(prompt, [joint], [0 if self.is_seq2seq else len(prompt)]))
+            items.append(ItemSpec(prompt, [joint], [len(prefix) if self.is_seq2seq else len(prompt)]))
         keep = None
         if sampling is not None and sampling.is_masked:
-            self._check_maskable()
             size = self._minibatch_size(minibatch_size)
+            decoded = [item.candidate_ids[0] if self.is_seq2seq else c for item, c in zip(items, completions)]
+            firsts = [len(p) for p in prefixes]
             with self.autocast():
                 keep = [
                     mask
                     for start in range(0, len(prompts), size)
                     for mask in self.mask_policy.keep_masks(
-                        self.model, prompts[start : start + size], completions[start : start + size], sampling.mask_top_p,
-                        self.pad_token_id, self._special_ids(),
+                        self.model, prompts[start : start + size], decoded[start : start + size], sampling.mask_top_p,
+                        self.pad_token_id, self._special_ids(), firsts[start : start + size],
                     )
                 ]
         return self._run(
@@ -411,9 +411,10 @@ class LocalLLM:
 
         ``mask_top_p=p < 1`` (NLPO, from :meth:`~llmgym.llm.sampling.Sampling.generation_kwargs`)
         restricts every token to the mask policy's top-p set (:meth:`refresh_mask_policy`).
+        ``decoder_prefixes`` (seq2seq models): per context, decoder ids to continue after.
 
         Raises:
-            InputError: ``mask_top_p`` outside ``(0, 1]``, or with a seq2seq model.
+            InputError: ``mask_top_p`` outside ``(0, 1]``, or decoder prefixes for a causal LM.
         """
         self._check_open()
         contexts = check_contexts(contexts)
@@ -428,7 +429,6 @@ class LocalLLM:
                 )
             return self._vllm_generate(contexts, generation_kwargs)
         if mask_top_p < 1.0:
-            self._check_maskable()
             generation_kwargs["logits_mask"] = self._mask_keep(mask_top_p)
         with self.autocast():
             return generate(self.model, self.tokenizer, self.encoder, contexts, **generation_kwargs)
@@ -598,3 +598,4 @@ def _concat_masks(masks: Sequence[torch.Tensor]) -> torch.Tensor | None:
     """``[N, V]``: the per-item ``[T_i, V]`` NLPO masks of a pass, end to end; ``None`` when no item has a token."""
     filled = [m for m in masks if m.numel()]
     return torch.cat(filled) if filled else None
+

@@ -7,8 +7,9 @@ Here the copy is a :class:`MaskPolicy` next to the model (on every LLM server): 
 model's trainable parameters (the LoRA adapter, or the fine-tuned weights), run through the
 model with :func:`torch.func.functional_call`, so no second model is held and the frozen weights
 are shared. :func:`top_p_mask` is the mask; generation applies it with
-:class:`MaskLogitsProcessor`, and an update recomputes it on the stored token ids
-(:meth:`MaskPolicy.keep_masks`).
+:class:`MaskLogitsProcessor` (:class:`IncrementalMask` for causal LMs,
+:class:`DecoderIncrementalMask` for encoder-decoders, whose mask follows the decoder), and an
+update recomputes it on the stored token ids (:meth:`MaskPolicy.keep_masks`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from typing import Any
 
 import torch
 from transformers import LogitsProcessor
+from transformers.modeling_outputs import BaseModelOutput
 
 from llmgym.errors import InputError
 from llmgym.llm.scoring import input_device
 
-__all__ = ["IncrementalMask", "MaskLogitsProcessor", "MaskPolicy", "check_mask_top_p", "top_p_mask"]
+__all__ = ["DecoderIncrementalMask", "IncrementalMask", "MaskLogitsProcessor", "MaskPolicy", "check_mask_top_p", "top_p_mask"]
 
 
 def check_mask_top_p(top_p: float) -> float:
@@ -143,6 +145,44 @@ class MaskPolicy:
             logits = torch.func.functional_call(model, params, (), inputs).logits.float()
         return [logits[b, keep - c :] for b, c in enumerate(counts)]
 
+    def decoder_logits(
+        self,
+        model: Any,
+        prompts: Sequence[Sequence[int]],
+        decoder_ids: Sequence[Sequence[int]],
+        starts: Sequence[int],
+        pad_token_id: int,
+    ) -> list[torch.Tensor]:
+        """Encoder-decoder models: mask-policy logits at decoder positions ``starts[i]`` to ``len(decoder_ids[i]) - 1``.
+
+        Decoder position ``j`` (the start token, then ``decoder_ids[i][:-1]``) predicts
+        ``decoder_ids[i][j]``. The encoder rows are left-padded, the decoder rows right-padded.
+
+        Args:
+            model: The (possibly PEFT-wrapped) seq2seq LM the snapshot was taken from.
+            prompts: ``B`` encoder token-id lists, each non-empty.
+            decoder_ids: ``B`` decoder token-id lists (prefix, then the tokens to mask).
+            starts: ``B`` first positions wanted.
+            pad_token_id: Id written on the padding positions.
+
+        Returns:
+            ``B`` float32 tensors ``[len(decoder_ids[i]) - starts[i], V]`` (``[0, 0]`` each when none is wanted).
+        """
+        params = self._snapshot()
+        if all(len(d) <= s for d, s in zip(decoder_ids, starts)):
+            return [torch.zeros(0, 0) for _ in prompts]
+        device = input_device(model)
+        encoder = _left_padded(prompts, pad_token_id, device)
+        start_id = int(model.config.decoder_start_token_id)
+        width = max(len(d) for d in decoder_ids)
+        rows = [[start_id, *list(d)[:-1]] if d else [start_id] for d in decoder_ids]
+        decoder = torch.tensor([r + [pad_token_id] * (width - len(r)) for r in rows], device=device)
+        inputs = {"input_ids": encoder["input_ids"], "attention_mask": encoder["attention_mask"],
+                  "decoder_input_ids": decoder, "use_cache": False}
+        with torch.no_grad():
+            logits = torch.func.functional_call(model, params, (), inputs).logits.float()
+        return [logits[b, s : len(d)] for b, (d, s) in enumerate(zip(decoder_ids, starts))]
+
     def keep_masks(
         self,
         model: Any,
@@ -151,33 +191,41 @@ class MaskPolicy:
         top_p: float,
         pad_token_id: int,
         always_keep: Sequence[int] = (),
+        starts: Sequence[int] | None = None,
     ) -> list[torch.Tensor]:
         """The mask of every completion token: the top-p tokens the snapshot allowed where it was sampled.
 
         Args:
-            model: The causal LM the snapshot was taken from.
-            prompts: ``B`` prompt token-id lists.
-            completions: ``B`` completion token-id lists (``T_i`` tokens each).
+            model: The causal or seq2seq LM the snapshot was taken from.
+            prompts: ``B`` prompt token-id lists (a seq2seq model's encoder ids).
+            completions: ``B`` completion token-id lists (a seq2seq model's decoder ids).
             top_p: The mask's mass (``algorithm.mask_top_p``).
             pad_token_id: Id written on padding positions.
             always_keep: Token ids kept in every mask (special tokens).
+            starts: Per completion, the first token masked: the tokens before it are a prefix the
+                completion was generated after (a token-level agent's decoder prefix); ``None``: 0.
 
         Returns:
-            ``B`` bool tensors ``[T_i, V]``, in the order of the completions' tokens (``[0, 0]`` for an
-            empty completion).
+            ``B`` bool tensors ``[T_i, V]`` for the ``T_i`` masked tokens of each completion, in
+            order (``[0, 0]`` for none).
         """
-        sequences = [list(p) + list(c[:-1]) for p, c in zip(prompts, completions)]
-        logits = self.last_logits(model, sequences, [len(c) for c in completions], pad_token_id)
+        firsts = list(starts) if starts is not None else [0] * len(completions)
+        if bool(getattr(model.config, "is_encoder_decoder", False)):
+            logits = self.decoder_logits(model, prompts, completions, firsts, pad_token_id)
+        else:
+            sequences = [list(p) + list(c[:-1]) for p, c in zip(prompts, completions)]
+            logits = self.last_logits(model, sequences, [len(c) - s for c, s in zip(completions, firsts)], pad_token_id)
         masks = []
-        for lg, c in zip(logits, completions):
-            if not len(c):
+        for lg, c, s in zip(logits, completions, firsts):
+            tokens = list(c)[s:]
+            if not tokens:
                 masks.append(torch.zeros(0, 0, dtype=torch.bool))
                 continue
             mask = top_p_mask(lg, top_p, always_keep)
             # A sampled token was inside the mask it was drawn from; recomputed in another batch (other
             # padding, no KV cache), a token at the top-p boundary can round out of it, which would make
             # its log-prob -inf. Keeping it is a no-op whenever the rounding agrees.
-            mask[torch.arange(len(c)), torch.as_tensor(list(c), dtype=torch.long)] = True
+            mask[torch.arange(len(tokens)), torch.as_tensor(tokens, dtype=torch.long)] = True
             masks.append(mask)
         return masks
 
@@ -243,6 +291,61 @@ class IncrementalMask:
             out = torch.func.functional_call(self.model, params, (), inputs)
         self._cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
         self._shape, self._attention, self._positions = (rows, length), attention, positions
+        logits = out.logits[:, -1].float()
+        if self._always is None or self._always.device != logits.device:
+            self._always = torch.tensor(self.always_keep, dtype=torch.long).to(logits.device, non_blocking=True)
+        return top_p_mask(logits, self.top_p, self._always)
+
+
+class DecoderIncrementalMask:
+    """The mask-policy masks of one encoder-decoder ``generate`` call, with the snapshot's own KV cache.
+
+    As :class:`IncrementalMask`, for a seq2seq model: the snapshot encodes the prompts once, then
+    follows ``generate``'s decoder rows (the start token, any decoder prefix, then what was
+    generated), feeding only the newest token while the rows grow one token per call.
+
+    Args:
+        policy: The mask policy (its snapshot must exist).
+        model: The seq2seq LM the snapshot was taken from.
+        top_p: The mask's mass.
+        always_keep: Token ids kept in every mask (special tokens).
+        pad_token_id: Id written on the padding positions.
+        prompts: The encoder token ids of ``generate``'s rows (one per row, sampled sequences repeated).
+    """
+
+    def __init__(
+        self, policy: MaskPolicy, model: Any, top_p: float, always_keep: Sequence[int], pad_token_id: int,
+        prompts: Sequence[Sequence[int]],
+    ) -> None:
+        self.policy = policy
+        self.model = model
+        self.top_p = check_mask_top_p(top_p)
+        self.always_keep = list(always_keep)
+        self.encoder = _left_padded(prompts, pad_token_id, input_device(model))
+        self._shape: tuple[int, int] | None = None
+        self._cache: Any = None
+        self._encoded: Any = None
+        self._always: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.Tensor, pads: torch.Tensor) -> torch.Tensor:
+        """``[R, V]`` bool: the tokens the mask policy keeps after each decoder row ``input_ids [R, T]`` (``pads`` unused: decoder rows are not padded)."""
+        from llmgym.llm.generation import cache_kwarg  # generation imports this module
+
+        del pads
+        params = self.policy._snapshot()
+        input_ids = input_ids.to(self.encoder["input_ids"].device, non_blocking=True)
+        rows, length = input_ids.shape
+        inputs: dict[str, Any] = {"attention_mask": self.encoder["attention_mask"], "use_cache": True}
+        if self._shape == (rows, length - 1) and self._encoded is not None:
+            inputs.update({"encoder_outputs": self._encoded, "decoder_input_ids": input_ids[:, -1:],
+                           cache_kwarg(self.model): self._cache})
+        else:
+            inputs.update({"input_ids": self.encoder["input_ids"], "decoder_input_ids": input_ids})
+        with torch.no_grad():
+            out = torch.func.functional_call(self.model, params, (), inputs)
+        self._encoded = BaseModelOutput(last_hidden_state=out.encoder_last_hidden_state)
+        self._cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        self._shape = (rows, length)
         logits = out.logits[:, -1].float()
         if self._always is None or self._always.device != logits.device:
             self._always = torch.tensor(self.always_keep, dtype=torch.long).to(logits.device, non_blocking=True)

@@ -79,7 +79,8 @@ class ForwardOutputs:
     Attributes:
         hidden_states: ``[R, L, H]`` last-layer hidden states of the packed rows (causal) or of the
             encoder (seq2seq).
-        context_hidden: ``[S, H]`` one row per state: the last token of each context, or (token
+        context_hidden: ``[S, H]`` one row per state: the last token of each context (seq2seq: the
+            decoder's state at its start token, which predicts the first decoder token), or (token
             mode) the position that predicts each completion token.
         candidate_hidden: ``[C, H]`` hidden state at the last token of each candidate, all
             candidates of the minibatch in order.
@@ -256,8 +257,21 @@ def _forward_causal(
 
 
 def _forward_seq2seq(
-    model: Any, items: Sequence[ItemSpec], pad_token_id: int, token_mode: bool, sampling: Sampling | None
+    model: Any,
+    items: Sequence[ItemSpec],
+    pad_token_id: int,
+    token_mode: bool,
+    sampling: Sampling | None,
+    keep: torch.Tensor | None,
 ) -> tuple[ForwardOutputs, torch.Tensor, None]:
+    """The encoder once per context, the decoder over every candidate's decoder ids in one batch.
+
+    A candidate's ids are its decoder tokens; those before its ``candidate_starts`` entry are a
+    decoder prefix (the tokens a token-level agent generated earlier in the episode): fed, not
+    scored. A context's state (``token_mode=False``) is the decoder's at the start token, the state
+    that predicts the first decoder token, so a value head sees there what it sees before a
+    completion's first token in ``token_mode``.
+    """
     from transformers.modeling_outputs import BaseModelOutput
 
     device = input_device(model)
@@ -269,13 +283,13 @@ def _forward_seq2seq(
         [[0] * (width - len(it.context_ids)) + [1] * len(it.context_ids) for it in items], dtype=torch.long, device=device
     )
     encoded = model.get_encoder()(input_ids=enc_ids, attention_mask=enc_mask).last_hidden_state
-    owners = [r for r, item in enumerate(items) for _ in item.candidate_ids]
-    sequences = [ids for item in items for ids in item.candidate_ids]
-    hidden_size = encoded.shape[-1]
-    if not sequences:
-        empty = encoded.new_zeros((0, hidden_size))
-        outputs = ForwardOutputs(encoded, encoded[:, -1], empty, encoded.new_zeros((0,)).float(), [])
-        return outputs, enc_ids, None
+    # Every item gets a decoder row: its candidates, or the start token alone for its context state.
+    owners = [r for r, item in enumerate(items) for _ in (item.candidate_ids or [[]])]
+    sequences = [ids for item in items for ids in (item.candidate_ids or [[]])]
+    starts = [s for item in items for s in (item.candidate_starts or [0])]
+    first_row = [0]
+    for item in items[:-1]:
+        first_row.append(first_row[-1] + max(len(item.candidate_ids), 1))
     start_id = model.config.decoder_start_token_id
     dec_len = max(len(s) for s in sequences) + 1
     dec_ids = torch.tensor([[start_id, *s] + [pad_token_id] * (dec_len - 1 - len(s)) for s in sequences], device=device)
@@ -290,21 +304,24 @@ def _forward_seq2seq(
         use_cache=False,
     )
     decoder_hidden = out.decoder_hidden_states[-1]
-    rows = torch.cat([torch.full((len(s),), c, dtype=torch.long) for c, s in enumerate(sequences)])
-    cols = torch.cat([torch.arange(len(s)) for s in sequences])
-    on_logits = out.logits.device
-    target = torch.tensor([t for s in sequences for t in s], dtype=torch.long).to(on_logits, non_blocking=True)
-    logprobs = sampled_logprobs(
-        out.logits[rows.to(on_logits, non_blocking=True), cols.to(on_logits, non_blocking=True)], target, sampling
-    )
     hidden_device = decoder_hidden.device
-    lengths = torch.tensor([len(s) for s in sequences]).to(hidden_device, non_blocking=True)
-    last = decoder_hidden[torch.arange(len(sequences), device=hidden_device), lengths]
+    real = [(c, s, start) for c, (s, start) in enumerate(zip(sequences, starts)) if items[owners[c]].candidate_ids]
+    rows = torch.tensor([c for c, s, start in real for _ in range(start, len(s))], dtype=torch.long)
+    cols = torch.tensor([j for _, s, start in real for j in range(start, len(s))], dtype=torch.long)
+    on_logits = out.logits.device
+    target = torch.tensor([t for _, s, start in real for t in s[start:]], dtype=torch.long).to(on_logits, non_blocking=True)
+    logprobs = sampled_logprobs(
+        out.logits[rows.to(on_logits, non_blocking=True), cols.to(on_logits, non_blocking=True)], target, sampling,
+        None if keep is None else keep.to(on_logits, non_blocking=True),
+    )
+    lengths = torch.tensor([len(s) for _, s, _ in real], dtype=torch.long).to(hidden_device, non_blocking=True)
+    candidate_rows = torch.tensor([c for c, _, _ in real], dtype=torch.long).to(hidden_device, non_blocking=True)
+    last = decoder_hidden[candidate_rows, lengths]
     if token_mode:
         context_hidden = decoder_hidden[rows.to(hidden_device, non_blocking=True), cols.to(hidden_device, non_blocking=True)]
     else:
-        context_hidden = encoded[:, -1].to(hidden_device, non_blocking=True)
-    outputs = ForwardOutputs(encoded, context_hidden, last, logprobs, [len(s) for s in sequences])
+        context_hidden = decoder_hidden[torch.tensor(first_row, dtype=torch.long).to(hidden_device, non_blocking=True), 0]
+    outputs = ForwardOutputs(encoded, context_hidden, last, logprobs, [len(s) - start for _, s, start in real])
     return outputs, enc_ids, None
 
 
@@ -335,14 +352,14 @@ def forward_items(
             packs items into token-trie rows of about that many tokens (see :func:`layout_rows`).
         sampling: Score candidate tokens under this sampling distribution
             (:func:`~llmgym.llm.sampling.sampled_logprobs`); ``None``: the model's own.
-        keep: Causal models only: ``[N, V]`` bool NLPO mask of the ``N`` candidate tokens, in item,
-            candidate and token order (:meth:`~llmgym.llm.masking.MaskPolicy.keep_masks`).
+        keep: ``[N, V]`` bool NLPO mask of the ``N`` candidate tokens, in item, candidate and token
+            order (:meth:`~llmgym.llm.masking.MaskPolicy.keep_masks`).
 
     Returns:
         ``(outputs, input_ids [R, L], position_ids [R, L] or None)``.
     """
     if is_seq2seq:
-        return _forward_seq2seq(model, items, pad_token_id, token_mode, sampling)
+        return _forward_seq2seq(model, items, pad_token_id, token_mode, sampling, keep)
     return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, row_tokens, sampling, keep)
 
 

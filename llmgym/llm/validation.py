@@ -18,6 +18,7 @@ __all__ = [
     "check_minibatch_size",
     "check_token_ids",
     "check_generation_kwargs",
+    "check_decoder_prefixes",
 ]
 
 
@@ -215,3 +216,28 @@ def as_model_config(config: ModelConfig | str | None) -> ModelConfig:
     raise ConfigError(
         f"config={type(config).__name__} is not a model config; pass a ModelConfig, a model name or path, or None."
     )
+
+
+def check_decoder_prefixes(prefixes: Sequence[Sequence[int]] | None, count: int, config: Any) -> list[list[int]]:
+    """The decoder prefix of each of ``count`` samples as int lists (empty lists when ``None``).
+
+    Args:
+        prefixes: Per sample, the decoder ids fed before what is generated or scored, or ``None``.
+        count: Number of samples (contexts).
+        config: The model's config (``is_encoder_decoder``, ``decoder_start_token_id``).
+
+    Raises:
+        InputError: Prefixes for a causal LM, a count that differs from the samples', or a
+            seq2seq config without ``decoder_start_token_id``.
+    """
+    if prefixes is None:
+        return [[] for _ in range(count)]
+    if not getattr(config, "is_encoder_decoder", False):
+        raise InputError(
+            "decoder_prefixes is for encoder-decoder models; a causal LM continues its context: put the tokens in it."
+        )
+    if len(prefixes) != count:
+        raise InputError(f"decoder_prefixes has {len(prefixes)} entries for {count} samples; pass one per sample.")
+    if any(len(prefix) for prefix in prefixes) and getattr(config, "decoder_start_token_id", None) is None:
+        raise InputError("the model config has no decoder_start_token_id; set it to continue a decoder prefix.")
+    return [[int(t) for t in prefix] for prefix in prefixes]

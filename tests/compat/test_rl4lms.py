@@ -44,10 +44,39 @@ def test_strict_conversion_names_each_approximate_key(name, tiny_model_dir):
     assert conversion.config["train"]["eval_metrics"][0]["id"] == raw["train_evaluation"]["metrics"][0]["id"]
 
 
+@pytest.fixture(scope="module")
+def tiny_t5_dir(tmp_path_factory):
+    from llmgym.testing import save_tiny_model
+
+    return save_tiny_model(tmp_path_factory.mktemp("t5"), kind="t5")
+
+
 @pytest.mark.parametrize("name", SEQ2SEQ)
-def test_seq2seq_configs_are_refused_by_name(name):
-    with pytest.raises(ConfigError, match="seq2seq_lm_actor_critic_policy.*seq2seq"):
-        convert_rl4lms_config(_load(name), approximate=True)
+def test_commongen_t5_configs_train_a_seq2seq_policy_on_fixture_data(name, tiny_t5_dir, tmp_path, monkeypatch):
+    data = tmp_path / "commongen"
+    data.mkdir()
+    rows = [{"concepts": ["dog", "ball"], "target": "the dog hit the ball."}, {"concepts": ["cat", "box"], "target": "a cat in a box."}]
+    for split in ("train", "validation", "test"):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    raw = _load(name)
+    raw["datapool"]["args"]["data_dir"] = str(data)
+    # METEOR needs NLTK's WordNet data, BERTScore a hub model and SPICE Java: offline, the reward is one of the
+    # alternatives the RL4LMs file lists, and the metrics are those computed here.
+    raw["reward_fn"] = {"id": "rouge_combined", "args": {"shaping_fn": "common_gen_repeat_penalty"}}
+    raw["train_evaluation"]["metrics"] = [{"id": m} for m in ("rouge", "bleu", "cider", "diversity")]
+    conversion = convert_rl4lms_config(raw, approximate=True, model_name=str(tiny_t5_dir))
+    model = conversion.config["model"]
+    assert model["model_type"] == "seq2seq" and model["lora"] is not None  # kl_div.coeff > 0: a LoRA policy, the base as reference
+    assert conversion.config["agent"]["max_prompt_tokens"] == raw["env"]["args"]["max_prompt_length"]
+    path = tmp_path / "converted.yaml"
+    path.write_text(yaml.safe_dump(conversion.config))
+    run, last = _train(path, tiny_t5_dir, tmp_path, monkeypatch)
+    for split in ("val", "test"):
+        assert 0.0 <= last[f"{split}/lexical/rouge_rouge1"] <= 1.0 and f"{split}/lexical/cider" in last
+        rows_out = [json.loads(line) for line in next((run / "predictions").glob(f"after_*_{split}.jsonl")).read_text().splitlines()]
+        assert rows_out[0]["prompt"].startswith("generate a sentence with: ")
+    updates = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any(u["kind"] == "train" and "policy_loss" in u for u in updates)
 
 
 def test_unknown_keys_are_refused_by_path(tiny_model_dir):

@@ -177,11 +177,40 @@ def test_masked_sampling_without_a_snapshot_names_the_fix(tiny_llama):
         llm.token_logprobs([[1, 5]], [[6]], sampling=Sampling(mask_top_p=0.9))
 
 
-def test_seq2seq_models_refuse_the_mask(tiny_t5):
+def test_seq2seq_generation_samples_inside_the_decoder_mask_and_token_logprobs_recompute_it(tiny_t5):
     model, tok = tiny_t5
-    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
-    with pytest.raises(InputError, match="causal LM"):
-        llm.generate(PROMPTS[:1], max_new_tokens=2, **Sampling(mask_top_p=0.9).generation_kwargs())
+    llm = LocalLLM(ModelConfig(name="tiny", lora=LoRAConfig(r=4, alpha=8)), model=model, tokenizer=tok)
+    llm.refresh_mask_policy()
+    with torch.no_grad():  # the mask is the snapshot's, not the policy's
+        for p in llm.trainable_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    sampling = Sampling(temperature=0.8, mask_top_p=0.5)
+    prefixes = [[5, 6], [], [7]]  # a token agent's decoder prefixes: continued after, not scored
+    for decoder_prefixes in (None, prefixes):
+        torch.manual_seed(0)
+        gens = [g[0] for g in llm.generate(PROMPTS, max_new_tokens=4, decoder_prefixes=decoder_prefixes,
+                                           **sampling.generation_kwargs())]
+        prompts, completions = [g.prompt_ids for g in gens], [g.token_ids for g in gens]
+        firsts = [0] * 3 if decoder_prefixes is None else [len(p) for p in prefixes]
+        decoded = completions if decoder_prefixes is None else [p + c for p, c in zip(prefixes, completions)]
+        keep = llm.mask_policy.keep_masks(llm.model, prompts, decoded, 0.5, llm.pad_token_id, tok.all_special_ids, firsts)
+        logits = llm.mask_policy.decoder_logits(llm.model, prompts, decoded, firsts, llm.pad_token_id)
+        for mask, lg, ids in zip(keep, logits, completions):
+            assert mask.shape == (len(ids), lg.shape[-1])
+            assert torch.equal(mask, top_p_mask(lg, 0.5, tok.all_special_ids))  # every sampled token was inside
+            assert mask.sum(-1).lt(mask.shape[-1]).all()  # and the mask cut something
+        scored = llm.token_logprobs(prompts, completions, require_grad=False, sampling=sampling,
+                                    decoder_prefixes=decoder_prefixes)
+        for out, gen in zip(scored, gens):
+            torch.testing.assert_close(out["logprobs"], gen.logprobs, atol=1e-4, rtol=0)
+
+
+def test_decoder_prefixes_are_refused_for_causal_models():
+    llm = _llm()
+    with pytest.raises(InputError, match="decoder_prefixes is for encoder-decoder"):
+        llm.generate(PROMPTS[:1], max_new_tokens=2, decoder_prefixes=[[5]])
+    with pytest.raises(InputError, match="decoder_prefixes is for encoder-decoder"):
+        llm.token_logprobs([[1, 5]], [[6]], decoder_prefixes=[[5]])
 
 
 def test_the_snapshot_is_saved_and_loaded_with_the_weights(tmp_path):

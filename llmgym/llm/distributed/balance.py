@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from llmgym.errors import BackendError
 
-__all__ = ["LengthFn", "character_lengths", "token_lengths", "context_costs", "split_balanced", "gather_in_order"]
+__all__ = ["LengthFn", "character_lengths", "token_lengths", "context_costs", "split_balanced", "gather_in_order", "share_kwargs"]
 
 T = TypeVar("T")
 
@@ -115,3 +115,15 @@ def gather_in_order(shares: Sequence[Sequence[int]], results: Sequence[Sequence[
         for index, value in zip(indices, values):
             out[index] = value
     return out
+
+
+#: Keyword arguments that hold one entry per context or sample: each server gets its share's entries.
+PER_ITEM_KWARGS = ("decoder_prefixes",)
+
+
+def share_kwargs(kwargs: dict[str, Any], indices: Sequence[int]) -> dict[str, Any]:
+    """The keyword arguments of one server's share: per-item ones (:data:`PER_ITEM_KWARGS`) cut to ``indices``."""
+    return {
+        key: [value[i] for i in indices] if key in PER_ITEM_KWARGS and value is not None else value
+        for key, value in kwargs.items()
+    }

@@ -21,6 +21,7 @@ from llmgym.llm.distributed.balance import (
     character_lengths,
     context_costs,
     gather_in_order,
+    share_kwargs,
     split_balanced,
     token_lengths,
 )
@@ -115,7 +116,7 @@ class ShardedBackend(ABC):
         _check_lengths("token_logprobs", prompt_ids, completion_ids, "completion_ids")
         shares = split_balanced([len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)], self.num_servers)
         calls: Calls = {
-            rank: ("token_logprobs", ([list(prompt_ids[i]) for i in idx], [list(completion_ids[i]) for i in idx]), kwargs)
+            rank: ("token_logprobs", ([list(prompt_ids[i]) for i in idx], [list(completion_ids[i]) for i in idx]), share_kwargs(kwargs, idx))
             for rank, idx in enumerate(shares)
             if idx
         }
@@ -196,7 +197,7 @@ class ShardedBackend(ABC):
             args: tuple[Any, ...] = (*leading, [contexts[i] for i in idx])
             if candidates is not None:
                 args = (*args, [list(candidates[i]) for i in idx])
-            calls[rank] = (method, args, kwargs)
+            calls[rank] = (method, args, share_kwargs(kwargs, idx))
         results = self._request(calls)
         return gather_in_order([shares[r] for r in calls], [results[r] for r in calls], len(contexts))
 

@@ -25,7 +25,9 @@ def _gpu_check():
 def test_two_servers_check_scores_like_one_in_process_llm(tiny_model_dir, capsys):
     gpu_check = _gpu_check()
     contexts, candidates = gpu_check.workload(tiny=True)
-    gpu_check.check_two_servers(str(tiny_model_dir), torch.device("cpu"), contexts[:4], candidates[:4], on_cpu=True)
+    gpu_check.check_two_servers(
+        str(tiny_model_dir), torch.device("cpu"), contexts[:4], candidates[:4], on_cpu=True
+    )
     out = capsys.readouterr().out
     assert out.startswith("PASS two_servers_one_gpu:"), out
     assert "2 Ray servers on cpu (0 GPU each)" in out and not gpu_check.FAILED

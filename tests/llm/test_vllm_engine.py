@@ -22,25 +22,39 @@ from llmgym.llm.vllm_engine import engine_request
 from tests.algorithms.helpers import tiny_config
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
-needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed here: make test runs this file in .venv-vllm")
+needs_vllm = pytest.mark.skipif(
+    not HAS_VLLM, reason="vLLM is not installed here: make test runs this file in .venv-vllm"
+)
 
 PROMPTS = ["Goal: go to the", "You see a red ball 2 steps left and", "héllo"]
 ECHO = "env.kwargs.words=[banana,cherry,dog,cat]"
 
 
 def test_engine_request_reads_transformers_arguments_and_model_defaults():
-    request = engine_request({"do_sample": True, "top_p": 0.9, "num_return_sequences": 2, "stop_strings": "."},
-                             GenerationConfig(temperature=0.7, top_k=5), 6, {3})
+    request = engine_request(
+        {"do_sample": True, "top_p": 0.9, "num_return_sequences": 2, "stop_strings": "."},
+        GenerationConfig(temperature=0.7, top_k=5),
+        6,
+        {3},
+    )
     assert request.sampling == Sampling(temperature=0.7, top_k=5, top_p=0.9)
-    assert (request.max_new_tokens, request.repeats, request.stop_strings, request.eos_token_ids) == (6, 2, (".",), (3,))
+    assert (request.max_new_tokens, request.repeats, request.stop_strings, request.eos_token_ids) == (
+        6,
+        2,
+        (".",),
+        (3,),
+    )
     assert engine_request({"do_sample": False}, GenerationConfig(), 4, set()).sampling is None
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"logits_processor": []}, r"\['logits_processor'\].*model.generation_engine=builtin"),
-    ({"num_beams": 2}, r"num_beams=2"),
-    ({"top_p": 1.5}, r"top_p"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"logits_processor": []}, r"\['logits_processor'\].*model.generation_engine=builtin"),
+        ({"num_beams": 2}, r"num_beams=2"),
+        ({"top_p": 1.5}, r"top_p"),
+    ],
+)
 def test_engine_request_refuses_what_vllm_cannot_honour(kwargs, message):
     with pytest.raises(InputError, match=message):
         engine_request(kwargs, GenerationConfig(), 4, set())
@@ -73,10 +87,23 @@ def _build(tmp_path, model_dir, *overrides):
     from llmgym.algorithms import algorithm_class
     from llmgym.algorithms.trainer import build_agent, build_llm, make_envs
 
-    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, f"model.name={model_dir}", "model.generation_engine=vllm",
-                         "model.vllm_kv_cache_mb=32", "model.dtype=float32", "agent.type=generative",
-                         "agent.max_new_tokens=3", "agent.temperature=0.8", "agent.top_p=0.9", "algorithm.epochs=1",
-                         "algorithm.minibatch_size=16", "algorithm.rollout_steps=4", *overrides)
+    config = tiny_config(
+        tmp_path,
+        "llmgym/EchoWord-v0",
+        ECHO,
+        f"model.name={model_dir}",
+        "model.generation_engine=vllm",
+        "model.vllm_kv_cache_mb=32",
+        "model.dtype=float32",
+        "agent.type=generative",
+        "agent.max_new_tokens=3",
+        "agent.temperature=0.8",
+        "agent.top_p=0.9",
+        "algorithm.epochs=1",
+        "algorithm.minibatch_size=16",
+        "algorithm.rollout_steps=4",
+        *overrides,
+    )
     llm = build_llm(config)
     envs = make_envs(config)
     agent = build_agent(config, llm, envs.num_envs)
@@ -97,8 +124,12 @@ def test_vllm_generates_as_llmgym_and_an_update_reaches_it(tmp_path, vllm_model_
     rng = torch.random.get_rng_state()
     # Greedy: the same tokens as llmgym's built-in engine, and vLLM's log-probs are llmgym's.
     greedy = llm.generate(PROMPTS, max_new_tokens=6, do_sample=False)
-    builtin = generation.generate(backend.model, backend.tokenizer, backend.encoder, PROMPTS, max_new_tokens=6, do_sample=False)
-    assert [[g.token_ids for g in group] for group in greedy] == [[g.token_ids for g in group] for group in builtin]
+    builtin = generation.generate(
+        backend.model, backend.tokenizer, backend.encoder, PROMPTS, max_new_tokens=6, do_sample=False
+    )
+    assert [[g.token_ids for g in group] for group in greedy] == [
+        [g.token_ids for g in group] for group in builtin
+    ]
     for ours, theirs in zip(greedy, builtin):
         assert torch.allclose(ours[0].logprobs, theirs[0].logprobs, atol=1e-4)
     _check_engine_agrees(greedy)
@@ -112,8 +143,15 @@ def test_vllm_generates_as_llmgym_and_an_update_reaches_it(tmp_path, vllm_model_
     assert torch.get_num_threads() == 1
     torch.set_num_threads(threads)
     # Sampled under temperature, top-k and top-p: vLLM draws from the distribution llmgym scores.
-    sampled = llm.generate(PROMPTS, max_new_tokens=6, do_sample=True, temperature=0.8, top_k=20, top_p=0.9,
-                           num_return_sequences=2)
+    sampled = llm.generate(
+        PROMPTS,
+        max_new_tokens=6,
+        do_sample=True,
+        temperature=0.8,
+        top_k=20,
+        top_p=0.9,
+        num_return_sequences=2,
+    )
     _check_engine_agrees(sampled)
     assert any(not torch.allclose(g.logprobs, g.raw_logprobs) for group in sampled for g in group)
     # A PPO update on vLLM's rollouts: the stored log-probs are the trained model's (ratio 1), then the
@@ -125,7 +163,10 @@ def test_vllm_generates_as_llmgym_and_an_update_reaches_it(tmp_path, vllm_model_
     after = llm.generate(PROMPTS, max_new_tokens=6, do_sample=False)
     _check_engine_agrees(after)
     assert backend._engine.synced_version == backend.weights_version == 1
-    changed = [a[0].token_ids != b[0].token_ids or not torch.allclose(a[0].engine_logprobs, b[0].engine_logprobs, atol=1e-3)
-               for a, b in zip(after, greedy)]
+    changed = [
+        a[0].token_ids != b[0].token_ids
+        or not torch.allclose(a[0].engine_logprobs, b[0].engine_logprobs, atol=1e-3)
+        for a, b in zip(after, greedy)
+    ]
     assert all(changed)
     llm.close()

@@ -156,20 +156,22 @@ def engine_request(
 
 @contextmanager
 def _process_state_kept() -> Iterator[None]:
-    """Restore what building a vLLM engine changes in the process: the global RNGs and ``torch.set_num_threads``.
+    """Restore what building a vLLM engine changes in the process: RNGs, matmul precision, ``torch.set_num_threads``.
 
-    vLLM seeds Python's, NumPy's and torch's RNGs, and on a CPU replaces ``torch.set_num_threads``
+    vLLM seeds Python's, NumPy's and torch's RNGs, sets the float32 matmul precision to "highest"
+    (turning off the TF32 llmgym enables on GPUs), and on a CPU replaces ``torch.set_num_threads``
     by a no-op (to protect its thread pinning, which llmgym turns off).
     """
     import numpy as np
 
     python, numpy_state, cpu = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    set_num_threads = torch.set_num_threads
+    set_num_threads, precision = torch.set_num_threads, torch.get_float32_matmul_precision()
     try:
         yield
     finally:
         torch.set_num_threads = set_num_threads
+        torch.set_float32_matmul_precision(precision)
         random.setstate(python)
         np.random.set_state(numpy_state)
         torch.random.set_rng_state(cpu)

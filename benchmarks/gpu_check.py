@@ -2,7 +2,7 @@
 
 Checks, on one device: placement of every tensor, score equality with a plain transformers forward
 (fp32, TF32 off; and bf16), score speed against a per-pair loop and one padded batch, generate
-speed against a per-prompt loop, a short quickstart run (PPO with LoRA: update time and env
+speed (built-in, and vLLM where installed) against a per-prompt loop, a short quickstart run (PPO with LoRA: update time and env
 steps/s), 4-bit loading, and 2 LLM servers on one GPU. Exits 1 when a check fails.
 
 ``--device cpu --tiny`` runs every check on a tiny offline model on the CPU in about a minute
@@ -167,6 +167,32 @@ def check_generate_speed(llm: LocalLLM, device: torch.device, contexts: list[str
     report(status, "generate_speed", loop / ours, "x vs per-prompt loop", detail)
 
 
+def check_vllm_generate_speed(model_name: str, device: torch.device, contexts: list[str], new_tokens: int) -> None:
+    """``model.generation_engine: vllm`` against a per-prompt loop of the built-in engine, and its greedy tokens against it."""
+    if importlib.util.find_spec("vllm") is None:
+        report("SKIP", "vllm_generate_speed", None, detail="vLLM is not installed (pip install 'llmgym[vllm]')")
+        return
+    llm = LocalLLM(ModelConfig(name=model_name, device=str(device), dtype="float32", generation_engine="vllm"))
+    kwargs = {"max_new_tokens": new_tokens, "do_sample": False}
+    try:
+        llm.generate(contexts[:2], **kwargs)  # builds the engine
+        ours = timed(device, lambda: llm.generate(contexts, **kwargs), repeats=1)
+        vllm_tokens = [g[0].token_ids for g in llm.generate(contexts[:2], **kwargs)]
+        llm.config.generation_engine = "builtin"
+        loop = timed(device, lambda: [llm.generate([c], **kwargs) for c in contexts], repeats=1)
+        builtin_tokens = [g[0].token_ids for g in llm.generate(contexts[:2], **kwargs)]
+    finally:
+        llm.close()
+    judged = device.type == "cuda"
+    same = vllm_tokens == builtin_tokens
+    status = "PASS" if (not judged or ours <= loop) and same else "FAIL"
+    detail = (
+        f"{len(contexts)} prompts x {new_tokens} tokens: vLLM + llmgym log-probs {ours:.2f} s, built-in per-prompt loop "
+        f"{loop:.2f} s; greedy vLLM == built-in: {same}" + ("" if judged else "; cpu: not judged")
+    )
+    report(status, "vllm_generate_speed", loop / ours, "x vs per-prompt loop", detail)
+
+
 def check_quickstart(model_name: str, device: str, tiny: bool, workdir: Path) -> None:
     steps, envs = (32, 4) if tiny else (512, 16)
     overrides = [
@@ -208,18 +234,39 @@ def check_4bit(model_name: str, device: torch.device, contexts: list[str], candi
     llm.close()
 
 
-def check_two_servers(device: torch.device) -> None:
-    if device.type != "cuda":
-        report("SKIP", "two_servers_one_gpu", None, detail="needs a CUDA GPU")
+def check_two_servers(
+    model_name: str, device: torch.device, contexts: list[str], candidates: list[list[str]], on_cpu: bool = False
+) -> None:
+    """Two Ray LLM servers sharing ``device`` (half a GPU each) score like one in-process LLM; seconds per score call.
+
+    On a CPU the script skips it (it starts Ray); ``on_cpu=True`` runs it with servers that take no
+    GPU, as ``tests/distributed/test_gpu_check_servers.py`` does.
+    """
+    if device.type != "cuda" and not on_cpu:
+        report("SKIP", "two_servers_one_gpu", None, detail="needs a CUDA GPU (its CPU run is a ray test)")
         return
     if importlib.util.find_spec("ray") is None:
-        report("SKIP", "two_servers_one_gpu", None, detail="the Ray backend is absent (ray not installed)")
+        report("SKIP", "two_servers_one_gpu", None, detail="ray is not installed (pip install 'llmgym[ray]')")
         return
-    backends = sorted(p.name for p in (ROOT / "llmgym" / "llm" / "distributed").glob("*ray*"))
-    if not backends:
-        report("SKIP", "two_servers_one_gpu", None, detail="the Ray backend is absent from llmgym/llm/distributed")
-        return
-    report("SKIP", "two_servers_one_gpu", None, detail=f"Ray backend {backends} found; its check is run by its own benchmark")
+    from llmgym.config import DistributedConfig
+    from llmgym.llm.client import LLM
+
+    config = ModelConfig(name=model_name, device=str(device), dtype="float32")
+    local = LocalLLM(config)
+    want = torch.cat(local.score(contexts, candidates))
+    local.close()
+    share = 0.5 if device.type == "cuda" else 0
+    llm = LLM(config, distributed=DistributedConfig(llm_processes=2, gpus_per_server=share, timeout_s=120.0))
+    try:
+        llm.score(contexts, candidates)  # warm-up
+        start = time.perf_counter()
+        got = torch.cat(llm.score(contexts, candidates))
+        seconds = time.perf_counter() - start
+    finally:
+        llm.close()
+    gap = float((got - want).abs().max())
+    status = "PASS" if gap <= 1e-4 else "FAIL"
+    report(status, "two_servers_one_gpu", seconds, "s", f"2 Ray servers on {device} ({share} GPU each), max score gap to in-process {gap:.1e}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -236,13 +283,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.tiny:
             from llmgym.testing import save_tiny_model
 
-            model_name = str(save_tiny_model(workdir / "tiny", num_layers=2))
+            model_name = str(save_tiny_model(workdir / "tiny", num_layers=2, hidden_size=64, num_heads=2))  # 32-wide heads: vLLM takes them
         contexts, candidates = workload(args.tiny)
         fp32 = build(model_name, str(device), "float32", lora=LoRAConfig(r=8))
         run_check("placement", lambda: check_placement(fp32, device, contexts, candidates))
         run_check("score_equal_fp32", lambda: check_equality("score_equal_fp32", fp32, contexts, candidates, 1e-4))
         run_check("score_speed", lambda: check_score_speed(fp32, device, contexts, candidates))
         run_check("generate_speed", lambda: check_generate_speed(fp32, device, contexts, 8 if args.tiny else 32))
+        run_check("vllm_generate_speed", lambda: check_vllm_generate_speed(model_name, device, contexts, 8 if args.tiny else 32))
         fp32.close()
         if device.type == "cpu" or torch.cuda.is_bf16_supported():
             bf16 = build(model_name, str(device), "bfloat16")
@@ -252,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             report("SKIP", "score_equal_bf16", None, detail="this GPU has no bf16")
         run_check("quickstart", lambda: check_quickstart(model_name, str(device), args.tiny, workdir))
         run_check("load_4bit", lambda: check_4bit(model_name, device, contexts, candidates))
-        run_check("two_servers_one_gpu", lambda: check_two_servers(device))
+        run_check("two_servers_one_gpu", lambda: check_two_servers(model_name, device, contexts, candidates))
     print(f"{'FAIL' if FAILED else 'PASS'} all: {len(FAILED)} failed" + (f" ({', '.join(FAILED)})" if FAILED else ""), flush=True)
     return 1 if FAILED else 0
 

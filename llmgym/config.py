@@ -246,6 +246,13 @@ class ModelConfig(_Section):
         "Attention kernel: sdpa (PyTorch's fused kernels), eager, or flash_attention_2 (needs flash-attn; packed "
         "rows then always attend through llmgym's tree attention, which a FlashAttention kernel cannot replace).",
     )
+    generation_engine: str = _f(
+        "builtin",
+        "Who samples generated actions: builtin (llmgym's batched generate) or vllm (a vLLM engine in the LLM's "
+        "process, given the trained weights after every update; pip install 'llmgym[vllm]', causal models, not NLPO). "
+        "PPO's log-probs are always recomputed by llmgym's scorer (docs/gpus.md).",
+    )
+    vllm_kv_cache_mb: int = _f(1024, "generation_engine=vllm: memory of vLLM's KV cache, in MiB.")
     pretrained: bool = _f(True, "false builds the same architecture with freshly initialised weights.")
     trust_remote_code: bool = _f(False, "Allow model code from the hub (only for models you trust).")
     load_in_4bit: bool = _f(False, "QLoRA: load the base weights in 4 bit (bitsandbytes, CUDA only).")
@@ -302,6 +309,8 @@ class ModelConfig(_Section):
         _check_choice("model", "dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
         _check_choice("model", "attn_implementation", self.attn_implementation, ("sdpa", "eager", "flash_attention_2"))
         _check_choice("model", "context_overflow", self.context_overflow, ("truncate_left", "error"))
+        _check_choice("model", "generation_engine", self.generation_engine, ("builtin", "vllm"))
+        _check_positive("model", "vllm_kv_cache_mb", self.vllm_kv_cache_mb)
         _check_positive("model", "forward_batch_size", self.forward_batch_size)
         _check_positive("model", "forward_batch_tokens", self.forward_batch_tokens, allow_zero=True)
         _check_positive("model", "max_context_tokens", self.max_context_tokens)

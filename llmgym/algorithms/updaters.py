@@ -227,7 +227,8 @@ class UpdateContext:
         """
         updater, cfg = self._updater, self._updater.config
         stepped = {id(p) for p in parameters}
-        totals: dict[str, float] = {}
+        # Sums stay on the device: one host copy for the whole update, none per chunk (each a GPU sync).
+        totals: dict[str, Tensor] = {}
         seen = 0
         device = self._device()
         for minibatch in self.batch.minibatches:
@@ -238,7 +239,7 @@ class UpdateContext:
                 chunk_loss, stats = loss(outputs, self.batch.targets(chunk, device))
                 updater.loss_scaling.backward(chunk_loss * (len(chunk) / len(own)))
                 for key, value in stats.items():
-                    totals[key] = totals.get(key, 0.0) + float(value) * len(chunk)
+                    _accumulate(totals, key, value, len(chunk), device)
                 seen += len(chunk)
             updater.llm.sync_gradients(len(own))
             for param in updater.params:
@@ -246,8 +247,9 @@ class UpdateContext:
                     param.grad = None
             norm = updater.loss_scaling.step(updater.optimizer, list(parameters), cfg.max_grad_norm)  # type: ignore[arg-type]
             if norm is not None:
-                totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(norm) * len(own)
-        result: dict[str, Any] = {key: value / seen for key, value in totals.items()} if seen else {}
+                _accumulate(totals, "grad_norm", norm, len(own), device)
+        sums = torch.stack(list(totals.values())).tolist() if totals else []
+        result: dict[str, Any] = {key: value / seen for key, value in zip(totals, sums)} if seen else {}
         result["num_samples"] = seen
         return result
 
@@ -275,3 +277,9 @@ def resolve_updater(config: AlgorithmConfig) -> Updater:
     except TypeError:
         updater = cls()
     return updater
+
+
+def _accumulate(totals: dict[str, Tensor], key: str, value: Tensor | float, weight: int, device: torch.device) -> None:
+    """Add ``value * weight`` to ``totals[key]`` as a detached float32 0-d tensor on ``device`` (no host sync)."""
+    term = torch.as_tensor(value).detach().to(device=device, dtype=torch.float32, non_blocking=True) * weight
+    totals[key] = totals[key] + term if key in totals else term

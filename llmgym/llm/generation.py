@@ -33,9 +33,12 @@ from llmgym.llm.validation import check_decoder_prefixes, check_generation_kwarg
 
 __all__ = [
     "Generation",
+    "check_prompts",
+    "eos_token_ids",
     "gather_cache_rows",
     "generated_length",
     "generate",
+    "new_token_budget",
     "packed_prompt_cache",
     "PreallocatedLayer",
 ]
@@ -65,6 +68,9 @@ class Generation:
             (temperature, top-k/top-p... applied), float32.
         raw_logprobs: ``[T]`` log-probs of ``token_ids`` under the unprocessed model, float32.
         prompt_ids: Token ids of the prompt the continuation was sampled from (no padding).
+        engine_logprobs: ``[T]`` the log-probs the sampling engine itself reported
+            (``model.generation_engine: vllm``; ``logprobs`` are llmgym's recomputation), float32;
+            ``None`` for the built-in engine, whose ``logprobs`` are its own.
     """
 
     text: str
@@ -72,6 +78,7 @@ class Generation:
     logprobs: torch.Tensor
     raw_logprobs: torch.Tensor
     prompt_ids: list[int]
+    engine_logprobs: torch.Tensor | None = None
 
 
 def eos_token_ids(model: Any, kwargs: dict[str, Any]) -> set[int]:
@@ -249,7 +256,7 @@ def _step_logprobs(step_scores: Sequence[torch.Tensor], tokens: torch.Tensor) ->
     return torch.stack(columns, 1) if columns else tokens.new_zeros(tokens.shape, dtype=torch.float32)
 
 
-def _new_tokens(model: Any, kwargs: dict[str, Any], longest: int, seq2seq: bool) -> int:
+def new_token_budget(model: Any, kwargs: dict[str, Any], longest: int, seq2seq: bool) -> int:
     """Most tokens a sequence may generate: ``max_new_tokens``, else what ``max_length`` leaves, else the model's, else 64.
 
     ``max_length`` (the transformers and Lamorel spelling) counts the whole sequence: the longest
@@ -274,7 +281,7 @@ def _new_tokens(model: Any, kwargs: dict[str, Any], longest: int, seq2seq: bool)
     return int(max_length) - taken
 
 
-def _check_prompts(
+def check_prompts(
     prompts: Sequence[Sequence[int]], new_tokens: int, window: int | None, decoder_limit: tuple[int, str] | None
 ) -> None:
     """Refuse empty prompts and prompts whose continuation would run past the model window.
@@ -390,8 +397,8 @@ def generate(
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
     device = input_device(model)
     prompts = encoder.encode_contexts(encoder.fit_contexts(contexts))
-    new_tokens = _new_tokens(model, generation_kwargs, max((len(p) for p in prompts), default=0), seq2seq)
-    _check_prompts(prompts, new_tokens, encoder.window, decoder_limit(model.config, tokenizer) if seq2seq else None)
+    new_tokens = new_token_budget(model, generation_kwargs, max((len(p) for p in prompts), default=0), seq2seq)
+    check_prompts(prompts, new_tokens, encoder.window, decoder_limit(model.config, tokenizer) if seq2seq else None)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     kwargs = dict(generation_kwargs)
     if kwargs.pop("max_length", None) is not None:

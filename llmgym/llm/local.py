@@ -50,6 +50,7 @@ from llmgym.llm.validation import (
     check_normalize,
     check_token_ids,
 )
+from llmgym.llm.vllm_engine import VLLMEngine, engine_generate
 
 __all__ = ["LocalLLM", "SCORE_KEY"]
 
@@ -138,6 +139,9 @@ class LocalLLM:
         self.trunk_cache = TrunkCache(trunk_cache_bytes(config.trunk_cache_mb, self.device))
         #: NLPO's mask policy: a snapshot of the trainable weights (empty until refresh_mask_policy).
         self.mask_policy = MaskPolicy()
+        #: Counts the changes of the trained weights (updates, loads): ``generation_engine=vllm`` pushes them when it lags.
+        self.weights_version = 0
+        self._engine: VLLMEngine | None = None
         self._closed = False
         if self.updater is not None:
             self.updater.bind(self)
@@ -468,10 +472,29 @@ class LocalLLM:
         mask_top_p = check_mask_top_p(generation_kwargs.pop("mask_top_p", 1.0))
         if not contexts:
             return []
+        if self.config.generation_engine == "vllm":
+            if mask_top_p < 1.0:
+                raise ConfigError(
+                    "NLPO's mask policy is a second model consulted at every decoding step, which vLLM cannot run; "
+                    "set model.generation_engine=builtin with algorithm.name=nlpo."
+                )
+            return self._vllm_generate(contexts, generation_kwargs)
         if mask_top_p < 1.0:
             generation_kwargs["logits_mask"] = self._mask_keep(mask_top_p)
         with self.autocast():
             return generate(self.model, self.tokenizer, self.encoder, contexts, **generation_kwargs)
+
+    def _vllm_generate(self, contexts: list[str], generation_kwargs: dict[str, Any]) -> list[list[Generation]]:
+        """Sample with the vLLM engine (built on first use), after giving it the weights of the last update."""
+        if self._engine is None:
+            self._engine = VLLMEngine(
+                self.model, self.tokenizer, dtype=self.compute_dtype, max_model_len=self.window,
+                kv_cache_mb=self.config.vllm_kv_cache_mb, seed=self.config.seed,
+            )
+        if self._engine.synced_version != self.weights_version:
+            self._engine.push_weights(self.model, self.weights_version)
+        with self.autocast():
+            return engine_generate(self, self._engine, contexts, generation_kwargs)
 
     def refresh_mask_policy(self) -> None:
         """Snapshot the current trainable weights as NLPO's mask policy (:class:`~llmgym.llm.masking.MaskPolicy`)."""
@@ -506,7 +529,9 @@ class LocalLLM:
         contexts = check_contexts(contexts)
         groups = check_candidates(candidates, len(contexts)) if candidates is not None else None
         batch_ids = list(_current_batch_ids) if _current_batch_ids is not None else list(range(len(contexts)))
-        return [self.updater.perform_update(contexts, groups, batch_ids, **kwargs)]
+        result = self.updater.perform_update(contexts, groups, batch_ids, **kwargs)
+        self.weights_version += 1
+        return [result]
 
     def _maybe_reference(self, reference: bool, require_grad: bool) -> AbstractContextManager[None]:
         """:meth:`reference` when asked (refused with gradients: the reference is frozen), else nothing."""
@@ -602,6 +627,7 @@ class LocalLLM:
         state = load_llm_state(path, self.model, dict(self.module_functions.items()), self.base_fingerprint)
         self.mask_policy.load_state_dict(load_mask_policy(path), self.model)
         self.trunk_cache.clear()
+        self.weights_version += 1
         if state is not None and self.updater is not None:
             self.updater.load_state_dict(state)
 
@@ -611,6 +637,9 @@ class LocalLLM:
             return
         self._closed = True
         self.trunk_cache.clear()
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
         self.model = None
         self.module_functions = torch.nn.ModuleDict()
         if torch.cuda.is_available():

@@ -110,6 +110,7 @@ def tiny_causal_lm(
     num_layers: int = 2,
     vocab_size: int | None = None,
     tokenizer: Any | None = None,
+    num_heads: int = 4,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """A randomly initialised tiny decoder-only model and its tokenizer.
 
@@ -118,6 +119,8 @@ def tiny_causal_lm(
         seed: Seed of the weight initialisation.
         hidden_size: Width of the model.
         num_layers: Number of transformer blocks.
+        num_heads: Attention heads (a Llama model gets half as many key/value heads, at least
+            one); the head size is ``hidden_size / num_heads`` (vLLM's CPU kernels need 32+).
         vocab_size: Vocabulary size; defaults to the tokenizer's.
         tokenizer: Tokenizer to pair with; defaults to :func:`tiny_tokenizer`.
 
@@ -142,14 +145,14 @@ def tiny_causal_lm(
             hidden_size=hidden_size,
             intermediate_size=hidden_size * 2,
             num_hidden_layers=num_layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
+            num_attention_heads=num_heads,
+            num_key_value_heads=max(1, num_heads // 2),
             max_position_embeddings=512,
             tie_word_embeddings=False,
             **common,
         )
     elif arch == "gpt2":
-        config = GPT2Config(n_embd=hidden_size, n_layer=num_layers, n_head=4, n_positions=512, **common)
+        config = GPT2Config(n_embd=hidden_size, n_layer=num_layers, n_head=num_heads, n_positions=512, **common)
     else:
         raise InputError(f"arch={arch!r} is not a tiny causal architecture; use 'llama' or 'gpt2'.")
     torch.manual_seed(seed)
@@ -190,14 +193,19 @@ def tiny_seq2seq_lm(seed: int = 0, d_model: int = 32, num_layers: int = 2) -> tu
     return model.eval(), tok
 
 
-def save_tiny_model(path: str | Path, kind: str = "llama", seed: int = 0, num_layers: int = 2) -> Path:
-    """Write a tiny model and its tokenizer to a folder loadable by ``llmgym.llm.load_model``.
+def save_tiny_model(
+    path: str | Path, kind: str = "llama", seed: int = 0, num_layers: int = 2, hidden_size: int = 32, num_heads: int = 4
+) -> Path:
+    """Write a tiny model and its tokenizer to a folder loadable by ``llmgym.llm.load_model`` (and vLLM).
 
     Args:
         path: Destination folder (created).
         kind: ``"llama"``, ``"gpt2"`` or ``"t5"``.
         seed: Seed of the weight initialisation.
         num_layers: Transformer blocks (per stack for ``"t5"``).
+        hidden_size: Width of a causal model (``hidden_size=64, num_heads=2``: 32-wide heads, which
+            vLLM's CPU attention takes).
+        num_heads: Attention heads of a causal model.
 
     Returns:
         The folder path.
@@ -207,7 +215,7 @@ def save_tiny_model(path: str | Path, kind: str = "llama", seed: int = 0, num_la
     if kind == "t5":
         model, tok = tiny_seq2seq_lm(seed=seed, num_layers=num_layers)
     else:
-        model, tok = tiny_causal_lm(arch=kind, seed=seed, num_layers=num_layers)
+        model, tok = tiny_causal_lm(arch=kind, seed=seed, num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out

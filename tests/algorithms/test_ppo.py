@@ -184,3 +184,28 @@ def test_kl_penalty_with_the_action_head_is_refused_before_training(tmp_path):
 def test_a_negative_prior_weight_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="prior_weight"):
         tiny_config(tmp_path, "llmgym/EchoWord-v0", "agent.prior_weight=-1")
+
+
+def test_update_copies_its_statistics_to_the_host_once_per_epoch(tmp_path, monkeypatch):
+    """No float()/.item() per statistic and accumulation chunk in the updater (each a GPU sync): one .tolist() an epoch."""
+    import sys
+
+    from llmgym.algorithms import updaters
+
+    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.epochs=2", "algorithm.minibatch_size=16",
+                         "algorithm.gradient_accumulation_steps=4")
+    _, envs, _, algorithm = build(config)
+    algorithm.collect_rollout()
+    syncs = []
+    for name in ("tolist", "item", "__float__", "__bool__", "__int__", "cpu", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *args, _original=original, _name=name, **kwargs):
+            if sys._getframe(1).f_code.co_filename == updaters.__file__:
+                syncs.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    stats = algorithm.update()
+    envs.close()
+    assert stats["epochs"] == 2 and syncs == ["tolist", "tolist"]

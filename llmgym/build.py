@@ -61,11 +61,12 @@ def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> LL
         tokenizer: Its tokenizer.
 
     Raises:
-        ConfigError: A KL to the reference (``algorithm.kl.coef > 0``) with neither LoRA nor
+        ConfigError: As :func:`build_heads`; a KL to the reference (``algorithm.kl.coef > 0``) with neither LoRA nor
             ``model.reference_copy``.
     """
     from llmgym.llm.client import LLM
 
+    heads = build_heads(config)  # its ConfigError (an action head under a KL) names the first thing to fix
     if config.algorithm.kl.coef > 0 and config.model.lora is None and not config.model.reference_copy:
         raise ConfigError(
             f"algorithm.kl.coef={config.algorithm.kl.coef:g} measures the KL to a reference model, but the full model "
@@ -74,7 +75,7 @@ def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> LL
             "reference is the model with its adapter disabled), or algorithm.kl.coef=0."
         )
     return LLM(
-        config.model, module_functions=build_heads(config), updater=resolve_updater(config.algorithm),
+        config.model, module_functions=heads, updater=resolve_updater(config.algorithm),
         model=model, tokenizer=tokenizer, distributed=config.distributed,
     )
 

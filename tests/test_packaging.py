@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from llmgym.config import _SETTING_EXTRAS, shipped_configs
+from llmgym.config import shipped_configs
 from llmgym.envs.registration import ENV_SPECS
+from llmgym.requirements import _SETTING_EXTRAS
 
 tomllib = pytest.importorskip("tomllib")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import LogitsProcessorList
+from transformers import LogitsProcessor, LogitsProcessorList
 from transformers.cache_utils import DynamicLayer
 
 from llmgym.errors import InputError
@@ -433,7 +433,7 @@ def generate(
             start = int(model.config.decoder_start_token_id)
             call["decoder_input_ids"] = torch.tensor([[start, *prefixes[i]] for i in group], dtype=torch.long, device=device)
         row_pads = [0 if seq2seq else pad for pad in pads for _ in range(repeats)]
-        processors = []
+        processors: list[LogitsProcessor] = []
         if logits_mask is not None:
             row_prompts = [p for p in chosen for _ in range(repeats)]
             processors.append(MaskLogitsProcessor(logits_mask(row_prompts), row_pads))

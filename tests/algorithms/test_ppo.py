@@ -178,7 +178,8 @@ def test_kl_penalty_with_the_action_head_is_refused_before_training(tmp_path):
     config = tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.kl.coef=0.1")
     with pytest.raises(ConfigError, match="agent.action_head=false"):
         build(config)
-    build(tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.kl.coef=0.1", "agent.action_head=false"))
+    build(tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.kl.coef=0.1", "agent.action_head=false",
+                     "model.reference_copy=true"))
 
 
 def test_a_negative_prior_weight_is_a_config_error(tmp_path):

@@ -42,6 +42,7 @@ def test_babyai_ppo_lora_on_a_512_token_model_fits_every_prompt(tmp_path) -> Non
 def test_an_action_that_fills_the_window_is_refused_at_start(tmp_path) -> None:
     model, tokenizer = tiny_causal_lm("llama", seed=0)
     config = load_config("textgen_ppo", [*_FAST, f"train.output_dir={tmp_path}", "train.run_name=g",
-                                         "agent.max_new_tokens=600"])
+                                         "agent.max_new_tokens=600", "algorithm.kl.coef=0",
+                                         "algorithm.kl.controller=fixed"])
     with pytest.raises(ConfigError, match=r"agent.max_new_tokens=600 generated tokens leave no room"):
         Trainer(config, model=model, tokenizer=tokenizer)

@@ -14,6 +14,7 @@ train: setup
 
 lint: setup
 	$(VENV)/bin/ruff check llmgym tests benchmarks examples scripts
+	$(VENV)/bin/ruff format --check llmgym tests benchmarks examples scripts
 
 typecheck: setup
 	$(VENV)/bin/mypy llmgym

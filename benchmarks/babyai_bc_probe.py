@@ -52,16 +52,26 @@ class CloningUpdater(Updater):
         head_ids = {id(p) for p in heads}
         adapters = [p for p in self.llm.trainable_parameters() if id(p) not in head_ids]
         self.optimizer = torch.optim.AdamW(
-            [{"params": adapters, "lr": self.learning_rate}, {"params": heads, "lr": self.head_learning_rate}],
-            eps=1e-5, weight_decay=0.0,
+            [
+                {"params": adapters, "lr": self.learning_rate},
+                {"params": heads, "lr": self.head_learning_rate},
+            ],
+            eps=1e-5,
+            weight_decay=0.0,
         )
 
     def perform_update(
-        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None, _current_batch_ids: Sequence[int], **kwargs: Any
+        self,
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]] | None,
+        _current_batch_ids: Sequence[int],
+        **kwargs: Any,
     ) -> dict[str, Any]:
         """Cross-entropy step on this minibatch (``labels=``: the scripted action's index per sample)."""
         labels = torch.tensor([kwargs["labels"][i] for i in _current_batch_ids])
-        outputs = self.llm.forward([POLICY_KEY], list(contexts), [list(c) for c in candidates or []], require_grad=True)
+        outputs = self.llm.forward(
+            [POLICY_KEY], list(contexts), [list(c) for c in candidates or []], require_grad=True
+        )
         logits = torch.stack([o[POLICY_KEY] for o in outputs]).float()
         loss = torch.nn.functional.cross_entropy(logits, labels)
         assert self.optimizer is not None
@@ -107,13 +117,19 @@ def accuracy(llm: LLM, samples: list[Sample]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("config", nargs="?", default="gotoredball")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.lora.r=16")
     parser.add_argument("--steps", type=int, default=160, help="gradient steps")
     parser.add_argument("--minibatch", type=int, default=32)
-    parser.add_argument("--learning-rate", type=float, default=None, help="adapters (default: algorithm.learning_rate)")
-    parser.add_argument("--head-learning-rate", type=float, default=None, help="default: algorithm.head_learning_rate")
+    parser.add_argument(
+        "--learning-rate", type=float, default=None, help="adapters (default: algorithm.learning_rate)"
+    )
+    parser.add_argument(
+        "--head-learning-rate", type=float, default=None, help="default: algorithm.head_learning_rate"
+    )
     parser.add_argument("--train-states", type=int, default=2048)
     parser.add_argument("--test-states", type=int, default=256)
     parser.add_argument("--log-every", type=int, default=20)
@@ -121,14 +137,21 @@ def main() -> None:
     args = parser.parse_args()
     config = load_config(args.config, args.overrides)
     if not (config.agent.type == "scoring" and config.agent.action_head):
-        parser.error("the probe clones into the action head: use a scoring config with agent.action_head=true")
+        parser.error(
+            "the probe clones into the action head: use a scoring config with agent.action_head=true"
+        )
     seed_everything(config.train.seed)
     updater = CloningUpdater(
-        args.learning_rate or config.algorithm.learning_rate, args.head_learning_rate or config.algorithm.head_learning_rate
+        args.learning_rate or config.algorithm.learning_rate,
+        args.head_learning_rate or config.algorithm.head_learning_rate,
     )
-    llm = LLM(config.model, module_functions=build_heads(config), updater=updater, distributed=config.distributed)
+    llm = LLM(
+        config.model, module_functions=build_heads(config), updater=updater, distributed=config.distributed
+    )
     try:
-        agent = build_agent(config, llm, min(args.eval_episodes, config.train.eval_num_envs or 16), env_instructions(config))
+        agent = build_agent(
+            config, llm, min(args.eval_episodes, config.train.eval_num_envs or 16), env_instructions(config)
+        )
         train = collect(config, agent, args.train_states, seed=0)
         test = collect(config, agent, args.test_states, seed=500_000)
         print(f"{len(train)} train states, {len(test)} test states (episodes from seed 500000)")
@@ -141,11 +164,14 @@ def main() -> None:
             if step % args.log_every == 0 or step == args.steps:
                 print(
                     f"step {step} ({step * args.minibatch} labelled states seen): loss {stats['loss']:.3f}, "
-                    f"test accuracy {accuracy(llm, test):.3f}, {time.perf_counter() - started:.0f} s", flush=True,
+                    f"test accuracy {accuracy(llm, test):.3f}, {time.perf_counter() - started:.0f} s",
+                    flush=True,
                 )
         if args.eval_episodes:
             result = evaluate(agent, config, args.eval_episodes, seed=10_000 + config.train.seed, greedy=True)
-            print(f"cloned policy, greedy: success {result['success_rate']:.2f} on {args.eval_episodes} episodes")
+            print(
+                f"cloned policy, greedy: success {result['success_rate']:.2f} on {args.eval_episodes} episodes"
+            )
     finally:
         llm.close()
 

@@ -36,10 +36,17 @@ def scripted_action(view: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--env", default="llmgym/BabyAI-Text-GoToRedBall-v0")
     parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=10_000, help="seed of the first episode (the trainer evaluates seed S on 10000 + S)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=10_000,
+        help="seed of the first episode (the trainer evaluates seed S on 10000 + S)",
+    )
     parser.add_argument("--limits", type=int, nargs="+", default=[16, 64], help="episode step limits")
     args = parser.parse_args()
     for limit in args.limits:
@@ -53,7 +60,9 @@ def main() -> None:
                 done = terminated or truncated
             wins += bool(info["success"])
         env.close()
-        print(f"{args.env} step limit {limit}: success {wins / args.episodes:.2f} over {args.episodes} episodes")
+        print(
+            f"{args.env} step limit {limit}: success {wins / args.episodes:.2f} over {args.episodes} episodes"
+        )
 
 
 if __name__ == "__main__":

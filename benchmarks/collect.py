@@ -27,7 +27,9 @@ from typing import Any
 import torch
 
 
-def collect(config_path: str, cache_mb: int, iterations: int, checkpoint: str | None) -> tuple[float, list[Any], float]:
+def collect(
+    config_path: str, cache_mb: int, iterations: int, checkpoint: str | None
+) -> tuple[float, list[Any], float]:
     """Run ``iterations`` collections of the config's PPO run; returns ``(seconds, actions, hit share)``."""
     from llmgym.algorithms.trainer import Trainer
     from llmgym.checkpoint import latest_checkpoint
@@ -35,7 +37,9 @@ def collect(config_path: str, cache_mb: int, iterations: int, checkpoint: str | 
 
     config = load_config(config_path, [f"model.trunk_cache_mb={cache_mb}"])
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(config, run_dir)  # the trainer's own LLM, envs, agent and algorithm, seeded as in a run
+        trainer = Trainer(
+            config, run_dir
+        )  # the trainer's own LLM, envs, agent and algorithm, seeded as in a run
         if checkpoint is not None:
             trainer.llm.load(latest_checkpoint(checkpoint) / "llm")
         start = time.perf_counter()
@@ -50,7 +54,9 @@ def collect(config_path: str, cache_mb: int, iterations: int, checkpoint: str | 
 
 def main() -> None:
     """Run both sides and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", default="gotoredball", help="YAML config file or shipped config name")
     parser.add_argument("--iterations", type=int, default=2, help="rollouts to collect per side")
     parser.add_argument("--checkpoint", default=None, help="run directory whose latest adapter to load")
@@ -60,14 +66,18 @@ def main() -> None:
         name: collect(args.config, cache_mb, args.iterations, args.checkpoint)
         for name, cache_mb in (("whole model for every prompt", 0), ("frozen-trunk cache", args.cache_mb))
     }
-    print(f"{args.config}: {args.iterations} rollouts per side, "
-          f"{'trained adapter of ' + args.checkpoint if args.checkpoint else 'zero-shot policy'}, "
-          f"threads={torch.get_num_threads()}")
+    print(
+        f"{args.config}: {args.iterations} rollouts per side, "
+        f"{'trained adapter of ' + args.checkpoint if args.checkpoint else 'zero-shot policy'}, "
+        f"threads={torch.get_num_threads()}"
+    )
     print(f"{'method':<30}{'collect s':>10}{'from cache':>12}")
     for name, (seconds, _, share) in rows.items():
         print(f"{name:<30}{seconds:>10.2f}{share:>12.0%}")
     (plain, plain_actions, _), (cached, cached_actions, _) = rows.values()
-    same = sum(a == b for step_a, step_b in zip(plain_actions, cached_actions) for a, b in zip(step_a, step_b))
+    same = sum(
+        a == b for step_a, step_b in zip(plain_actions, cached_actions) for a, b in zip(step_a, step_b)
+    )
     total = sum(len(step) for step in plain_actions)
     print(f"collection {plain / cached:.2f}x faster with the cache; same action in {same}/{total} env steps")
 

@@ -68,7 +68,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60, help="env steps per id")
     parser.add_argument("--states", type=int, default=12, help="recorded states scored per id")
-    parser.add_argument("--ids", nargs="+", default=list(ENV_IDS), help="env ids (each must list info['valid_actions'])")
+    parser.add_argument(
+        "--ids", nargs="+", default=list(ENV_IDS), help="env ids (each must list info['valid_actions'])"
+    )
     args = parser.parse_args()
     from llmgym.config import ModelConfig
     from llmgym.llm.client import LLM

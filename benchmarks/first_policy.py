@@ -24,7 +24,9 @@ from llmgym.evaluation import evaluate
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("config")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. agent.temperature=2")
     parser.add_argument("--states", type=int, default=64, help="first observations averaged over")
@@ -46,13 +48,19 @@ def main() -> None:
             prompt = agent.histories[0].render().text
             agent.reset_env(0)
             options = agent.get_candidates(obs, info) or []
-            out = llm.forward([key], contexts=[prompt], candidates=[scored_candidates(prompt, options)],
-                              normalize=config.agent.score_normalize)[0]
+            out = llm.forward(
+                [key],
+                contexts=[prompt],
+                candidates=[scored_candidates(prompt, options)],
+                normalize=config.agent.score_normalize,
+            )[0]
             probs = CandidatePolicy(config.agent.temperature).log_probs(torch.as_tensor(out[key])).exp()
             for option, p in zip(options, probs.tolist()):
                 totals[option] += p / args.states
         env.close()
-        print(f"policy logits: {key}, temperature {config.agent.temperature:g}; mean probability on {args.states} first states")
+        print(
+            f"policy logits: {key}, temperature {config.agent.temperature:g}; mean probability on {args.states} first states"
+        )
         for option, p in sorted(totals.items(), key=lambda kv: -kv[1]):
             print(f"  {option:<20} {p:.3f}")
         if args.episodes:
@@ -61,7 +69,9 @@ def main() -> None:
                 agent = build_agent(config, llm, width, env_instructions(config))
                 result = evaluate(agent, config, args.episodes, seed=args.seed, greedy=greedy)
                 label = "greedy" if greedy else "sampled"
-                print(f"untrained policy, {label}: success {result['success_rate']:.3f}, return {result['episode_return']:.3f}")
+                print(
+                    f"untrained policy, {label}: success {result['success_rate']:.3f}, return {result['episode_return']:.3f}"
+                )
     finally:
         llm.close()
 

@@ -34,8 +34,16 @@ def main() -> None:
     from llmgym.config import ModelConfig
     from llmgym.llm.client import LLM
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--new-tokens", type=int, nargs="+", default=[16, 32, 64], help="new tokens per prompt (one table each)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--new-tokens",
+        type=int,
+        nargs="+",
+        default=[16, 32, 64],
+        help="new tokens per prompt (one table each)",
+    )
     parser.add_argument("--prompts", type=int, default=32, help="number of prompts from the workload")
     args = parser.parse_args()
     prompts = json.loads(WORKLOAD.read_text())["contexts"][: args.prompts]
@@ -56,7 +64,12 @@ def compare(llm: Any, prompts: list[str], new_tokens: int) -> None:
     t_batched = time.perf_counter() - start
     local = llm.backend
     start = time.perf_counter()
-    looped = [generation.generate(local.model, local.tokenizer, local.encoder, [p], packed_prefill=False, **kwargs)[0] for p in prompts]
+    looped = [
+        generation.generate(local.model, local.tokenizer, local.encoder, [p], packed_prefill=False, **kwargs)[
+            0
+        ]
+        for p in prompts
+    ]
     t_loop = time.perf_counter() - start
     start = time.perf_counter()
     generation.generate(local.model, local.tokenizer, local.encoder, prompts, packed_prefill=False, **kwargs)
@@ -66,18 +79,24 @@ def compare(llm: Any, prompts: list[str], new_tokens: int) -> None:
     padded_tokens = len(heads) * max(len(h) for h in heads)
 
     same = sum(b[0].token_ids == s[0].token_ids for b, s in zip(batched, looped))
-    drift = max((b[0].raw_logprobs - s[0].raw_logprobs).abs().max().item() for b, s in zip(batched, looped) if b[0].token_ids == s[0].token_ids)
+    drift = max(
+        (b[0].raw_logprobs - s[0].raw_logprobs).abs().max().item()
+        for b, s in zip(batched, looped)
+        if b[0].token_ids == s[0].token_ids
+    )
     tokens = len(prompts) * new_tokens
     print(f"{len(prompts)} prompts x {new_tokens} new tokens (greedy), threads={torch.get_num_threads()}")
     print(f"{'method':<32}{'seconds':>9}{'tokens/s':>10}")
     print(f"{'batched generate (1 call)':<32}{t_batched:>9.2f}{tokens / t_batched:>10.1f}")
     print(f"{'  same, transformers prefill':<32}{t_padded:>9.2f}{tokens / t_padded:>10.1f}")
     print(f"{'per-prompt generate loop':<32}{t_loop:>9.2f}{tokens / t_loop:>10.1f}")
-    print(f"batched is {t_loop / t_batched:.1f}x faster; the packed prefill computes {distinct} prompt tokens "
-          f"instead of {padded_tokens} padded ones; with the preallocated cache it saves "
-          f"{1 - t_batched / t_padded:.0%}; "
-          f"identical greedy outputs {same}/{len(prompts)}; "
-          f"max raw log-prob drift (batched vs alone) {drift:.1e}")
+    print(
+        f"batched is {t_loop / t_batched:.1f}x faster; the packed prefill computes {distinct} prompt tokens "
+        f"instead of {padded_tokens} padded ones; with the preallocated cache it saves "
+        f"{1 - t_batched / t_padded:.0%}; "
+        f"identical greedy outputs {same}/{len(prompts)}; "
+        f"max raw log-prob drift (batched vs alone) {drift:.1e}"
+    )
 
 
 if __name__ == "__main__":

@@ -43,14 +43,22 @@ def report(status: str, name: str, number: float | int | None, unit: str = "", d
     if status == "FAIL":
         FAILED.append(name)
     value = "-" if number is None else (f"{number:.4g}" if isinstance(number, float) else str(number))
-    print(f"{status} {name}: {value}{(' ' + unit) if unit else ''}{f' ({detail})' if detail else ''}", flush=True)
+    print(
+        f"{status} {name}: {value}{(' ' + unit) if unit else ''}{f' ({detail})' if detail else ''}",
+        flush=True,
+    )
 
 
 def run_check(name: str, check: Callable[[], None]) -> None:
     try:
         check()
     except Exception as exc:  # a check that crashes is a failed check, and the others still run
-        report("FAIL", name, None, detail=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+        report(
+            "FAIL",
+            name,
+            None,
+            detail=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
+        )
         traceback.print_exc(file=sys.stderr)
 
 
@@ -84,10 +92,16 @@ def build(model_name: str, device: str, dtype: str, **kwargs: Any) -> LocalLLM:
     return LocalLLM(config, module_functions={"value": ValueHead(hidden_sizes=(64,))})
 
 
-def item_pairs(llm: LocalLLM, contexts: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[tuple[list[int], int]]:
+def item_pairs(
+    llm: LocalLLM, contexts: Sequence[str], candidates: Sequence[Sequence[str]]
+) -> list[tuple[list[int], int]]:
     """Every (context + candidate token ids, first candidate position), tokenized exactly as llmgym does."""
-    items = llm.encoder.encode_items(llm.encoder.fit_contexts(list(contexts)), [list(c) for c in candidates], False)
-    return [(list(ids), start) for item in items for ids, start in zip(item.candidate_ids, item.candidate_starts)]
+    items = llm.encoder.encode_items(
+        llm.encoder.fit_contexts(list(contexts)), [list(c) for c in candidates], False
+    )
+    return [
+        (list(ids), start) for item in items for ids, start in zip(item.candidate_ids, item.candidate_starts)
+    ]
 
 
 def per_pair_scores(llm: LocalLLM, pairs: Sequence[tuple[list[int], int]]) -> list[float]:
@@ -116,15 +130,24 @@ def padded_batch_scores(llm: LocalLLM, pairs: Sequence[tuple[list[int], int]]) -
         return [float(s) for s in (picked * keep).sum(-1).cpu()]
 
 
-def check_placement(llm: LocalLLM, device: torch.device, contexts: list[str], candidates: list[list[str]]) -> None:
+def check_placement(
+    llm: LocalLLM, device: torch.device, contexts: list[str], candidates: list[list[str]]
+) -> None:
     tensors = [*llm.model.parameters(), *llm.model.buffers(), *llm.module_functions.parameters()]
     out = llm.forward(["value", "score"], contexts[:4], candidates[:4], require_grad=True)
     tensors += [o[key] for o in out for key in ("value", "score")]
     wrong = [t for t in tensors if t.device.type != device.type]
-    report("PASS" if not wrong else "FAIL", "placement", len(tensors) - len(wrong), f"of {len(tensors)} tensors on {device.type}")
+    report(
+        "PASS" if not wrong else "FAIL",
+        "placement",
+        len(tensors) - len(wrong),
+        f"of {len(tensors)} tensors on {device.type}",
+    )
 
 
-def check_equality(name: str, llm: LocalLLM, contexts: list[str], candidates: list[list[str]], tolerance: float) -> None:
+def check_equality(
+    name: str, llm: LocalLLM, contexts: list[str], candidates: list[list[str]], tolerance: float
+) -> None:
     precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")  # TF32 off: fp32 means fp32 here
     try:
@@ -133,10 +156,18 @@ def check_equality(name: str, llm: LocalLLM, contexts: list[str], candidates: li
     finally:
         torch.set_float32_matmul_precision(precision)
     worst = max(abs(g - r) / (1.0 + abs(r)) for g, r in zip(got, reference))
-    report("PASS" if worst <= tolerance else "FAIL", name, worst, "max |diff| / (1 + |ref|)", f"{len(got)} scores, tolerance {tolerance:g}")
+    report(
+        "PASS" if worst <= tolerance else "FAIL",
+        name,
+        worst,
+        "max |diff| / (1 + |ref|)",
+        f"{len(got)} scores, tolerance {tolerance:g}",
+    )
 
 
-def check_score_speed(llm: LocalLLM, device: torch.device, contexts: list[str], candidates: list[list[str]]) -> None:
+def check_score_speed(
+    llm: LocalLLM, device: torch.device, contexts: list[str], candidates: list[list[str]]
+) -> None:
     pairs = item_pairs(llm, contexts, candidates)
     ours = timed(device, lambda: llm.score(contexts, candidates))
     loop = timed(device, lambda: per_pair_scores(llm, pairs), repeats=1)
@@ -144,7 +175,13 @@ def check_score_speed(llm: LocalLLM, device: torch.device, contexts: list[str], 
     judged = device.type == "cuda"
     status = "PASS" if not judged or ours <= loop else "FAIL"
     detail = f"llmgym {ours * 1e3:.1f} ms, per-pair loop {loop * 1e3:.1f} ms, one padded batch {padded * 1e3:.1f} ms ({padded / ours:.2f}x)"
-    report(status, "score_speed", loop / ours, "x vs per-pair loop", detail + ("" if judged else "; cpu: not judged"))
+    report(
+        status,
+        "score_speed",
+        loop / ours,
+        "x vs per-pair loop",
+        detail + ("" if judged else "; cpu: not judged"),
+    )
 
 
 def check_generate_speed(llm: LocalLLM, device: torch.device, contexts: list[str], new_tokens: int) -> None:
@@ -167,12 +204,18 @@ def check_generate_speed(llm: LocalLLM, device: torch.device, contexts: list[str
     report(status, "generate_speed", loop / ours, "x vs per-prompt loop", detail)
 
 
-def check_vllm_generate_speed(model_name: str, device: torch.device, contexts: list[str], new_tokens: int) -> None:
+def check_vllm_generate_speed(
+    model_name: str, device: torch.device, contexts: list[str], new_tokens: int
+) -> None:
     """``model.generation_engine: vllm`` against a per-prompt loop of the built-in engine, and its greedy tokens against it."""
     if importlib.util.find_spec("vllm") is None:
-        report("SKIP", "vllm_generate_speed", None, detail="vLLM is not installed (pip install 'llmgym[vllm]')")
+        report(
+            "SKIP", "vllm_generate_speed", None, detail="vLLM is not installed (pip install 'llmgym[vllm]')"
+        )
         return
-    llm = LocalLLM(ModelConfig(name=model_name, device=str(device), dtype="float32", generation_engine="vllm"))
+    llm = LocalLLM(
+        ModelConfig(name=model_name, device=str(device), dtype="float32", generation_engine="vllm")
+    )
     kwargs = {"max_new_tokens": new_tokens, "do_sample": False}
     try:
         llm.generate(contexts[:2], **kwargs)  # builds the engine
@@ -196,46 +239,95 @@ def check_vllm_generate_speed(model_name: str, device: torch.device, contexts: l
 def check_quickstart(model_name: str, device: str, tiny: bool, workdir: Path) -> None:
     steps, envs = (32, 4) if tiny else (512, 16)
     overrides = [
-        f"model.name={model_name}", f"model.device={device}", f"train.total_env_steps={steps}", f"env.num_envs={envs}",
-        "train.eval_episodes=0", "train.eval_before=false", f"train.output_dir={workdir}", "train.run_name=quickstart",
+        f"model.name={model_name}",
+        f"model.device={device}",
+        f"train.total_env_steps={steps}",
+        f"env.num_envs={envs}",
+        "train.eval_episodes=0",
+        "train.eval_before=false",
+        f"train.output_dir={workdir}",
+        "train.run_name=quickstart",
     ]
     if tiny:
         overrides += ["model.dtype=float32", "model.lora.layers=null", "algorithm.minibatch_size=16"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "llmgym.cli", "train", "quickstart", *overrides], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "llmgym.cli", "train", "quickstart", *overrides],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     if proc.returncode != 0:
-        report("FAIL", "ppo_lora_update", None, detail=(proc.stderr.strip().splitlines() or ["no output"])[-1][:300])
+        report(
+            "FAIL",
+            "ppo_lora_update",
+            None,
+            detail=(proc.stderr.strip().splitlines() or ["no output"])[-1][:300],
+        )
         report("FAIL", "quickstart", None, detail="the run failed")
         return
-    records = [json.loads(line) for line in (workdir / "quickstart" / "metrics.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (workdir / "quickstart" / "metrics.jsonl").read_text().splitlines()
+    ]
     train = [r for r in records if r.get("kind") == "train"]
     finite = train and all(math.isfinite(r["loss"]) for r in train)
     updates = [r["update_s"] for r in train]
-    report("PASS" if finite else "FAIL", "ppo_lora_update", sum(updates) / max(len(updates), 1), "s per update", f"{len(updates)} updates, losses finite: {bool(finite)}")
+    report(
+        "PASS" if finite else "FAIL",
+        "ppo_lora_update",
+        sum(updates) / max(len(updates), 1),
+        "s per update",
+        f"{len(updates)} updates, losses finite: {bool(finite)}",
+    )
     last = train[-1] if train else {}
     rate = last.get("env_steps", 0) / max(last.get("time_s", math.inf), 1e-9)
-    report("PASS" if last.get("env_steps") == steps else "FAIL", "quickstart", rate, "env steps/s", f"{last.get('env_steps')} env steps")
+    report(
+        "PASS" if last.get("env_steps") == steps else "FAIL",
+        "quickstart",
+        rate,
+        "env steps/s",
+        f"{last.get('env_steps')} env steps",
+    )
 
 
-def check_4bit(model_name: str, device: torch.device, contexts: list[str], candidates: list[list[str]]) -> None:
+def check_4bit(
+    model_name: str, device: torch.device, contexts: list[str], candidates: list[list[str]]
+) -> None:
     if device.type != "cuda":
         report("SKIP", "load_4bit", None, detail="4-bit kernels (bitsandbytes) need a CUDA GPU")
         return
     if importlib.util.find_spec("bitsandbytes") is None:
-        report("SKIP", "load_4bit", None, detail="bitsandbytes is not installed (pip install 'llmgym[quantization]')")
+        report(
+            "SKIP",
+            "load_4bit",
+            None,
+            detail="bitsandbytes is not installed (pip install 'llmgym[quantization]')",
+        )
         return
     torch.cuda.reset_peak_memory_stats(device)
     llm = build(model_name, str(device), "bfloat16", load_in_4bit=True, lora=LoRAConfig(r=8))
     scores = torch.cat(llm.score(contexts, candidates))
     memory = torch.cuda.max_memory_allocated(device) / 2**20
-    report("PASS" if bool(torch.isfinite(scores).all()) else "FAIL", "load_4bit", memory, "MiB peak", f"{len(scores)} finite scores: {bool(torch.isfinite(scores).all())}")
+    report(
+        "PASS" if bool(torch.isfinite(scores).all()) else "FAIL",
+        "load_4bit",
+        memory,
+        "MiB peak",
+        f"{len(scores)} finite scores: {bool(torch.isfinite(scores).all())}",
+    )
     llm.close()
 
 
 def check_two_servers(
-    model_name: str, device: torch.device, contexts: list[str], candidates: list[list[str]], on_cpu: bool = False
+    model_name: str,
+    device: torch.device,
+    contexts: list[str],
+    candidates: list[list[str]],
+    on_cpu: bool = False,
 ) -> None:
     """Two Ray LLM servers sharing ``device`` (half a GPU each) score like one in-process LLM; seconds per score call.
 
@@ -266,42 +358,71 @@ def check_two_servers(
         llm.close()
     gap = float((got - want).abs().max())
     status = "PASS" if gap <= 1e-4 else "FAIL"
-    report(status, "two_servers_one_gpu", seconds, "s", f"2 Ray servers on {device} ({share} GPU each), max score gap to in-process {gap:.1e}")
+    report(
+        status,
+        "two_servers_one_gpu",
+        seconds,
+        "s",
+        f"2 Ray servers on {device} ({share} GPU each), max score gap to in-process {gap:.1e}",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:N or cpu.")
-    parser.add_argument("--tiny", action="store_true", help="A tiny offline model and small workloads (CPU smoke run).")
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:N or cpu."
+    )
+    parser.add_argument(
+        "--tiny", action="store_true", help="A tiny offline model and small workloads (CPU smoke run)."
+    )
     parser.add_argument("--model", default="SmolLM2-135M-Instruct", help="Model name (ignored with --tiny).")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
-    print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), torch {torch.__version__}", flush=True)
+    print(
+        f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), torch {torch.__version__}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="llmgym-gpu-check-") as tmp:
         workdir = Path(tmp)
         model_name = args.model
         if args.tiny:
             from llmgym.testing import save_tiny_model
 
-            model_name = str(save_tiny_model(workdir / "tiny", num_layers=2, hidden_size=64, num_heads=2))  # 32-wide heads: vLLM takes them
+            model_name = str(
+                save_tiny_model(workdir / "tiny", num_layers=2, hidden_size=64, num_heads=2)
+            )  # 32-wide heads: vLLM takes them
         contexts, candidates = workload(args.tiny)
         fp32 = build(model_name, str(device), "float32", lora=LoRAConfig(r=8))
         run_check("placement", lambda: check_placement(fp32, device, contexts, candidates))
-        run_check("score_equal_fp32", lambda: check_equality("score_equal_fp32", fp32, contexts, candidates, 1e-4))
+        run_check(
+            "score_equal_fp32", lambda: check_equality("score_equal_fp32", fp32, contexts, candidates, 1e-4)
+        )
         run_check("score_speed", lambda: check_score_speed(fp32, device, contexts, candidates))
-        run_check("generate_speed", lambda: check_generate_speed(fp32, device, contexts, 8 if args.tiny else 32))
-        run_check("vllm_generate_speed", lambda: check_vllm_generate_speed(model_name, device, contexts, 8 if args.tiny else 32))
+        run_check(
+            "generate_speed", lambda: check_generate_speed(fp32, device, contexts, 8 if args.tiny else 32)
+        )
+        run_check(
+            "vllm_generate_speed",
+            lambda: check_vllm_generate_speed(model_name, device, contexts, 8 if args.tiny else 32),
+        )
         fp32.close()
         if device.type == "cpu" or torch.cuda.is_bf16_supported():
             bf16 = build(model_name, str(device), "bfloat16")
-            run_check("score_equal_bf16", lambda: check_equality("score_equal_bf16", bf16, contexts, candidates, 0.02))
+            run_check(
+                "score_equal_bf16",
+                lambda: check_equality("score_equal_bf16", bf16, contexts, candidates, 0.02),
+            )
             bf16.close()
         else:
             report("SKIP", "score_equal_bf16", None, detail="this GPU has no bf16")
         run_check("quickstart", lambda: check_quickstart(model_name, str(device), args.tiny, workdir))
         run_check("load_4bit", lambda: check_4bit(model_name, device, contexts, candidates))
         run_check("two_servers_one_gpu", lambda: check_two_servers(model_name, device, contexts, candidates))
-    print(f"{'FAIL' if FAILED else 'PASS'} all: {len(FAILED)} failed" + (f" ({', '.join(FAILED)})" if FAILED else ""), flush=True)
+    print(
+        f"{'FAIL' if FAILED else 'PASS'} all: {len(FAILED)} failed"
+        + (f" ({', '.join(FAILED)})" if FAILED else ""),
+        flush=True,
+    )
     return 1 if FAILED else 0
 
 

@@ -24,8 +24,13 @@ from llmgym.testing.counting import CountingTokenizer
 def render_steps(tokenizer: Any, huge: str, small: str, budget: int) -> tuple[float, list[int]]:
     """Seconds to render the three steps, and the lengths of the texts tokenized."""
     counting = CountingTokenizer(tokenizer)
-    history = History(counting, system_prompt="You play a text game.", max_turns=3, max_prompt_tokens=budget,
-                      overflow="truncate_left")
+    history = History(
+        counting,
+        system_prompt="You play a text game.",
+        max_turns=3,
+        max_prompt_tokens=budget,
+        overflow="truncate_left",
+    )
     start = time.perf_counter()
     for observation in (huge, small, huge):
         history.add_observation(observation)
@@ -52,9 +57,11 @@ def main() -> None:
     huge = small * int(args.mib * 2**20 / len(small))
     base, _ = render_steps(tokenizer, small, small, args.budget)
     cost, lengths = render_steps(tokenizer, huge, small, args.budget)
-    print(f"{len(huge) / 2**20:.2f} MiB observation: {cost:.3f} s for 3 steps, {cost / base:.0f}x the small "
-          f"observation's {base:.4f} s; tokenizer calls {len(lengths)}, characters tokenized {sum(lengths)}, "
-          f"largest call {max(lengths)}")
+    print(
+        f"{len(huge) / 2**20:.2f} MiB observation: {cost:.3f} s for 3 steps, {cost / base:.0f}x the small "
+        f"observation's {base:.4f} s; tokenizer calls {len(lengths)}, characters tokenized {sum(lengths)}, "
+        f"largest call {max(lengths)}"
+    )
 
 
 if __name__ == "__main__":

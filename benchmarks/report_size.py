@@ -50,8 +50,14 @@ def _scoring_step(rng: random.Random, progress: float) -> StepRecord:
     probs = [round(weights[i] / total, 4) for i in order]
     return StepRecord(
         observation="Goal of the agent: go to the red ball\nYou see a wall 3 steps forward, You see a red ball 2 steps left",
-        action=ACTIONS[order[0]], reward=round(rng.uniform(-0.1, 0.1), 4), value=round(rng.uniform(-1, 1), 4),
-        log_prob=-0.5, advantage=round(rng.uniform(-1, 1), 4), candidates=[ACTIONS[i] for i in order], probs=probs, chosen=0,
+        action=ACTIONS[order[0]],
+        reward=round(rng.uniform(-0.1, 0.1), 4),
+        value=round(rng.uniform(-1, 1), 4),
+        log_prob=-0.5,
+        advantage=round(rng.uniform(-1, 1), 4),
+        candidates=[ACTIONS[i] for i in order],
+        probs=probs,
+        chosen=0,
     )
 
 
@@ -59,9 +65,16 @@ def _worst_step(rng: random.Random, progress: float) -> StepRecord:
     words = "you see a wall a red ball a key a door to the left right".split()
     text = " ".join(rng.choice(words) for _ in range(rec.MAX_TEXT_CHARS))[: rec.MAX_TEXT_CHARS]
     return StepRecord(
-        observation=text, action="go forward", reward=0.0, value=0.1, log_prob=-3.2, advantage=0.05,
-        text=text, tokens=[rng.choice(words) for _ in range(rec.MAX_TOKENS)],
-        token_log_probs=[round(-rng.random() * 4, 4) for _ in range(rec.MAX_TOKENS)], parse_failed=rng.random() < 0.2,
+        observation=text,
+        action="go forward",
+        reward=0.0,
+        value=0.1,
+        log_prob=-3.2,
+        advantage=0.05,
+        text=text,
+        tokens=[rng.choice(words) for _ in range(rec.MAX_TOKENS)],
+        token_log_probs=[round(-rng.random() * 4, 4) for _ in range(rec.MAX_TOKENS)],
+        parse_failed=rng.random() < 0.2,
     )
 
 
@@ -78,11 +91,31 @@ def synthesize(folder: Path, steps: int, evaluations: int, episodes: int, worst:
     lines = []
     for update in range(1, steps // UPDATE_STEPS + 1):
         x = update * UPDATE_STEPS
-        lines.append({"kind": "train", "env_steps": x, "time_s": x / 20, "success_rate": min(1, x / steps + rng.random() * 0.1),
-                      "episode_return": x / steps, "episodes": 100.0, "policy_loss": rng.random(), "value_loss": rng.random()})
+        lines.append(
+            {
+                "kind": "train",
+                "env_steps": x,
+                "time_s": x / 20,
+                "success_rate": min(1, x / steps + rng.random() * 0.1),
+                "episode_return": x / steps,
+                "episodes": 100.0,
+                "policy_loss": rng.random(),
+                "value_loss": rng.random(),
+            }
+        )
     for i, x in enumerate(eval_steps):
-        lines.append({"kind": "eval", "env_steps": x, "time_s": x / 20, "success_rate": min(1, x / steps), "episode_return": x / steps,
-                      "episode_length": 8.0, "episodes": 100.0, "label": "before" if i == 0 else "periodic"})
+        lines.append(
+            {
+                "kind": "eval",
+                "env_steps": x,
+                "time_s": x / 20,
+                "success_rate": min(1, x / steps),
+                "episode_return": x / steps,
+                "episode_length": 8.0,
+                "episodes": 100.0,
+                "label": "before" if i == 0 else "periodic",
+            }
+        )
     lines.sort(key=lambda r: (r["env_steps"], r["kind"] == "eval"))
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     length = rec.MAX_STEPS if worst else 16
@@ -91,11 +124,23 @@ def synthesize(folder: Path, steps: int, evaluations: int, episodes: int, worst:
         for i, x in enumerate(eval_steps):
             size = 0
             for episode in range(episodes):
-                record = EpisodeRecord(x, "before" if i == 0 else "periodic", i, episode, 10_000 + episode, "greedy",
-                                       1.0, True, length, [make_step(rng, x / steps) for _ in range(length)])
+                record = EpisodeRecord(
+                    x,
+                    "before" if i == 0 else "periodic",
+                    i,
+                    episode,
+                    10_000 + episode,
+                    "greedy",
+                    1.0,
+                    True,
+                    length,
+                    [make_step(rng, x / steps) for _ in range(length)],
+                )
                 line = record.to_json() + "\n"
                 size += len(line.encode())
-                if episode and size > rec.MAX_EVALUATION_BYTES:  # as EpisodeRecorder.records bounds an evaluation
+                if (
+                    episode and size > rec.MAX_EVALUATION_BYTES
+                ):  # as EpisodeRecorder.records bounds an evaluation
                     break
                 fh.write(line)
     return folder
@@ -114,9 +159,18 @@ def load(report: Path) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         tick = time.perf_counter()
         proc = subprocess.run(
-            [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}", "--dump-dom",
-             report.resolve().as_uri()],
-            capture_output=True, text=True, timeout=300,
+            [
+                _chromium(),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                f"--user-data-dir={profile}",
+                "--dump-dom",
+                report.resolve().as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         wall = time.perf_counter() - tick
     found = re.search(r'data-ready-ms="(\d+)"', proc.stdout)
@@ -149,15 +203,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         baseline = measure(synthesize(root / "baseline", UPDATE_STEPS * 2, 1, 1, worst=False), args.repeats)
-        print(f"{'case':<10} {'episodes.jsonl':>15} {'report.html':>12} {'write':>8} {'ready':>9} {'dump-dom wall':>14} {'wall/baseline':>14}")
+        print(
+            f"{'case':<10} {'episodes.jsonl':>15} {'report.html':>12} {'write':>8} {'ready':>9} {'dump-dom wall':>14} {'wall/baseline':>14}"
+        )
         for name, worst in (("baseline", None), ("typical", False), ("worst", True)):
-            result = baseline if worst is None else measure(
-                synthesize(root / name, args.steps, args.evaluations, args.episodes, worst), args.repeats
+            result = (
+                baseline
+                if worst is None
+                else measure(
+                    synthesize(root / name, args.steps, args.evaluations, args.episodes, worst), args.repeats
+                )
             )
-            print(f"{name:<10} {result['episodes_mb']:>12.2f} MB {result['report_mb']:>9.2f} MB {result['write_s']:>7.2f}s "
-                  f"{result['ready_ms']:>7.0f}ms {result['wall_s']:>13.2f}s {result['wall_s'] / baseline['wall_s']:>13.2f}x")
-    print(f"({args.steps} env steps, {args.evaluations} evaluations, {args.episodes} episodes recorded per evaluation; "
-          "baseline: a 1-evaluation report)")
+            print(
+                f"{name:<10} {result['episodes_mb']:>12.2f} MB {result['report_mb']:>9.2f} MB {result['write_s']:>7.2f}s "
+                f"{result['ready_ms']:>7.0f}ms {result['wall_s']:>13.2f}s {result['wall_s'] / baseline['wall_s']:>13.2f}x"
+            )
+    print(
+        f"({args.steps} env steps, {args.evaluations} evaluations, {args.episodes} episodes recorded per evaluation; "
+        "baseline: a 1-evaluation report)"
+    )
 
 
 if __name__ == "__main__":

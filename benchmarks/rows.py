@@ -47,7 +47,9 @@ def main() -> None:
     from llmgym.config import ModelConfig
     from llmgym.llm.client import LLM
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     parser.add_argument("--envs", type=int, default=16, help="contexts per step (env.num_envs)")
     parser.add_argument("--row-tokens", type=int, default=512, help="row length of the packed layout")
@@ -59,17 +61,24 @@ def main() -> None:
     results = {}
     for rows in (0, args.row_tokens):
         config.row_tokens = rows
-        results[rows] = (best_time(lambda: llm.score(contexts, candidates), 3), llm.score(contexts, candidates))
+        results[rows] = (
+            best_time(lambda: llm.score(contexts, candidates), 3),
+            llm.score(contexts, candidates),
+        )
     (t_one, one), (t_packed, packed) = results[0], results[args.row_tokens]
     policy = [torch.log_softmax(torch.stack(s), -1) for s in (one, packed)]
     tokens = sum(len(llm.tokenizer(c)["input_ids"]) for c in contexts)
-    print(f"{len(contexts)} GoToRedBall contexts x {len(ACTIONS)} actions, {tokens} context tokens, {args.dtype}, "
-          f"threads={torch.get_num_threads()}")
+    print(
+        f"{len(contexts)} GoToRedBall contexts x {len(ACTIONS)} actions, {tokens} context tokens, {args.dtype}, "
+        f"threads={torch.get_num_threads()}"
+    )
     print(f"{'layout':<36}{'seconds':>9}")
     print(f"{'one context per row (row_tokens 0)':<36}{t_one:>9.2f}")
     print(f"{f'token-trie rows (row_tokens {args.row_tokens})':<36}{t_packed:>9.2f}")
-    print(f"packed rows are {t_one / t_packed:.2f}x faster; max |policy log-prob diff| "
-          f"{(policy[0] - policy[1]).abs().max().item():.1e}")
+    print(
+        f"packed rows are {t_one / t_packed:.2f}x faster; max |policy log-prob diff| "
+        f"{(policy[0] - policy[1]).abs().max().item():.1e}"
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ from llmgym.envs._scienceworld_tasks import SCIENCEWORLD_TASKS
 from llmgym.envs.scienceworld_env import ScienceWorldTextEnv
 
 
-def run_task(task: str, episodes: int, steps: int, split: str) -> tuple[list[float], list[bool], list[bool], list[int], float]:
+def run_task(
+    task: str, episodes: int, steps: int, split: str
+) -> tuple[list[float], list[bool], list[bool], list[int], float]:
     """Play the random baseline on one task.
 
     Args:
@@ -63,12 +65,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--split", default="dev", choices=("train", "dev", "test"))
     args = parser.parse_args()
-    print(f"Random valid action, {args.split} split, {args.episodes} episodes per task, at most {args.steps} steps.\n")
+    print(
+        f"Random valid action, {args.split} split, {args.episodes} episodes per task, at most {args.steps} steps.\n"
+    )
     print("| task | score | success | failed | steps |")
     print("|---|---|---|---|---|")
     began, all_scores, all_success, total_steps, total_time = time.perf_counter(), [], [], 0, 0.0
     for task in SCIENCEWORLD_TASKS:
-        scores, successes, failures, lengths, step_time = run_task(task, args.episodes, args.steps, args.split)
+        scores, successes, failures, lengths, step_time = run_task(
+            task, args.episodes, args.steps, args.split
+        )
         all_scores += scores
         all_success += successes
         total_steps += sum(lengths)
@@ -78,7 +84,9 @@ def main() -> None:
             f"| {np.mean(lengths):.1f} |",
             flush=True,
         )
-    print(f"| **all {len(SCIENCEWORLD_TASKS)} tasks** | {np.mean(all_scores):.3f} | {np.mean(all_success):.2f} | | |")
+    print(
+        f"| **all {len(SCIENCEWORLD_TASKS)} tasks** | {np.mean(all_scores):.3f} | {np.mean(all_success):.2f} | | |"
+    )
     print(
         f"\n{total_steps} steps, {1000 * total_time / total_steps:.0f} ms per step with the valid-action listing; "
         f"{time.perf_counter() - began:.0f} s in all."

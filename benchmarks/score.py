@@ -62,7 +62,9 @@ def matmul_flops(rows: int, hidden: int, out: int, repeats: int) -> float:
     return 2.0 * rows * hidden * out / seconds
 
 
-def naive_loop(model: Any, tokenizer: Any, contexts: list[str], candidates: list[list[str]]) -> list[torch.Tensor]:
+def naive_loop(
+    model: Any, tokenizer: Any, contexts: list[str], candidates: list[list[str]]
+) -> list[torch.Tensor]:
     """One full forward per context-candidate pair (joint tokenization, all logits)."""
     results = []
     with torch.inference_mode():
@@ -94,11 +96,19 @@ def kv_cache_sharing(model: Any, items: list[Any], pad_id: int) -> list[torch.Te
     tail_mask = torch.tensor([[1] * len(t) + [0] * (tail_width - len(t)) for t in tails])
     tail_pos = torch.tensor([[len(p) + i for i in range(tail_width)] for p in prefixes for _ in range(k)])
     with torch.inference_mode():
-        out = model(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        out = model(
+            input_ids=prefix_ids,
+            attention_mask=prefix_mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         cache = out.past_key_values
         cache.batch_repeat_interleave(k)
         mask = torch.cat([prefix_mask.repeat_interleave(k, 0), tail_mask], 1)
-        logits = model(input_ids=tail_ids, attention_mask=mask, position_ids=tail_pos, past_key_values=cache).logits
+        logits = model(
+            input_ids=tail_ids, attention_mask=mask, position_ids=tail_pos, past_key_values=cache
+        ).logits
         last = out.logits[:, -1].float().log_softmax(-1).repeat_interleave(k, 0)
         logprobs = logits.float().log_softmax(-1)
     scores = [
@@ -131,7 +141,9 @@ print(rss('VmHWM:') - base)
 
 def main() -> None:
     """Run the benchmark and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="one timed repeat, fewer memory points")
     args = parser.parse_args()
     repeats = 1 if args.quick else 3
@@ -140,10 +152,14 @@ def main() -> None:
     model, tokenizer, local = llm.model, llm.tokenizer, llm.backend
     items = local.encoder.encode_items(contexts, candidates, add_eos=False)
     context_tokens = sum(len(item.context_ids) for item in items)
-    candidate_tokens = sum(len(ids) - s for item in items for ids, s in zip(item.candidate_ids, item.candidate_starts))
+    candidate_tokens = sum(
+        len(ids) - s for item in items for ids, s in zip(item.candidate_ids, item.candidate_starts)
+    )
     embed = model.get_input_embeddings().weight
     non_embedding = sum(p.numel() for p in model.parameters()) - embed.numel()
-    floor_flops = 2.0 * non_embedding * (context_tokens + candidate_tokens) + 2.0 * embed.numel() * candidate_tokens
+    floor_flops = (
+        2.0 * non_embedding * (context_tokens + candidate_tokens) + 2.0 * embed.numel() * candidate_tokens
+    )
     hidden, inter = model.config.hidden_size, model.config.intermediate_size
     rate = matmul_flops(context_tokens // 4, hidden, inter, repeats + 2)
     floor_s = floor_flops / rate
@@ -158,19 +174,31 @@ def main() -> None:
     err_naive = max((a - b).abs().max().item() for a, b in zip(ours, naive))
     err_kv = max((a - b).abs().max().item() for a, b in zip(ours, kv))
 
-    print(f"workload: {len(contexts)} contexts x {len(candidates[0])} candidates, "
-          f"{context_tokens} context + {candidate_tokens} candidate tokens; threads={torch.get_num_threads()}")
-    print(f"fp32 matmul rate: {rate / 1e9:.1f} GFLOP/s; compute floor {floor_flops / 1e9:.1f} GFLOP = {floor_s:.3f} s")
+    print(
+        f"workload: {len(contexts)} contexts x {len(candidates[0])} candidates, "
+        f"{context_tokens} context + {candidate_tokens} candidate tokens; threads={torch.get_num_threads()}"
+    )
+    print(
+        f"fp32 matmul rate: {rate / 1e9:.1f} GFLOP/s; compute floor {floor_flops / 1e9:.1f} GFLOP = {floor_s:.3f} s"
+    )
     print(f"{'method':<34}{'seconds':>9}{'ratio':>22}{'max |diff|':>12}")
-    print(f"{'llmgym score (packed prefix mask)':<34}{t_ours:>9.3f}{f'{floor_s / t_ours:.0%} of floor':>22}{0.0:>12.1e}")
-    print(f"{'naive loop (1 forward per pair)':<34}{t_naive:>9.3f}{f'score {t_naive / t_ours:.1f}x faster':>22}{err_naive:>12.1e}")
-    print(f"{'KV-cache prefix sharing':<34}{t_kv:>9.3f}{f'score {t_kv / t_ours:.2f}x faster':>22}{err_kv:>12.1e}")
+    print(
+        f"{'llmgym score (packed prefix mask)':<34}{t_ours:>9.3f}{f'{floor_s / t_ours:.0%} of floor':>22}{0.0:>12.1e}"
+    )
+    print(
+        f"{'naive loop (1 forward per pair)':<34}{t_naive:>9.3f}{f'score {t_naive / t_ours:.1f}x faster':>22}{err_naive:>12.1e}"
+    )
+    print(
+        f"{'KV-cache prefix sharing':<34}{t_kv:>9.3f}{f'score {t_kv / t_ours:.2f}x faster':>22}{err_kv:>12.1e}"
+    )
 
     bf16 = load_llm("bfloat16")
     got = bf16.score(contexts, candidates)
     t_bf16 = best_time(lambda: bf16.score(contexts, candidates), repeats)
     err_bf16 = max((a - b).abs().max().item() for a, b in zip(got, ours))
-    print(f"{'llmgym score bf16':<34}{t_bf16:>9.3f}{f'{t_ours / t_bf16:.2f}x fp32 speed':>22}{err_bf16:>12.1e}")
+    print(
+        f"{'llmgym score bf16':<34}{t_bf16:>9.3f}{f'{t_ours / t_bf16:.2f}x fp32 speed':>22}{err_bf16:>12.1e}"
+    )
     bf16.close()
 
     sizes = [6, 48, 192] if args.quick else [6, 24, 96, 192]

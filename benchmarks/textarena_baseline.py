@@ -64,7 +64,9 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--max-steps", type=int, default=300)
     args = parser.parse_args()
-    ids = args.ids or [i for i, _ in list_envs() if i.startswith("llmgym/TextArena-") and i != "llmgym/TextArena-v0"]
+    ids = args.ids or [
+        i for i, _ in list_envs() if i.startswith("llmgym/TextArena-") and i != "llmgym/TextArena-v0"
+    ]
     print("| id | policy | mean reward | success | mean steps | cut |")
     print("|---|---|---:|---:|---:|---:|")
     for env_id in ids:

@@ -76,7 +76,14 @@ print(json.dumps(out))
 _MARKERS = {
     "nltk": ("nltk", "punkt", "wordnet", "words corpus", "Resource "),
     "api": ("OPENROUTER", "api_key", "API key", "OpenAI", "openai", "api key"),
-    "download": ("urlopen", "ConnectionError", "Max retries", "HTTPSConnection", "download", "Name or service"),
+    "download": (
+        "urlopen",
+        "ConnectionError",
+        "Max retries",
+        "HTTPSConnection",
+        "download",
+        "Name or service",
+    ),
     "players": ("player",),
 }
 
@@ -96,7 +103,9 @@ def _ids() -> list[str]:
         "import textarena as ta; reg = ta.envs.registration.ENV_REGISTRY; "
         "print('\\n'.join(k for k in reg if not k.endswith(('-raw', '-train'))))"
     )
-    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    return subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout.split()
 
 
 def survey(env_id: str, timeout: float) -> dict:

@@ -50,11 +50,15 @@ class PolicyRow:
         low, high = bootstrap_ci(self.rewards, statistic="mean")
         minutes = f"{self.training_s / 60:.1f} min" if self.training_s is not None else "-"
         fl = self.fluency
-        return (f"| {self.name} | {mean:.3f} [{low:.3f}, {high:.3f}] | {fl['kl_ref']:.3f} | {fl['perplexity_ref']:.2f} | "
-                f"{fl['distinct-2']:.3f} | {minutes} |")
+        return (
+            f"| {self.name} | {mean:.3f} [{low:.3f}, {high:.3f}] | {fl['kl_ref']:.3f} | {fl['perplexity_ref']:.2f} | "
+            f"{fl['distinct-2']:.3f} | {minutes} |"
+        )
 
 
-def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int) -> tuple[list[float], dict[str, float], list[str]]:
+def sample_policy(
+    llm: Any, config: Config, episodes: int, seed: int, width: int
+) -> tuple[list[float], dict[str, float], list[str]]:
     """Rewards of ``episodes`` sampled one-step TextGen episodes, their fluency and KL to the reference.
 
     Returns:
@@ -64,8 +68,13 @@ def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int
     """
     agent = build_agent(config, llm, width)
     agent.generator.manual_seed(seed)
-    if issubclass(algorithm_class(config.algorithm.name), NLPO) and llm.backend.mask_policy.params is not None:
-        agent.policy = agent.policy.masked(config.algorithm.nlpo.mask_top_p)  # the trained NLPO policy samples masked
+    if (
+        issubclass(algorithm_class(config.algorithm.name), NLPO)
+        and llm.backend.mask_policy.params is not None
+    ):
+        agent.policy = agent.policy.masked(
+            config.algorithm.nlpo.mask_top_p
+        )  # the trained NLPO policy samples masked
     env = gym.make(config.env.id, **dict(config.env.kwargs))
     rewards: list[float] = []
     completions: list[str] = []
@@ -76,8 +85,12 @@ def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int
             resets = [env.reset(seed=seed + j) for j in batch]
             for i in range(len(batch)):
                 agent.reset_env(i)
-            agent.act_batch([obs for obs, _ in resets], [info for _, info in resets], greedy=False,
-                            env_indices=list(range(len(batch))))
+            agent.act_batch(
+                [obs for obs, _ in resets],
+                [info for _, info in resets],
+                greedy=False,
+                env_indices=list(range(len(batch))),
+            )
             for j, decision in zip(batch, agent.last_decisions):
                 env.reset(seed=seed + j)
                 rewards.append(float(env.step(decision.action)[1]))
@@ -90,16 +103,24 @@ def sample_policy(llm: Any, config: Config, episodes: int, seed: int, width: int
 
 def training_seconds(run_dir: Path) -> Optional[float]:
     """The ``time_s`` of the run's last training record, if any."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    records = [
+        json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()
+    ]
     train = [r for r in records if r.get("kind") == "train"]
     return float(train[-1]["time_s"]) if train else None
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", type=Path, help="run directories written by llmgym train on TextGen")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "runs", nargs="+", type=Path, help="run directories written by llmgym train on TextGen"
+    )
     parser.add_argument("--episodes", type=int, default=240, help="sampled completions per policy")
-    parser.add_argument("--seed", type=int, default=5000, help="seed of the first episode (and of the sampling)")
+    parser.add_argument(
+        "--seed", type=int, default=5000, help="seed of the first episode (and of the sampling)"
+    )
     parser.add_argument("--width", type=int, default=48, help="completions sampled side by side")
     parser.add_argument("--show", type=int, default=3, help="completions of each policy to print")
     args = parser.parse_args()
@@ -119,9 +140,13 @@ def main() -> None:
         finally:
             llm.close()
         print(rows[-1].line(), flush=True)
-    print(f"\n{args.episodes} sampled completions per policy (seeds {args.seed}..{args.seed + args.episodes - 1})")
-    print("| policy | mean reward [95% bootstrap CI] | KL to reference (nats per completion) | perplexity under reference "
-          "| distinct-2 | training time |")
+    print(
+        f"\n{args.episodes} sampled completions per policy (seeds {args.seed}..{args.seed + args.episodes - 1})"
+    )
+    print(
+        "| policy | mean reward [95% bootstrap CI] | KL to reference (nats per completion) | perplexity under reference "
+        "| distinct-2 | training time |"
+    )
     print("|---|---|---|---|---|---|")
     for row in rows:
         print(row.line())

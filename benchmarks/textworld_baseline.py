@@ -46,7 +46,10 @@ def main() -> None:
         results = [run_episode(env, seed) for seed in range(args.episodes)]
         env.close()
         success, score, length = (float(np.mean(column)) for column in zip(*results))
-        print(f"| `{env_id}` | {family.max_episode_steps} | {success:.2f} | {score:.2f} | {length:.1f} |", flush=True)
+        print(
+            f"| `{env_id}` | {family.max_episode_steps} | {success:.2f} | {score:.2f} | {length:.1f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -36,13 +36,22 @@ def build(cache_mb: int, lora_layers: int, dtype: str) -> Any:
     torch.manual_seed(0)
     layers = list(range(-lora_layers, 0))
     config = ModelConfig(
-        name="SmolLM2-135M-Instruct", device="cpu", dtype=dtype, trunk_cache_mb=cache_mb,
+        name="SmolLM2-135M-Instruct",
+        device="cpu",
+        dtype=dtype,
+        trunk_cache_mb=cache_mb,
         lora=LoRAConfig(r=8, alpha=16, layers=layers),
     )
-    return LLM(config, {"value": ValueHead(detach_input=True)}, updater=PPO(config=AlgorithmConfig(learning_rate=1e-3)).updater())
+    return LLM(
+        config,
+        {"value": ValueHead(detach_input=True)},
+        updater=PPO(config=AlgorithmConfig(learning_rate=1e-3)).updater(),
+    )
 
 
-def iteration(llm: Any, contexts: list[str], candidates: list[list[str]], epochs: int, minibatch: int) -> tuple[float, float]:
+def iteration(
+    llm: Any, contexts: list[str], candidates: list[list[str]], epochs: int, minibatch: int
+) -> tuple[float, float]:
     """Collection forward, then PPO epochs; returns ``(collect_s, update_s)``."""
     from llmgym.agents.policies import CandidateActions, CandidatePolicy
     from llmgym.algorithms import PPO, UpdateBatch
@@ -58,9 +67,13 @@ def iteration(llm: Any, contexts: list[str], candidates: list[list[str]], epochs
     values = torch.stack([o["value"].reshape(()) for o in outputs])
     advantages = torch.linspace(-1.0, 1.0, n)
     batch = UpdateBatch(
-        objective=PPO(config=AlgorithmConfig()).objective(), policy=CandidatePolicy(),
+        objective=PPO(config=AlgorithmConfig()).objective(),
+        policy=CandidatePolicy(),
         minibatches=[list(range(i, min(i + minibatch, n))) for i in range(0, n, minibatch)],
-        old_log_probs=old, old_values=values, advantages=advantages, returns=values + advantages,
+        old_log_probs=old,
+        old_values=values,
+        advantages=advantages,
+        returns=values + advantages,
         actions=CandidateActions([list(c) for c in candidates], actions),
     )
     start = time.perf_counter()
@@ -71,7 +84,9 @@ def iteration(llm: Any, contexts: list[str], candidates: list[list[str]], epochs
 
 def main() -> None:
     """Run both sides and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--batch", type=int, default=64, help="samples per rollout")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--minibatch", type=int, default=32)
@@ -79,8 +94,10 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     args = parser.parse_args()
     data = json.loads(WORKLOAD.read_text())
-    contexts = [c.replace("Action 2:", f"Action {2 + i // len(data['contexts'])}:") for i, c in
-                enumerate(data["contexts"] * -(-args.batch // len(data["contexts"])))][: args.batch]
+    contexts = [
+        c.replace("Action 2:", f"Action {2 + i // len(data['contexts'])}:")
+        for i, c in enumerate(data["contexts"] * -(-args.batch // len(data["contexts"])))
+    ][: args.batch]
     candidates = (data["candidates"] * -(-args.batch // len(data["candidates"])))[: args.batch]
     rows = {}
     weights = {}
@@ -91,15 +108,19 @@ def main() -> None:
         rows[name] = iteration(llm, contexts, candidates, args.epochs, args.minibatch)
         weights[name] = [p.detach().float().clone() for p in llm.backend.trainable_parameters()]
         llm.close()
-    print(f"{args.batch} samples x 6 actions, {args.epochs} epochs of minibatches of {args.minibatch}, "
-          f"LoRA on the top {args.lora_layers} blocks, {args.dtype}, threads={torch.get_num_threads()}")
+    print(
+        f"{args.batch} samples x 6 actions, {args.epochs} epochs of minibatches of {args.minibatch}, "
+        f"LoRA on the top {args.lora_layers} blocks, {args.dtype}, threads={torch.get_num_threads()}"
+    )
     print(f"{'method':<26}{'collect s':>10}{'update s':>10}{'total s':>9}")
     for name, (collect, update) in rows.items():
         print(f"{name:<26}{collect:>10.2f}{update:>10.2f}{collect + update:>9.2f}")
     (c0, u0), (c1, u1) = rows.values()
     drift = max((a - b).abs().max().item() for a, b in zip(*weights.values()))
-    print(f"update {u0 / u1:.2f}x faster, iteration {(c0 + u0) / (c1 + u1):.2f}x faster with the cache; "
-          f"max |adapter weight difference| after training {drift:.1e}")
+    print(
+        f"update {u0 / u1:.2f}x faster, iteration {(c0 + u0) / (c1 + u1):.2f}x faster with the cache; "
+        f"max |adapter weight difference| after training {drift:.1e}"
+    )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,9 @@ def random_policy(env_id: str, episodes: int, seed: int, max_steps: int) -> floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="SmolLM2-135M-Instruct")
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--levels", nargs="+", default=["GoToRedBall", "GoToLocal"])
@@ -51,11 +53,18 @@ def main() -> None:
     llm = None
     for level in args.levels:
         env_id = f"llmgym/BabyAI-Text-{level}-v0"
-        config = load_config(None, [
-            f"model.name={args.model}", f"model.dtype={args.dtype}", f"env.id={env_id}", f"env.num_envs={args.num_envs}",
-            f"env.max_episode_steps={args.max_steps}", f"agent.history_length={args.history}",
-            f"agent.use_chat_template={str(args.chat_template).lower()}",
-        ])
+        config = load_config(
+            None,
+            [
+                f"model.name={args.model}",
+                f"model.dtype={args.dtype}",
+                f"env.id={env_id}",
+                f"env.num_envs={args.num_envs}",
+                f"env.max_episode_steps={args.max_steps}",
+                f"agent.history_length={args.history}",
+                f"agent.use_chat_template={str(args.chat_template).lower()}",
+            ],
+        )
         if llm is None:
             llm = llmgym.LLM(config.model)
         env = gym.make(env_id)
@@ -66,7 +75,10 @@ def main() -> None:
         result = evaluate(agent, config, args.episodes, seed=args.seed)
         seconds = time.perf_counter() - start
         rand = random_policy(env_id, args.episodes, args.seed, args.max_steps)
-        print(f"{level:<14} {result['success_rate']:>10.3f} {rand:>8.3f} {args.episodes:>8d} {seconds:>8.0f}", flush=True)
+        print(
+            f"{level:<14} {result['success_rate']:>10.3f} {rand:>8.3f} {args.episodes:>8d} {seconds:>8.0f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -27,16 +27,25 @@ CONFIG = "babyai_ppo"  # a shipped config (llmgym/configs/babyai_ppo.yaml)
 
 def parse_args(argv: list[str] | None = None, description: str | None = __doc__) -> argparse.Namespace:
     """Command-line options: the model, the budget, and any dotted config override."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="SmolLM2-135M-Instruct", help="model name or local folder")
     parser.add_argument("--steps", type=int, default=None, help="env steps to train (default: the config's)")
-    parser.add_argument("--eval-episodes", type=int, default=None, help="greedy evaluation episodes before and after")
-    parser.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. algorithm.learning_rate=1e-5")
+    parser.add_argument(
+        "--eval-episodes", type=int, default=None, help="greedy evaluation episodes before and after"
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="dotted config overrides, e.g. algorithm.learning_rate=1e-5"
+    )
     return parser.parse_args(argv)
 
 
 def main(
-    argv: list[str] | None = None, config_path: str = CONFIG, metric: str = "success_rate", description: str | None = __doc__
+    argv: list[str] | None = None,
+    config_path: str = CONFIG,
+    metric: str = "success_rate",
+    description: str | None = __doc__,
 ) -> dict[str, float]:
     """Train with PPO from a config and evaluate greedily before and after.
 
@@ -56,17 +65,20 @@ def main(
     probe = gym.make(config.env.id)
     instructions = getattr(probe.unwrapped, "instructions", None)  # the env's description of its actions
     probe.close()
-    llm = build_llm(config)                      # the LLM with a value head and the PPO updater
-    envs = make_envs(config)                     # env.num_envs envs, autoreset
+    llm = build_llm(config)  # the LLM with a value head and the PPO updater
+    envs = make_envs(config)  # env.num_envs envs, autoreset
     agent = build_agent(config, llm, envs.num_envs, instructions)  # the config's agent.type
     eval_agent = build_agent(config, llm, max(1, min(envs.num_envs, episodes)), instructions)
     try:
         before = evaluate(eval_agent, config, episodes, seed=10_000)[metric]
         ppo = PPO(agent, envs, config.algorithm, seed=config.train.seed)
-        ppo.learn(config.train.total_env_steps, callback=lambda algo, m: print(
-            f"env steps {algo.env_steps:>7}  return {m.get('episode_return', float('nan')):.3f}  "
-            f"success {m.get('success_rate', float('nan')):.2f}  loss {m.get('loss', float('nan')):.4f}"
-        ))
+        ppo.learn(
+            config.train.total_env_steps,
+            callback=lambda algo, m: print(
+                f"env steps {algo.env_steps:>7}  return {m.get('episode_return', float('nan')):.3f}  "
+                f"success {m.get('success_rate', float('nan')):.2f}  loss {m.get('loss', float('nan')):.4f}"
+            ),
+        )
         after = evaluate(eval_agent, config, episodes, seed=10_000)[metric]
     finally:
         envs.close()

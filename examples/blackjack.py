@@ -38,18 +38,29 @@ class BlackjackAgent(llmgym.Agent):
 
 def main(argv: list[str] | None = None) -> list[float]:
     """Play and train; returns the return of every episode."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="SmolLM2-135M-Instruct", help="model name or local folder")
     parser.add_argument("--episodes", type=int, default=64, help="episodes to play")
     parser.add_argument("--episodes-per-update", type=int, default=8, help="episodes between PPO updates")
-    parser.add_argument("--max-new-tokens", type=int, default=llmgym.AgentConfig().max_new_tokens, help="reply length")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=llmgym.AgentConfig().max_new_tokens, help="reply length"
+    )
     args = parser.parse_args(argv)
 
     ppo = llmgym.PPO(config=llmgym.AlgorithmConfig(learning_rate=1e-4))
-    llm = llmgym.LLM(llmgym.ModelConfig(name=args.model, lora=llmgym.LoRAConfig(r=8)),
-                     module_functions={"value": llmgym.ValueHead()}, updater=ppo.updater())
-    agent = BlackjackAgent(llm, llmgym.AgentConfig(max_new_tokens=args.max_new_tokens), algorithm=ppo,
-                           episodes_per_update=args.episodes_per_update)
+    llm = llmgym.LLM(
+        llmgym.ModelConfig(name=args.model, lora=llmgym.LoRAConfig(r=8)),
+        module_functions={"value": llmgym.ValueHead()},
+        updater=ppo.updater(),
+    )
+    agent = BlackjackAgent(
+        llm,
+        llmgym.AgentConfig(max_new_tokens=args.max_new_tokens),
+        algorithm=ppo,
+        episodes_per_update=args.episodes_per_update,
+    )
     env = gym.make("llmgym/Blackjack-Text-v0")
     returns: list[float] = []
     try:
@@ -65,9 +76,11 @@ def main(argv: list[str] | None = None) -> list[float]:
             returns.append(total)
             stats = agent.terminate_episode()  # trains every episodes_per_update episodes
             if stats:
-                recent = returns[-args.episodes_per_update:]
-                print(f"episode {episode + 1:>4}  mean return {sum(recent) / len(recent):+.2f}  "
-                      f"loss {stats.get('loss', float('nan')):.4f}")
+                recent = returns[-args.episodes_per_update :]
+                print(
+                    f"episode {episode + 1:>4}  mean return {sum(recent) / len(recent):+.2f}  "
+                    f"loss {stats.get('loss', float('nan')):.4f}"
+                )
     finally:
         env.close()
         llm.close()

@@ -44,7 +44,11 @@ class TwoLayersMLPModuleFn(llmgym.ModuleFunction):
         )
 
     def forward(
-        self, forward_outputs: ForwardOutputs, minibatch: Minibatch, tokenized_contexts: Sequence[Sequence[int]], **kwargs: Any
+        self,
+        forward_outputs: ForwardOutputs,
+        minibatch: Minibatch,
+        tokenized_contexts: Sequence[Sequence[int]],
+        **kwargs: Any,
     ) -> torch.Tensor:
         """Outputs ``[S, n_outputs]``, one row per context of the minibatch."""
         return self.mlp(forward_outputs.context_hidden.float())
@@ -60,7 +64,11 @@ class TestUpdater(llmgym.Updater):
         self.optimizer = self.adam  # saved in checkpoints by llm.save
 
     def perform_update(
-        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None, _current_batch_ids: Sequence[int], **kwargs: Any
+        self,
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]] | None,
+        _current_batch_ids: Sequence[int],
+        **kwargs: Any,
     ) -> dict[str, Any]:
         """One gradient step; returns the loss."""
         output = self.llm.forward(["mlp_head"], contexts, require_grad=True)
@@ -75,14 +83,18 @@ class TestUpdater(llmgym.Updater):
 
 def main(argv: list[str] | None = None) -> list[float]:
     """Run the head, then train it; returns the loss of every update."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="SmolLM2-135M-Instruct", help="model name or local folder")
     parser.add_argument("--updates", type=int, default=20, help="number of llm.update calls")
     args = parser.parse_args(argv)
 
     contexts = ["This is an examples prompt, continue it with", "Another prompt, continue it with"]
     labels = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
-    with llmgym.LLM(args.model, module_functions={"mlp_head": TwoLayersMLPModuleFn(2)}, updater=TestUpdater) as llm:
+    with llmgym.LLM(
+        args.model, module_functions={"mlp_head": TwoLayersMLPModuleFn(2)}, updater=TestUpdater
+    ) as llm:
         direct = llm.forward(["mlp_head"], contexts)  # the head alone: one [2] tensor per context
         print("mlp_head:", [o["mlp_head"].tolist() for o in direct])
         both = llm.forward(["score", "mlp_head"], contexts, [[" a sentence", " another sentence"]] * 2)

@@ -34,13 +34,17 @@ Robot: {plan}"""
 class Kitchen:
     """A tiny kitchen: where each object is and what the robot holds (the affordance model)."""
 
-    where: dict[str, str] = field(default_factory=lambda: {"apple": "counter", "sponge": "table", "cup": "counter"})
+    where: dict[str, str] = field(
+        default_factory=lambda: {"apple": "counter", "sponge": "table", "cup": "counter"}
+    )
     holding: str | None = None
 
     def skills(self) -> list[str]:
         """Every skill the robot knows, possible or not."""
         picks = [f"pick up the {o}" for o in OBJECTS]
-        puts = [f"put the {o} {'in' if p in ('bowl', 'sink') else 'on'} the {p}" for o in OBJECTS for p in PLACES]
+        puts = [
+            f"put the {o} {'in' if p in ('bowl', 'sink') else 'on'} the {p}" for o in OBJECTS for p in PLACES
+        ]
         return [*picks, *puts, "done"]
 
     def affordance(self, skill: str) -> float:
@@ -81,8 +85,10 @@ def plan(llm: llmgym.LLM, instruction: str, world: Kitchen, max_steps: int) -> l
         can = torch.tensor([world.affordance(s) for s in skills])
         combined = say * can
         best = int(combined.argmax())
-        print(f"step {step + 1}: {skills[best]!r:34} say {say[best]:.3f}  can {can[best]:.0f}  "
-              f"(the LLM alone prefers {skills[int(say.argmax())]!r})")
+        print(
+            f"step {step + 1}: {skills[best]!r:34} say {say[best]:.3f}  can {can[best]:.0f}  "
+            f"(the LLM alone prefers {skills[int(say.argmax())]!r})"
+        )
         if skills[best] == "done":
             break
         world.run(skills[best])
@@ -92,7 +98,9 @@ def plan(llm: llmgym.LLM, instruction: str, world: Kitchen, max_steps: int) -> l
 
 def main(argv: list[str] | None = None) -> list[str]:
     """Plan for one instruction; returns the executed skills."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="SmolLM2-135M-Instruct", help="model name or local folder")
     parser.add_argument("--instruction", default="put the apple in the bowl", help="what to do")
     parser.add_argument("--max-steps", type=int, default=5, help="most skills to execute")

@@ -63,7 +63,9 @@ def _action_length(config: Config, tokenizer: Any, envs: Any) -> Optional[tuple[
     return tokens, f"the longest action {action!r} ({tokens} tokens)"
 
 
-def fit_prompt_budget(config: Config, window: Optional[int], tokenizer: Any, envs: Any, seq2seq: bool = False) -> Config:
+def fit_prompt_budget(
+    config: Config, window: Optional[int], tokenizer: Any, envs: Any, seq2seq: bool = False
+) -> Config:
     """The run config with ``agent.max_prompt_tokens`` lowered so that prompt plus action fit the window.
 
     Args:

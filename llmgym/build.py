@@ -41,14 +41,18 @@ def build_heads(config: Config) -> dict[str, ModuleFunction]:
     """
     from llmgym.llm.modules import POLICY_KEY, VALUE_KEY, ActionHead, ValueHead
 
-    heads: dict[str, ModuleFunction] = {VALUE_KEY: ValueHead(detach_input=config.algorithm.value_head == "detached")}
+    heads: dict[str, ModuleFunction] = {
+        VALUE_KEY: ValueHead(detach_input=config.algorithm.value_head == "detached")
+    }
     if config.agent.type == "scoring" and config.agent.action_head:
         if config.algorithm.kl.coef > 0:
             raise ConfigError(
                 f"algorithm.kl.coef={config.algorithm.kl.coef:g} penalises the KL to the LLM's own scoring policy, which "
                 "agent.action_head replaces; set agent.action_head=false to keep the KL penalty, or algorithm.kl.coef=0."
             )
-        heads[POLICY_KEY] = ActionHead(prior_weight=config.agent.prior_weight, normalize=config.agent.score_normalize)
+        heads[POLICY_KEY] = ActionHead(
+            prior_weight=config.agent.prior_weight, normalize=config.agent.score_normalize
+        )
     return heads
 
 
@@ -75,12 +79,18 @@ def build_llm(config: Config, *, model: Any = None, tokenizer: Any = None) -> LL
             "reference is the model with its adapter disabled), or algorithm.kl.coef=0."
         )
     return LLM(
-        config.model, module_functions=heads, updater=resolve_updater(config.algorithm),
-        model=model, tokenizer=tokenizer, distributed=config.distributed,
+        config.model,
+        module_functions=heads,
+        updater=resolve_updater(config.algorithm),
+        model=model,
+        tokenizer=tokenizer,
+        distributed=config.distributed,
     )
 
 
-def build_agent(config: Config, llm: PolicyLLM, num_envs: int, system_prompt: Optional[str] = None) -> BaseAgent:
+def build_agent(
+    config: Config, llm: PolicyLLM, num_envs: int, system_prompt: Optional[str] = None
+) -> BaseAgent:
     """The agent named by ``agent.type`` (``scoring``, ``generative`` or ``token``) for ``num_envs`` envs."""
     from llmgym.agents.generative import GenerativeAgent, TokenAgent
     from llmgym.agents.scoring import ScoringAgent

@@ -110,10 +110,14 @@ def _read_manifest(root: Path) -> dict[str, str]:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointError(f"{path} is unreadable ({exc}); resume from another checkpoint or start a new run.") from exc
+        raise CheckpointError(
+            f"{path} is unreadable ({exc}); resume from another checkpoint or start a new run."
+        ) from exc
     files = manifest.get("sha256") if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or manifest.get("format") != _MANIFEST_FORMAT:
-        raise CheckpointError(f"{path} is not an llmgym manifest; resume from another checkpoint or start a new run.")
+        raise CheckpointError(
+            f"{path} is not an llmgym manifest; resume from another checkpoint or start a new run."
+        )
     return {str(name): str(digest) for name, digest in files.items()}
 
 
@@ -154,7 +158,8 @@ def _leftovers(run: Path) -> list[Path]:
     found = [*run.glob(".config.yaml-*"), *run.glob(".metrics.jsonl-*")]
     if root.is_dir():
         found += [
-            p for p in root.iterdir()
+            p
+            for p in root.iterdir()
             if TMP_DIR.fullmatch(p.name) or OLD_DIR.fullmatch(p.name) or p.name.startswith(f".{LATEST}-")
         ]
     return sorted(found)
@@ -200,7 +205,10 @@ def capture_rng_state() -> tuple[dict[str, Any], dict[str, Any]]:
     np_state = np.random.get_state(legacy=False)
     json_part = {
         "python": [version, list(internal), gauss],
-        "numpy": {**np_state, "state": {"key": np_state["state"]["key"].tolist(), "pos": int(np_state["state"]["pos"])}},
+        "numpy": {
+            **np_state,
+            "state": {"key": np_state["state"]["key"].tolist(), "pos": int(np_state["state"]["pos"])},
+        },
     }
     tensors = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -217,7 +225,10 @@ def restore_rng_state(json_part: dict[str, Any], tensors: dict[str, Any]) -> Non
     version, internal, gauss = json_part["python"]
     random.setstate((version, tuple(internal), gauss))
     np_state = dict(json_part["numpy"])
-    np_state["state"] = {"key": np.asarray(np_state["state"]["key"], dtype=np.uint32), "pos": np_state["state"]["pos"]}
+    np_state["state"] = {
+        "key": np.asarray(np_state["state"]["key"], dtype=np.uint32),
+        "pos": np_state["state"]["pos"],
+    }
     np.random.set_state(np_state)
     torch.set_rng_state(tensors["torch"])
     if torch.cuda.is_available():
@@ -235,8 +246,14 @@ def cuda_rng_states(tensors: dict[str, Any], device_count: int) -> list[tuple[in
         tensors: The tensor part of :func:`capture_rng_state`.
         device_count: CUDA devices visible here.
     """
-    found = [(int(key[4:]), state) for key, state in tensors.items() if key.startswith("cuda") and key[4:].isdigit()]
-    return sorted(((index, state) for index, state in found if index < device_count), key=lambda pair: pair[0])
+    found = [
+        (int(key[4:]), state)
+        for key, state in tensors.items()
+        if key.startswith("cuda") and key[4:].isdigit()
+    ]
+    return sorted(
+        ((index, state) for index, state in found if index < device_count), key=lambda pair: pair[0]
+    )
 
 
 def is_checkpoint_name(name: str) -> bool:
@@ -315,7 +332,9 @@ _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 def _disk_full(run: Path, target: Path, previous: Path | None, exc: OSError) -> DiskFullError:
     """The error of a checkpoint that a full disk (or quota) stopped; what was written of it is gone."""
-    where = f"the disk is full ({exc.strerror or exc}) under {run}: checkpoint {target.name} could not be written"
+    where = (
+        f"the disk is full ({exc.strerror or exc}) under {run}: checkpoint {target.name} could not be written"
+    )
     if previous is None:
         return DiskFullError(
             f"{where}, and no checkpoint was written before, so nothing can be resumed. Fix: free space on that disk "
@@ -340,7 +359,9 @@ def _candidates(root: Path) -> tuple[list[Path], list[str]]:
     if not _STEP_DIR.fullmatch(name):
         return steps[::-1], [f"{pointer} holds {name[:40]!r}, not a checkpoint name"]
     if not (root / name).is_dir():
-        return [p for p in steps[::-1] if p.name < name], [f"checkpoint {root / name} named by {pointer} does not exist"]
+        return [p for p in steps[::-1] if p.name < name], [
+            f"checkpoint {root / name} named by {pointer} does not exist"
+        ]
     return [root / name] + [p for p in steps[::-1] if p.name < name], []
 
 
@@ -420,7 +441,9 @@ def read_latest_checkpoint(run_dir: str | Path, read: Callable[[Path], _T]) -> t
         except (LLMGymError, OSError) as exc:
             if folder.is_dir() and _latest_name(root) == folder.name:
                 raise
-            logger.warning("Checkpoint %s was replaced while being read (%s); reading the newest one.", folder, exc)
+            logger.warning(
+                "Checkpoint %s was replaced while being read (%s); reading the newest one.", folder, exc
+            )
     holder = lock_holder(run_dir)
     who = f"process {holder}" if holder is not None else "a run"
     raise CheckpointError(
@@ -451,9 +474,13 @@ def load_trainer_state(checkpoint: str | Path) -> tuple[dict[str, Any], dict[str
         state = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
         tensors = torch.load(folder / TRAINER_TENSORS, map_location="cpu", weights_only=True)
     except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
-        raise CheckpointError(f"Checkpoint '{folder}' could not be read: {exc}; resume from another checkpoint.") from exc
+        raise CheckpointError(
+            f"Checkpoint '{folder}' could not be read: {exc}; resume from another checkpoint."
+        ) from exc
     if not isinstance(state, dict) or not isinstance(tensors, dict):
-        raise CheckpointError(f"Checkpoint '{folder}' holds no trainer state; resume from another checkpoint.")
+        raise CheckpointError(
+            f"Checkpoint '{folder}' holds no trainer state; resume from another checkpoint."
+        )
     return state, tensors
 
 

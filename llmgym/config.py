@@ -72,9 +72,7 @@ def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" reads best at cal
 
 def _check_choice(section: str, name: str, value: Any, choices: tuple[Any, ...]) -> None:
     if value not in choices:
-        raise ConfigError(
-            f"{section}.{name}={value!r} is not allowed; expected one of {list(choices)}."
-        )
+        raise ConfigError(f"{section}.{name}={value!r} is not allowed; expected one of {list(choices)}.")
 
 
 def _check_positive(section: str, name: str, value: float | int | None, allow_zero: bool = False) -> None:
@@ -278,9 +276,7 @@ class ModelConfig(_Section):
         "Max tokens per forward pass in score/forward/update, on top of forward_batch_size (0: no bound): bounds "
         "activation memory when sequence lengths vary; an item longer than it still gets a pass of its own.",
     )
-    max_context_tokens: Optional[int] = _f(
-        None, "Max tokens of a context; null uses the model's window."
-    )
+    max_context_tokens: Optional[int] = _f(None, "Max tokens of a context; null uses the model's window.")
     context_overflow: str = _f(
         "truncate_left",
         "What to do with a context over max_context_tokens: truncate_left (warn) or error.",
@@ -307,7 +303,9 @@ class ModelConfig(_Section):
         if self.model_type is not None:
             _check_choice("model", "model_type", self.model_type, ("causal", "seq2seq"))
         _check_choice("model", "dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
-        _check_choice("model", "attn_implementation", self.attn_implementation, ("sdpa", "eager", "flash_attention_2"))
+        _check_choice(
+            "model", "attn_implementation", self.attn_implementation, ("sdpa", "eager", "flash_attention_2")
+        )
         _check_choice("model", "context_overflow", self.context_overflow, ("truncate_left", "error"))
         _check_choice("model", "generation_engine", self.generation_engine, ("builtin", "vllm"))
         _check_positive("model", "vllm_kv_cache_mb", self.vllm_kv_cache_mb)
@@ -327,17 +325,22 @@ class DistributedConfig(_Section):
     rl_processes: int = _f(1, "Number of RL client processes (only 1 is supported).")
     model_parallelism_size: int = _f(1, "GPUs per LLM server (the model is sharded across them).")
     timeout_s: float = _f(
-        60.0, "Longest wait of the LLM servers in a collective (rendezvous, all-reduce) and for their resources."
+        60.0,
+        "Longest wait of the LLM servers in a collective (rendezvous, all-reduce) and for their resources.",
     )
     call_timeout_s: float = _f(
-        600.0, "Longest wait for one score/forward/generate/token_logprobs call on a server before a BackendTimeoutError."
+        600.0,
+        "Longest wait for one score/forward/generate/token_logprobs call on a server before a BackendTimeoutError.",
     )
     backend: str = _f("ray", "ray: the LLM servers are Ray actors (the only multi-process backend).")
-    ray_address: Optional[str] = _f(None, "Ray cluster to join (auto or host:port); null starts a private local Ray.")
+    ray_address: Optional[str] = _f(
+        None, "Ray cluster to join (auto or host:port); null starts a private local Ray."
+    )
     cpus_per_server: int = _f(1, "CPUs (and torch threads) each LLM server reserves.")
     gpus_per_server: Optional[float] = _f(
-        None, "GPUs each server reserves: null = model_parallelism_size if the cluster has GPUs, else 0; "
-        "a fraction < 1 shares one GPU between servers."
+        None,
+        "GPUs each server reserves: null = model_parallelism_size if the cluster has GPUs, else 0; "
+        "a fraction < 1 shares one GPU between servers.",
     )
     object_store_mb: int = _f(256, "Object store size of a private local Ray instance, in MiB.")
     allow_unauthenticated_cluster: bool = _f(
@@ -346,7 +349,14 @@ class DistributedConfig(_Section):
     check_weights: bool = _f(False, "Debug: compare the servers' weight fingerprints after every update.")
 
     def _check(self) -> None:
-        for name in ("llm_processes", "model_parallelism_size", "timeout_s", "call_timeout_s", "cpus_per_server", "object_store_mb"):
+        for name in (
+            "llm_processes",
+            "model_parallelism_size",
+            "timeout_s",
+            "call_timeout_s",
+            "cpus_per_server",
+            "object_store_mb",
+        ):
             _check_positive("distributed", name, getattr(self, name))
         if self.backend == "spawn":
             raise ConfigError(
@@ -356,8 +366,11 @@ class DistributedConfig(_Section):
             )
         _check_choice("distributed", "backend", self.backend, ("ray",))
         gpus = self.gpus_per_server
-        fits = gpus is None or gpus == 0 or gpus == self.model_parallelism_size or (
-            0 < gpus < 1 and self.model_parallelism_size == 1
+        fits = (
+            gpus is None
+            or gpus == 0
+            or gpus == self.model_parallelism_size
+            or (0 < gpus < 1 and self.model_parallelism_size == 1)
         )
         if not fits:
             raise ConfigError(
@@ -377,10 +390,16 @@ class EnvConfig(_Section):
     """The environments (the ``env`` section)."""
 
     _section: ClassVar[str] = "env"
-    id: str = _f("llmgym/BabyAI-Text-GoToRedBall-v0", "Gymnasium id of the text env (llmgym envs lists them).")
+    id: str = _f(
+        "llmgym/BabyAI-Text-GoToRedBall-v0", "Gymnasium id of the text env (llmgym envs lists them)."
+    )
     num_envs: int = _f(4, "Number of environments stepped in parallel.")
-    vectorization_mode: str = _f("sync", "sync (one process) or async (the envs spread over min(num_envs, CPUs) worker processes).")
-    max_episode_steps: Optional[int] = _f(None, "Truncate episodes after this many steps; null keeps the env's.")
+    vectorization_mode: str = _f(
+        "sync", "sync (one process) or async (the envs spread over min(num_envs, CPUs) worker processes)."
+    )
+    max_episode_steps: Optional[int] = _f(
+        None, "Truncate episodes after this many steps; null keeps the env's."
+    )
     kwargs: dict[str, Any] = _f({}, "Extra keyword arguments for gymnasium.make.")
     reward_clip: Optional[float] = _f(
         None,
@@ -411,7 +430,9 @@ class AgentConfig(_Section):
     history_length: int = _f(3, "Past observation/action turns kept in the prompt (0: none).")
     use_chat_template: bool = _f(True, "Render prompts with the tokenizer's chat template when it has one.")
     max_prompt_tokens: int = _f(1024, "Token budget of a prompt; oldest turns are dropped first.")
-    temperature: float = _f(1.0, "Policy temperature (scoring: softmax over log-probs; generative: sampling).")
+    temperature: float = _f(
+        1.0, "Policy temperature (scoring: softmax over log-probs; generative: sampling)."
+    )
     score_normalize: str = _f(
         "sum",
         "How a scoring agent scores a candidate from its tokens' log-probs: sum (log p of the whole action) "
@@ -431,24 +452,29 @@ class AgentConfig(_Section):
     )
     max_new_tokens: int = _f(16, "Max generated tokens per step (generative and token agents).")
     top_k: int = _f(
-        0, "Generative and token agents: sample among the top_k most likely tokens (0: all). Rollouts, sampled "
+        0,
+        "Generative and token agents: sample among the top_k most likely tokens (0: all). Rollouts, sampled "
         "evaluations and the updates' re-scoring use the same cut distribution.",
     )
     top_p: float = _f(
-        1.0, "Generative and token agents: sample from the smallest set of tokens whose probability reaches top_p "
+        1.0,
+        "Generative and token agents: sample from the smallest set of tokens whose probability reaches top_p "
         "(nucleus sampling; 1: all; LlamaGym used 0.6). The stored log-probs are those of this distribution.",
     )
     min_new_tokens: int = _f(
-        0, "Generative agents: EOS is forbidden before this many generated tokens (RL4LMs' min_length; 0: never). "
+        0,
+        "Generative agents: EOS is forbidden before this many generated tokens (RL4LMs' min_length; 0: never). "
         "Rollouts, evaluations and the updates' re-scoring use the same distribution.",
     )
     repetition_penalty: float = _f(
-        1.0, "Generative and token agents: the logit of every token already in the prompt or the generation is "
+        1.0,
+        "Generative and token agents: the logit of every token already in the prompt or the generation is "
         "divided by this (multiplied when negative; CTRL's penalty, transformers'); 1: none. The stored log-probs "
         "are those of the penalised distribution.",
     )
     stop: list[str] = _f(
-        [], "Generative agents: generation ends after the first token that completes one of these strings (kept "
+        [],
+        "Generative agents: generation ends after the first token that completes one of these strings (kept "
         "in the action, as transformers' stop_strings); [] stops at EOS or max_new_tokens only.",
     )
     invalid_action: str = _f(
@@ -467,7 +493,9 @@ class AgentConfig(_Section):
         _check_positive("agent", "max_new_tokens", self.max_new_tokens)
         _check_positive("agent", "top_k", self.top_k, allow_zero=True)
         if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"agent.top_p={self.top_p!r} must lie in (0, 1]; 1 keeps every token, LlamaGym used 0.6.")
+            raise ConfigError(
+                f"agent.top_p={self.top_p!r} must lie in (0, 1]; 1 keeps every token, LlamaGym used 0.6."
+            )
         _check_positive("agent", "min_new_tokens", self.min_new_tokens, allow_zero=True)
         _check_positive("agent", "repetition_penalty", self.repetition_penalty)
         if any(not s for s in self.stop):
@@ -564,12 +592,15 @@ class TRPOSection(_Section):
         "Trust-region radius, the largest mean KL divergence of the updated policy from the behaviour "
         "policy over the rollout that one policy step may reach (the line search rejects steps beyond it).",
     )
-    cg_steps: int = _f(10, "Conjugate-gradient iterations solving F x = g for the natural-gradient direction.")
+    cg_steps: int = _f(
+        10, "Conjugate-gradient iterations solving F x = g for the natural-gradient direction."
+    )
     cg_damping: float = _f(
         0.1, "Damping lambda of the Fisher-vector products, (F + lambda I) x = g, which keeps CG stable."
     )
     line_search_steps: int = _f(
-        10, "Backtracking trials at most (fractions 1, shrink, shrink^2... of the full step) before the step is dropped."
+        10,
+        "Backtracking trials at most (fractions 1, shrink, shrink^2... of the full step) before the step is dropped.",
     )
     line_search_shrink: float = _f(
         0.5,
@@ -607,7 +638,9 @@ class NLPOSection(_Section):
     def _check(self) -> None:
         _check_positive(self._section, "mask_update_interval", self.mask_update_interval)
         if not 0.0 < self.mask_top_p <= 1.0:
-            raise ConfigError(f"{self._section}.mask_top_p={self.mask_top_p!r} must lie in (0, 1]; NLPO uses 0.9.")
+            raise ConfigError(
+                f"{self._section}.mask_top_p={self.mask_top_p!r} must lie in (0, 1]; NLPO uses 0.9."
+            )
 
 
 @dataclass
@@ -664,7 +697,9 @@ class AlgorithmConfig(_Section):
     )
     gamma: float = _f(0.99, "Discount factor.")
     gae_lambda: float = _f(0.95, "GAE lambda (1: Monte-Carlo returns, 0: one-step TD).")
-    normalize_advantages: bool = _f(True, "Whiten advantages (mean 0, std 1) over the whole rollout before the update.")
+    normalize_advantages: bool = _f(
+        True, "Whiten advantages (mean 0, std 1) over the whole rollout before the update."
+    )
     value_coef: float = _f(0.5, "Weight of the value loss.")
     entropy_coef: float = _f(0.01, "Weight of the entropy bonus.")
     kl: KLConfig = _f(
@@ -694,7 +729,13 @@ class AlgorithmConfig(_Section):
         if ":" not in self.name:
             _check_choice("algorithm", "name", self.name, ALGORITHM_NAMES)
         _check_choice("algorithm", "value_head", self.value_head, ("shared", "detached"))
-        for name in ("learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps"):
+        for name in (
+            "learning_rate",
+            "rollout_steps",
+            "epochs",
+            "minibatch_size",
+            "gradient_accumulation_steps",
+        ):
             _check_positive("algorithm", name, getattr(self, name))
         for name in ("head_learning_rate", "value_coef", "entropy_coef"):
             _check_positive("algorithm", name, getattr(self, name), allow_zero=True)
@@ -739,7 +780,9 @@ class TrainConfig(_Section):
         "Metrics over each eval split, as RL4LMs' train_evaluation.metrics: [{id: bleu}, {id: learned_reward, args: "
         "{...}}] (llmgym.text_metrics ids or package.module:function).",
     )
-    eval_max_samples: Optional[int] = _f(None, "Evaluate at most this many samples of each eval split; null: all.")
+    eval_max_samples: Optional[int] = _f(
+        None, "Evaluate at most this many samples of each eval split; null: all."
+    )
     checkpoint_every: Optional[int] = _f(None, "Checkpoint every this many env steps; null only at the end.")
     resume: Optional[str] = _f(None, "Run directory to resume from (its latest checkpoint).")
 
@@ -780,10 +823,13 @@ class LoggingConfig(_Section):
     tensorboard: bool = _f(False, "Also write TensorBoard event files.")
     plot: bool = _f(True, "Write learning_curve.png at the end of training.")
     record_episodes: int = _f(
-        3, "Episodes of each evaluation stored in episodes.jsonl (observations, action probabilities, generated "
+        3,
+        "Episodes of each evaluation stored in episodes.jsonl (observations, action probabilities, generated "
         "text, rewards) for the run report; 0 records none.",
     )
-    report: bool = _f(True, "Write report.html (curves, evaluations, episode replays) at the end of training.")
+    report: bool = _f(
+        True, "Write report.html (curves, evaluations, episode replays) at the end of training."
+    )
     wandb: WandbConfig = _f(WandbConfig, "Weights & Biases settings.")
 
     def _check(self) -> None:
@@ -825,7 +871,12 @@ def _section_type(owner: type, f: dataclasses.Field[Any]) -> type | None:
 
 
 #: Keys of the removed ``llmgym launch`` backend: Ray finds the machines and addresses itself.
-_REMOVED_KEYS = ("distributed.nnodes", "distributed.node_rank", "distributed.master_addr", "distributed.master_port")
+_REMOVED_KEYS = (
+    "distributed.nnodes",
+    "distributed.node_rank",
+    "distributed.master_addr",
+    "distributed.master_port",
+)
 
 
 def _suggest(key: str) -> str:
@@ -838,8 +889,12 @@ def _suggest(key: str) -> str:
     leaf = key.rsplit(".", 1)[-1]
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
     if not close:
-        close = [c for c in candidates if c.rsplit(".", 1)[-1] in difflib.get_close_matches(
-            leaf, [c.rsplit(".", 1)[-1] for c in candidates], n=1, cutoff=0.7)][:1]
+        close = [
+            c
+            for c in candidates
+            if c.rsplit(".", 1)[-1]
+            in difflib.get_close_matches(leaf, [c.rsplit(".", 1)[-1] for c in candidates], n=1, cutoff=0.7)
+        ][:1]
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
@@ -906,14 +961,19 @@ def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
         if path.is_file():
             logger.warning(
                 "Using the shipped config '%s', not the file %s in the current folder (write ./%s to read the file).",
-                name, f"./{text}", text,
+                name,
+                f"./{text}",
+                text,
             )
         return shipped[name]
     if path.is_file():
         if bare:
             logger.warning(
                 "Reading the file ./%s, which shadows the shipped config '%s' (write %s, without .yaml, for the "
-                "shipped one).", text, name, name,
+                "shipped one).",
+                text,
+                name,
+                name,
             )
         return path
     if bare:

@@ -104,7 +104,14 @@ def play_episodes(
         for slot, action, decision in zip(active, actions, agent.last_decisions):
             obs, reward, terminated, truncated, info = envs[slot].step(action)
             step = EpisodeStep(
-                running[slot], state[slot][0], decision, obs, float(reward), bool(terminated), bool(truncated), info
+                running[slot],
+                state[slot][0],
+                decision,
+                obs,
+                float(reward),
+                bool(terminated),
+                bool(truncated),
+                info,
             )
             on_step(step)
             if step.done:
@@ -169,7 +176,9 @@ def evaluate(
                 recorder.end_episode(episode, seed + episode, bool(successes[episode]), step.terminated)
 
     try:
-        play_episodes(agent, envs, episodes, lambda env, episode: env.reset(seed=seed + episode), on_step, greedy)
+        play_episodes(
+            agent, envs, episodes, lambda env, episode: env.reset(seed=seed + episode), on_step, greedy
+        )
     finally:
         for env in envs:
             env.close()
@@ -181,11 +190,15 @@ def evaluate(
         "episodes": float(episodes),
     }
     if completions:
-        result.update(_fluency(agent, decisions, [completions[e] for e in sorted(completions)], sampled=not greedy))
+        result.update(
+            _fluency(agent, decisions, [completions[e] for e in sorted(completions)], sampled=not greedy)
+        )
     return result
 
 
-def _fluency(agent: BaseAgent, decisions: list[Decision], completions: list[str], sampled: bool) -> dict[str, float]:
+def _fluency(
+    agent: BaseAgent, decisions: list[Decision], completions: list[str], sampled: bool
+) -> dict[str, float]:
     """:func:`~llmgym.algorithms.fluency.fluency_metrics`, distinct-n only (with a warning) when the LLM has no reference."""
     from llmgym.algorithms.fluency import fluency_metrics
 

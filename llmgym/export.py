@@ -177,7 +177,9 @@ def _load_llm(config: Config, checkpoint: Path) -> LocalLLM:
     from llmgym.build import build_heads
     from llmgym.llm.local import LocalLLM
 
-    model_config = config.model if config.model.load_in_4bit else dataclasses.replace(config.model, device="cpu")
+    model_config = (
+        config.model if config.model.load_in_4bit else dataclasses.replace(config.model, device="cpu")
+    )
     llm = LocalLLM(model_config, module_functions=build_heads(config))
     try:
         llm.load(checkpoint / "llm")
@@ -205,14 +207,21 @@ def _save_heads(llm: LocalLLM, folder: Path) -> None:
     from safetensors.torch import save_file
 
     heads = dict(llm.module_functions.items())
-    tensors = {f"{key}.{name}": value for key, head in heads.items() for name, value in head.state_dict().items()}
-    save_file({k: v.detach().contiguous().cpu().clone() for k, v in tensors.items()}, str(folder / HEADS_WEIGHTS))
+    tensors = {
+        f"{key}.{name}": value for key, head in heads.items() for name, value in head.state_dict().items()
+    }
+    save_file(
+        {k: v.detach().contiguous().cpu().clone() for k, v in tensors.items()}, str(folder / HEADS_WEIGHTS)
+    )
     meta = {
         "format": _HEADS_FORMAT,
         "hidden_size": int(llm.model.config.get_text_config().hidden_size),
         "config": CONFIG_COPY,
         "heads": {
-            key: {"class": f"{type(head).__module__}.{type(head).__qualname__}", "keys": sorted(head.state_dict())}
+            key: {
+                "class": f"{type(head).__module__}.{type(head).__qualname__}",
+                "keys": sorted(head.state_dict()),
+            }
             for key, head in heads.items()
         },
     }
@@ -238,7 +247,9 @@ def _evaluation_lines(run: Path, env_steps: int) -> list[str]:
     ]
 
 
-def _model_card(config: Config, export: Export, source: str, heads: list[str], seq2seq: bool, env_steps: int) -> str:
+def _model_card(
+    config: Config, export: Export, source: str, heads: list[str], seq2seq: bool, env_steps: int
+) -> str:
     """README.md: Hub metadata, what the folder holds, where it comes from and how to load it."""
     import llmgym
 
@@ -267,8 +278,12 @@ def _model_card(config: Config, export: Export, source: str, heads: list[str], s
             origin += ": the adapter applies to exactly those weights, so ship them with it or export with `--merge`"
     load = [f"from transformers import {auto}, AutoTokenizer", ""]
     if adapter:
-        load = ["from peft import PeftModel", *load, f'base = {auto}.from_pretrained("{export.base_model}")',
-                'model = PeftModel.from_pretrained(base, "THIS_FOLDER_OR_REPO")']
+        load = [
+            "from peft import PeftModel",
+            *load,
+            f'base = {auto}.from_pretrained("{export.base_model}")',
+            'model = PeftModel.from_pretrained(base, "THIS_FOLDER_OR_REPO")',
+        ]
     else:
         load.append(f'model = {auto}.from_pretrained("THIS_FOLDER_OR_REPO")')
     load.append('tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER_OR_REPO")')
@@ -302,7 +317,9 @@ def _push(folder: Path, repo_id: str) -> None:
 
     try:
         huggingface_hub.create_repo(repo_id, private=True, exist_ok=True)
-        huggingface_hub.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message="Upload llmgym export")
+        huggingface_hub.upload_folder(
+            repo_id=repo_id, folder_path=str(folder), commit_message="Upload llmgym export"
+        )
     except (OSError, ValueError) as exc:
         raise ExportError(
             f"the export in {folder} is complete, but uploading it to the Hugging Face Hub repo {repo_id!r} failed "
@@ -362,7 +379,9 @@ def export_run(
         env_steps = int(load_trainer_state(folder)[0]["algorithm"]["env_steps"])
         return config, text, env_steps, _load_llm(config, folder)
 
-    if checkpoint is None:  # a run still training may replace the latest one meanwhile: then its newest is read
+    if (
+        checkpoint is None
+    ):  # a run still training may replace the latest one meanwhile: then its newest is read
         folder, (config, config_text, env_steps, llm) = read_latest_checkpoint(run, read)
     else:
         folder = _checkpoint(run, checkpoint)
@@ -377,7 +396,9 @@ def export_run(
             _save_model(llm, tmp, kind, base)
             _save_heads(llm, tmp)
             (tmp / CONFIG_COPY).write_text(config_text, encoding="utf-8")
-            (tmp / "README.md").write_text(card, encoding="utf-8")  # replaces the card PEFT's save_pretrained writes
+            (tmp / "README.md").write_text(
+                card, encoding="utf-8"
+            )  # replaces the card PEFT's save_pretrained writes
 
         write_atomic_dir(target, write)
     finally:
@@ -420,7 +441,9 @@ def load_heads(folder: str | os.PathLike[str]) -> dict[str, ModuleFunction]:
         tensors = load_file(str(root / HEADS_WEIGHTS))
         config = load_config(root / CONFIG_COPY)
     except (OSError, ValueError, SafetensorError) as exc:
-        raise ExportError(f"'{root}' holds no readable llmgym heads ({exc}); pass a folder written by llmgym export.") from exc
+        raise ExportError(
+            f"'{root}' holds no readable llmgym heads ({exc}); pass a folder written by llmgym export."
+        ) from exc
     heads = build_heads(config)
     classes = {key: f"{type(head).__module__}.{type(head).__qualname__}" for key, head in heads.items()}
     entries = meta.get("heads") if isinstance(meta, dict) and meta.get("format") == _HEADS_FORMAT else None
@@ -433,6 +456,6 @@ def load_heads(folder: str | os.PathLike[str]) -> dict[str, ModuleFunction]:
     for key, head in heads.items():
         head.bind(None, int(meta["hidden_size"]), config.model.seed, key)
         prefix = f"{key}."
-        head.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
+        head.load_state_dict({k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
         head.eval()
     return heads

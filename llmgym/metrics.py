@@ -116,7 +116,9 @@ class RunLogger:
         if config.progress and total_env_steps is not None:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total_env_steps, initial=initial_env_steps, unit="step", dynamic_ncols=True)
+            self._bar = tqdm(
+                total=total_env_steps, initial=initial_env_steps, unit="step", dynamic_ncols=True
+            )
 
     def log(self, env_steps: int, metrics: Mapping[str, Any], kind: str = "train") -> None:
         """Append one record.
@@ -126,11 +128,17 @@ class RunLogger:
             metrics: Scalar metrics; tensors and numpy scalars are converted, non-finite become null.
             kind: ``"train"`` or ``"eval"`` (eval records are plotted as points).
         """
-        record = {"kind": kind, "env_steps": int(env_steps), "time_s": round(time.monotonic() - self._start, 3)}
+        record = {
+            "kind": kind,
+            "env_steps": int(env_steps),
+            "time_s": round(time.monotonic() - self._start, 3),
+        }
         record.update({key: _scalar(value) for key, value in metrics.items()})
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        numeric = {f"{kind}/{k}": v for k, v in record.items() if isinstance(v, (int, float)) and k != "env_steps"}
+        numeric = {
+            f"{kind}/{k}": v for k, v in record.items() if isinstance(v, (int, float)) and k != "env_steps"
+        }
         if self._wandb is not None:
             self._wandb.log(numeric, step=int(env_steps))
         if self._tensorboard is not None:
@@ -158,7 +166,9 @@ class RunLogger:
             self._wandb.log({"eval/episodes": table}, step=int(env_steps))
         if self._tensorboard is not None:
             for record in records:
-                self._tensorboard.add_text(f"eval/episode_{record.episode}", episode_markdown(record), int(env_steps))
+                self._tensorboard.add_text(
+                    f"eval/episode_{record.episode}", episode_markdown(record), int(env_steps)
+                )
 
     def sync(self) -> None:
         """Flush ``metrics.jsonl`` to disk (before a checkpoint, so the records it covers survive it)."""
@@ -170,7 +180,9 @@ class RunLogger:
         if self._bar is None:
             return
         self._bar.update(max(0, env_steps - self._bar.n))
-        self._bar.set_postfix({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in postfix.items()}, refresh=False)
+        self._bar.set_postfix(
+            {k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in postfix.items()}, refresh=False
+        )
 
     def close(self) -> None:
         """Flush and close every sink."""
@@ -217,8 +229,12 @@ def trim_metrics(path: str | Path, max_env_steps: int) -> int:
     kept = [line for line in lines if _kept(line, max_env_steps)]
     if len(kept) != len(lines):
         write_text_atomic(target, "".join(f"{line}\n" for line in kept))
-        logger.warning("Dropped %d records of %s logged after env step %d (the checkpoint resumed from).",
-                       len(lines) - len(kept), target, max_env_steps)
+        logger.warning(
+            "Dropped %d records of %s logged after env step %d (the checkpoint resumed from).",
+            len(lines) - len(kept),
+            target,
+            max_env_steps,
+        )
     return len(lines) - len(kept)
 
 
@@ -246,7 +262,11 @@ def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: s
             ("eval", key, "o--", "eval (greedy)"),
             ("eval", f"sampled_{key}", "s:", "eval (sampled)"),
         ):
-            points = [(r["env_steps"], r[field]) for r in records if r.get("kind") == kind and r.get(field) is not None]
+            points = [
+                (r["env_steps"], r[field])
+                for r in records
+                if r.get("kind") == kind and r.get(field) is not None
+            ]
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, style, label=name)

@@ -109,7 +109,11 @@ class RunLock:
             ) from exc
         previous = _read_pid(fd)
         if previous is not None and previous != os.getpid():
-            logger.warning("Took over the lock of run folder %s left by process %d, which is no longer running.", folder, previous)
+            logger.warning(
+                "Took over the lock of run folder %s left by process %d, which is no longer running.",
+                folder,
+                previous,
+            )
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         lock = cls(folder, fd)
@@ -130,7 +134,9 @@ class RunLock:
     def __enter__(self) -> RunLock:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.release()
 
     def __del__(self) -> None:
@@ -183,7 +189,9 @@ def new_run_dir(parent: str | os.PathLike[str], stem: str) -> Path:
         except FileExistsError:
             continue
         return path
-    raise ConfigError(f"{root} holds {_MAX_SUFFIX} runs named {stem}-*; give train.run_name or another train.output_dir.")
+    raise ConfigError(
+        f"{root} holds {_MAX_SUFFIX} runs named {stem}-*; give train.run_name or another train.output_dir."
+    )
 
 
 def check_new_run_dir(run_dir: str | os.PathLike[str]) -> None:

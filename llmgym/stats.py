@@ -57,7 +57,11 @@ def iqm(values: Sequence[float]) -> float:
 
 
 def bootstrap_ci(
-    values: Sequence[float], resamples: int = 2000, confidence: float = 0.95, seed: int = 0, statistic: str = "iqm"
+    values: Sequence[float],
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    statistic: str = "iqm",
 ) -> tuple[float, float]:
     """Percentile bootstrap confidence interval of the IQM (or the mean), resampling with replacement.
 
@@ -130,7 +134,9 @@ def parse_int_list(spec: str, option: str, minimum: int = 0, max_count: int = MA
                 "write e.g. 0-4 or 0,2,5."
             ) from None
         if high < low:
-            raise ConfigError(f"{option} {spec!r}: the range {part.strip()!r} is descending; write {high}-{low}.")
+            raise ConfigError(
+                f"{option} {spec!r}: the range {part.strip()!r} is descending; write {high}-{low}."
+            )
         if low < minimum:
             raise ConfigError(f"{option} {spec!r}: {low} is below the minimum {minimum}.")
         ranges.append((low, high))

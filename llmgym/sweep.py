@@ -206,14 +206,24 @@ def _cell(value: Optional[float], digits: int = 3) -> str:
 def format_table(runs: Sequence[SweepRun]) -> str:
     """The runs as an aligned plain-text table; a ``threads`` column when any run set a thread count."""
     with_threads = any(run.threads is not None for run in runs)
-    header = ["seed", *(["threads"] if with_threads else []), "success before", "success after",
-              "return before", "return after", "train time (s)", "status"]
+    header = [
+        "seed",
+        *(["threads"] if with_threads else []),
+        "success before",
+        "success after",
+        "return before",
+        "return after",
+        "train time (s)",
+        "status",
+    ]
     rows = [
         [
             str(run.seed),
             *([str(run.threads) if run.threads is not None else "-"] if with_threads else []),
-            _cell(run.success_before), _cell(run.success_after),
-            _cell(run.return_before), _cell(run.return_after),
+            _cell(run.success_before),
+            _cell(run.success_after),
+            _cell(run.return_before),
+            _cell(run.return_after),
             _cell(run.train_time_s, 1),
             "ok" if run.error is None else f"failed: {run.error}",
         ]
@@ -230,12 +240,15 @@ def format_aggregates(result: SweepResult) -> str:
     """One line per thread count: the IQM and bootstrap interval of final success and return."""
     if not result.aggregates:
         return "IQM: no successful run to aggregate"
-    lines = [f"IQM over runs, {result.confidence:.0%} percentile bootstrap CI ({result.resamples} resamples):"]
+    lines = [
+        f"IQM over runs, {result.confidence:.0%} percentile bootstrap CI ({result.resamples} resamples):"
+    ]
     threads_seen = list(dict.fromkeys(a.threads for a in result.aggregates))
     for threads in threads_seen:
         parts = [
             f"{a.metric.replace('_', ' ')} {a.iqm:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}] ({a.runs} runs)"
-            for a in result.aggregates if a.threads == threads
+            for a in result.aggregates
+            if a.threads == threads
         ]
         prefix = "  " if threads is None else f"  threads {threads}: "
         lines.append(prefix + "; ".join(parts))
@@ -275,7 +288,10 @@ def plot_sweep_curves(runs: Sequence[SweepRun], png_path: str | Path, title: str
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, name in ((axes[0], "episode_return", "return"), (axes[1], "success_rate", "success rate")):
         series = [
-            (label, {r["env_steps"]: r[key] for r in records if r.get(key) is not None and _enough_episodes(r)})
+            (
+                label,
+                {r["env_steps"]: r[key] for r in records if r.get(key) is not None and _enough_episodes(r)},
+            )
             for label, records in curves
         ]
         for label, points in series:
@@ -323,17 +339,30 @@ class _Job:
     command: list[str]
 
 
-def _train_command(config_path: Optional[str], overrides: Sequence[str], seed: int, run_dir: Path) -> list[str]:
+def _train_command(
+    config_path: Optional[str], overrides: Sequence[str], seed: int, run_dir: Path
+) -> list[str]:
     """The ``llmgym train`` command of one run (seed, output folder and run name last, so they win)."""
     return [
-        sys.executable, "-m", "llmgym.cli", "train", *([config_path] if config_path else []), *overrides,
-        f"train.seed={seed}", f"train.output_dir={run_dir.parent}", f"train.run_name={run_dir.name}",
+        sys.executable,
+        "-m",
+        "llmgym.cli",
+        "train",
+        *([config_path] if config_path else []),
+        *overrides,
+        f"train.seed={seed}",
+        f"train.output_dir={run_dir.parent}",
+        f"train.run_name={run_dir.name}",
     ]
 
 
 def _failure_text(log: Path, returncode: int) -> str:
     """The last line of a failed run's output (the error or the exception) and its exit status."""
-    lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    lines = [
+        line.strip()
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines()
+        if line.strip()
+    ]
     last = lines[-1] if lines else "no output"
     return f"{last} (exit status {returncode}; log: {log})"
 
@@ -345,7 +374,11 @@ def visible_gpus() -> list[str]:
     """
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
-        return [entry.strip() for entry in listed.split(",") if entry.strip() and not entry.strip().startswith("-")]
+        return [
+            entry.strip()
+            for entry in listed.split(",")
+            if entry.strip() and not entry.strip().startswith("-")
+        ]
     import torch
 
     return [str(index) for index in range(torch.cuda.device_count())]
@@ -386,7 +419,10 @@ class _Running:
         self.log = log_dir / f"{job.run_dir.name}.log"
         with self.log.open("w", encoding="utf-8") as fh:
             self.process = subprocess.Popen(
-                job.command, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                job.command,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=env,
                 preexec_fn=functools.partial(exit_with_parent, os.getpid()),
             )
 
@@ -394,7 +430,9 @@ class _Running:
         """The run, read once the subprocess ended."""
         job, returncode = self.job, self.process.wait()
         if returncode != 0:
-            return SweepRun(job.seed, job.threads, str(job.run_dir), error=_failure_text(self.log, returncode))
+            return SweepRun(
+                job.seed, job.threads, str(job.run_dir), error=_failure_text(self.log, returncode)
+            )
         return read_run(job.run_dir, job.seed, job.threads)
 
     def stop(self, reason: str) -> SweepRun:
@@ -469,10 +507,14 @@ def _sweep_dir(config: Config) -> Path:
     """``train.output_dir/train.run_name`` (absent or empty), else a new ``sweep-ENV-TIME[-N]`` folder."""
     if not config.train.run_name:
         stem = default_run_stem(config.env.id, time.strftime("%Y%m%d-%H%M%S"))
-        return new_run_dir(config.train.output_dir, f"sweep-{stem}")  # -2, -3... when started in the same second
+        return new_run_dir(
+            config.train.output_dir, f"sweep-{stem}"
+        )  # -2, -3... when started in the same second
     sweep_dir = Path(config.train.output_dir) / config.train.run_name
     if sweep_dir.exists() and any(sweep_dir.iterdir()):
-        raise ConfigError(f"sweep directory {sweep_dir} is not empty; set another train.run_name or remove it.")
+        raise ConfigError(
+            f"sweep directory {sweep_dir} is not empty; set another train.run_name or remove it."
+        )
     return sweep_dir
 
 
@@ -534,9 +576,9 @@ def run_sweep(
     log_dir.mkdir(parents=True, exist_ok=True)
 
     default_threads = max(1, _available_cores() // jobs) if jobs > 1 else None
-    plan: list[tuple[int, Optional[int]]] = (
-        [(seed, count) for seed in seeds for count in threads] or [(seed, default_threads) for seed in seeds]
-    )
+    plan: list[tuple[int, Optional[int]]] = [(seed, count) for seed in seeds for count in threads] or [
+        (seed, default_threads) for seed in seeds
+    ]
     job_list = []
     for seed, count in plan:
         run_dir = sweep_dir / (f"seed-{seed}" if not threads else f"seed-{seed}-threads-{count}")
@@ -554,11 +596,18 @@ def run_sweep(
     runs = [results[i] for i in sorted(results)]
     not_run = [job.seed for i, job in enumerate(job_list) if i not in results]
     header = {
-        "config": config_path, "overrides": list(overrides), "interrupted": interrupted is not None, "not_run": not_run,
+        "config": config_path,
+        "overrides": list(overrides),
+        "interrupted": interrupted is not None,
+        "not_run": not_run,
     }
     result = _write_summary(runs, sweep_dir, config.env.id, header, resamples, confidence)
     if interrupted is not None:
-        print(f"sweep interrupted: {len(runs)} run(s) summarised in {result.summary_path}", file=sys.stderr, flush=True)
+        print(
+            f"sweep interrupted: {len(runs)} run(s) summarised in {result.summary_path}",
+            file=sys.stderr,
+            flush=True,
+        )
         if isinstance(interrupted, _Stopped):  # end as SIGTERM's default action would have
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
@@ -617,7 +666,9 @@ def combine_sweeps(
             summary = json.loads(path.read_text(encoding="utf-8"))
             entries = [(str(r["run_dir"]), int(r["seed"]), r["threads"]) for r in summary["runs"]]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{path} is not a sweep summary ({exc}); give folders that llmgym sweep wrote.") from exc
+            raise ConfigError(
+                f"{path} is not a sweep summary ({exc}); give folders that llmgym sweep wrote."
+            ) from exc
         configs.append(summary.get("config"))
         for run_dir, seed, threads in entries:
             if run_dir in seen:
@@ -629,5 +680,6 @@ def combine_sweeps(
         raise ConfigError(f"{out / SUMMARY_NAME} exists; choose another --out folder.")
     out.mkdir(parents=True, exist_ok=True)
     title = " + ".join(str(c) for c in dict.fromkeys(configs))
-    return _write_summary(runs, out, title, {"combined_from": [str(d) for d in sweep_dirs]}, resamples, confidence)
-
+    return _write_summary(
+        runs, out, title, {"combined_from": [str(d) for d in sweep_dirs]}, resamples, confidence
+    )

@@ -25,7 +25,9 @@ def saved_as_cuda() -> Iterator[None]:
     try:
         yield
     finally:
-        serialization._package_registry[:] = [entry for entry in serialization._package_registry if entry[1] is not tag]
+        serialization._package_registry[:] = [
+            entry for entry in serialization._package_registry if entry[1] is not tag
+        ]
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -53,7 +55,11 @@ class StrictDevices(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if getattr(func, "__name__", "") not in _MOVES:
-            devices = {t.device for t in _tensors((args, kwargs)) if not (t.dim() == 0 and t.device.type == "cpu")}
+            devices = {
+                t.device for t in _tensors((args, kwargs)) if not (t.dim() == 0 and t.device.type == "cpu")
+            }
             if len(devices) > 1:
-                raise AssertionError(f"{getattr(func, '__name__', func)} mixes devices {sorted(map(str, devices))}")
+                raise AssertionError(
+                    f"{getattr(func, '__name__', func)} mixes devices {sorted(map(str, devices))}"
+                )
         return func(*args, **kwargs)

@@ -79,7 +79,6 @@ def _default_sigterm_after_each_test():
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-
 #: Python's own helper processes, which live as long as the interpreter and exit with it.
 _INTERPRETER_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 #: How long processes that are still exiting at the end of the session get to finish.

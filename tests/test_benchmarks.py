@@ -14,10 +14,32 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_babyai_bc_probe_clones_the_scripted_policy(tiny_model_dir):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, "babyai_bc_probe.py", "gotoredball", f"model.name={tiny_model_dir}", "model.trunk_cache_mb=0",
-         "--steps", "4", "--minibatch", "4", "--train-states", "16", "--test-states", "8", "--log-every", "2",
-         "--eval-episodes", "2", "--learning-rate", "1e-2"],
-        cwd=ROOT / "benchmarks", env=env, capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "babyai_bc_probe.py",
+            "gotoredball",
+            f"model.name={tiny_model_dir}",
+            "model.trunk_cache_mb=0",
+            "--steps",
+            "4",
+            "--minibatch",
+            "4",
+            "--train-states",
+            "16",
+            "--test-states",
+            "8",
+            "--log-every",
+            "2",
+            "--eval-episodes",
+            "2",
+            "--learning-rate",
+            "1e-2",
+        ],
+        cwd=ROOT / "benchmarks",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "16 train states, 8 test states" in proc.stdout
@@ -30,24 +52,49 @@ def test_babyai_bc_probe_clones_the_scripted_policy(tiny_model_dir):
 def test_babyai_bc_probe_refuses_a_config_without_the_action_head():
     proc = subprocess.run(
         [sys.executable, "babyai_bc_probe.py", "gotoredball", "agent.action_head=false"],
-        cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=120,
+        cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2 and "agent.action_head=true" in proc.stderr
 
 
 def test_gpu_check_runs_end_to_end_on_cpu():
     """benchmarks/gpu_check.sh --device cpu --tiny: every check runs (timings not judged), none fails."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "SKIP_SETUP": "1", "PYTHON": sys.executable,
-           "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "SKIP_SETUP": "1",
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(ROOT),
+    }
     proc = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu", "--tiny"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    lines = {line.split(":")[0].split()[1]: line.split()[0] for line in proc.stdout.splitlines() if line.startswith(("PASS", "FAIL", "SKIP"))}
+    lines = {
+        line.split(":")[0].split()[1]: line.split()[0]
+        for line in proc.stdout.splitlines()
+        if line.startswith(("PASS", "FAIL", "SKIP"))
+    }
     assert lines == {
-        "placement": "PASS", "score_equal_fp32": "PASS", "score_speed": "PASS", "generate_speed": "PASS", "vllm_generate_speed": "SKIP",
-        "score_equal_bf16": "PASS", "ppo_lora_update": "PASS", "quickstart": "PASS", "load_4bit": "SKIP",
-        "two_servers_one_gpu": "SKIP", "all": "PASS",
+        "placement": "PASS",
+        "score_equal_fp32": "PASS",
+        "score_speed": "PASS",
+        "generate_speed": "PASS",
+        "vllm_generate_speed": "SKIP",
+        "score_equal_bf16": "PASS",
+        "ppo_lora_update": "PASS",
+        "quickstart": "PASS",
+        "load_4bit": "SKIP",
+        "two_servers_one_gpu": "SKIP",
+        "all": "PASS",
     }
     assert re.search(r"PASS quickstart: [\d.]+ env steps/s \(32 env steps\)", proc.stdout)

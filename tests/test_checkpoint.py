@@ -41,7 +41,9 @@ def _save(run_dir, step, payload="w"):
         folder.mkdir(parents=True)
         (folder / "weights.txt").write_text(payload)
 
-    return save_checkpoint(run_dir, step, save_llm, {"env_steps": step}, {"t": torch.arange(3)}, "a: 1\n", keep=2)
+    return save_checkpoint(
+        run_dir, step, save_llm, {"env_steps": step}, {"t": torch.arange(3)}, "a: 1\n", keep=2
+    )
 
 
 def test_save_points_latest_and_prunes(tmp_path):
@@ -51,7 +53,10 @@ def test_save_points_latest_and_prunes(tmp_path):
     assert latest.name == "step-0000000030"
     state, tensors = load_trainer_state(latest)
     assert state == {"env_steps": 30} and torch.equal(tensors["t"], torch.arange(3))
-    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == ["step-0000000020", "step-0000000030"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == [
+        "step-0000000020",
+        "step-0000000030",
+    ]
 
 
 def test_crash_while_writing_keeps_last_good_checkpoint(tmp_path):
@@ -103,13 +108,17 @@ def test_nested_manifest_is_verified_through_the_outer_one(tmp_path):
         verify_manifest(tmp_path)
 
 
-@pytest.mark.parametrize("damage", [
-    lambda f: (f / "trainer_tensors.pt").write_bytes(b"not a pickle"),
-    lambda f: (f / "trainer_state.json").write_text("{truncated"),
-    lambda f: (f / "trainer_state.json").unlink(),
-    lambda f: (f / "manifest.json").unlink(),
-    lambda f: (f / "manifest.json").write_text("[]"),
-], ids=["tensors-garbage", "state-truncated", "state-missing", "manifest-missing", "manifest-garbage"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda f: (f / "trainer_tensors.pt").write_bytes(b"not a pickle"),
+        lambda f: (f / "trainer_state.json").write_text("{truncated"),
+        lambda f: (f / "trainer_state.json").unlink(),
+        lambda f: (f / "manifest.json").unlink(),
+        lambda f: (f / "manifest.json").write_text("[]"),
+    ],
+    ids=["tensors-garbage", "state-truncated", "state-missing", "manifest-missing", "manifest-garbage"],
+)
 def test_damaged_latest_falls_back_to_the_older_checkpoint_with_a_warning(tmp_path, caplog, damage):
     _save(tmp_path, 10)
     damage(_save(tmp_path, 20))
@@ -123,11 +132,15 @@ def test_damaged_latest_falls_back_to_the_older_checkpoint_with_a_warning(tmp_pa
 def test_no_complete_checkpoint_is_a_checkpoint_error_naming_the_files(tmp_path):
     (_save(tmp_path, 10) / "trainer_tensors.pt").write_bytes(b"x")
     (_save(tmp_path, 20) / "llm" / "weights.txt").unlink()
-    with pytest.raises(CheckpointError, match=r"(?s)20.*weights.txt is missing.*10.*trainer_tensors.pt is corrupted.*new run"):
+    with pytest.raises(
+        CheckpointError, match=r"(?s)20.*weights.txt is missing.*10.*trainer_tensors.pt is corrupted.*new run"
+    ):
         latest_checkpoint(tmp_path)
 
 
-@pytest.mark.parametrize("pointer", [None, "garbage\n", "step-0000000099\n"], ids=["missing", "garbage", "dangling"])
+@pytest.mark.parametrize(
+    "pointer", [None, "garbage\n", "step-0000000099\n"], ids=["missing", "garbage", "dangling"]
+)
 def test_a_bad_latest_pointer_falls_back_to_the_newest_complete_checkpoint(tmp_path, caplog, pointer):
     _save(tmp_path, 10)
     _save(tmp_path, 20)
@@ -144,7 +157,10 @@ def test_saving_after_a_fallback_drops_the_abandoned_newer_checkpoint(tmp_path):
     (tmp_path / "checkpoints" / "step-0000000030" / "trainer_state.json").unlink()
     assert latest_checkpoint(tmp_path).name == "step-0000000020"
     _save(tmp_path, 25)
-    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == ["step-0000000020", "step-0000000025"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == [
+        "step-0000000020",
+        "step-0000000025",
+    ]
 
 
 def test_crash_leftovers_are_cleaned_and_an_orphaned_old_folder_moved_back(tmp_path):
@@ -163,7 +179,12 @@ def test_crash_leftovers_are_cleaned_and_an_orphaned_old_folder_moved_back(tmp_p
     _save(tmp_path, 20)
     os.makedirs(root / ".step-0000000020-old-7")  # its replacement did take its place: just delete it
     clean_crash_leftovers(tmp_path)
-    assert sorted(p.name for p in root.iterdir()) == ["latest", "notes.txt", "step-0000000010", "step-0000000020"]
+    assert sorted(p.name for p in root.iterdir()) == [
+        "latest",
+        "notes.txt",
+        "step-0000000010",
+        "step-0000000020",
+    ]
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to name fsynced descriptors")
@@ -173,7 +194,9 @@ def test_every_checkpoint_file_and_folder_is_fsynced(tmp_path, monkeypatch):
 
     def fsync(fd):
         path = os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), tmp_path / "checkpoints")
-        synced.append(re.sub(r"^\.step-0000000010-tmp-[^/]+", "step", re.sub(r"^\.latest-.*", "latest", path)))
+        synced.append(
+            re.sub(r"^\.step-0000000010-tmp-[^/]+", "step", re.sub(r"^\.latest-.*", "latest", path))
+        )
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
@@ -183,8 +206,12 @@ def test_every_checkpoint_file_and_folder_is_fsynced(tmp_path, monkeypatch):
     assert synced.count(".") == 2  # the checkpoints folder, after each rename into it
 
 
-SAVED = {"model": {"name": "m", "lora": {"r": 4}}, "env": {"id": "a", "num_envs": 2, "kwargs": {"length": 2}},
-         "train": {"seed": 0, "total_env_steps": 16, "resume": None}, "logging": {"log_every": 1}}
+SAVED = {
+    "model": {"name": "m", "lora": {"r": 4}},
+    "env": {"id": "a", "num_envs": 2, "kwargs": {"length": 2}},
+    "train": {"seed": 0, "total_env_steps": 16, "resume": None},
+    "logging": {"log_every": 1},
+}
 
 
 def _changed(**sections):
@@ -199,11 +226,18 @@ def _changed(**sections):
 
 
 def test_resume_config_refuses_changes_that_break_exactness_naming_each():
-    new = _changed(model__lora__r=8, env__num_envs=4, env__kwargs__length=3, train__seed=1, train__total_env_steps=32)
+    new = _changed(
+        model__lora__r=8, env__num_envs=4, env__kwargs__length=3, train__seed=1, train__total_env_steps=32
+    )
     with pytest.raises(ConfigError) as info:
         check_resume_config(SAVED, new, "ckpt")
     message = str(info.value)
-    for change in ("model.lora.r: 4 -> 8", "env.num_envs: 2 -> 4", "env.kwargs.length: 2 -> 3", "train.seed: 0 -> 1"):
+    for change in (
+        "model.lora.r: 4 -> 8",
+        "env.num_envs: 2 -> 4",
+        "env.kwargs.length: 2 -> 3",
+        "train.seed: 0 -> 1",
+    ):
         assert change in message
     assert "total_env_steps" not in message and "train.run_name" in message
     with pytest.raises(ConfigError, match=r"model.lora: \{'r': 4\} -> None"):
@@ -235,7 +269,10 @@ def test_cuda_rng_states_restore_by_device_number_not_by_name():
     tensors = {"torch": "cpu-state", **{f"cuda{i}": f"state-{i}" for i in (10, 2, 0, 1, 11, 3)}}
     assert [i for i, _ in cuda_rng_states(tensors, 12)] == [0, 1, 2, 3, 10, 11]
     assert cuda_rng_states(tensors, 12)[4] == (10, "state-10")  # cuda10's state goes to device 10, not 2
-    assert cuda_rng_states(tensors, 2) == [(0, "state-0"), (1, "state-1")]  # devices this machine lacks: skipped
+    assert cuda_rng_states(tensors, 2) == [
+        (0, "state-0"),
+        (1, "state-1"),
+    ]  # devices this machine lacks: skipped
 
 
 def test_a_checkpoint_config_written_before_a_rename_reads_under_the_new_keys(tmp_path):

@@ -16,10 +16,21 @@ CONFIGS = list(shipped_configs())  # names: llmgym train NAME resolves them from
 
 def run(*args, input_text=None, check=True, cwd=ROOT):
     # PYTHONPATH: this checkout's llmgym, also when the command runs in another directory.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_MODE": "disabled",
+        "PYTHONPATH": str(ROOT),
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "llmgym.cli", *args], capture_output=True, text=True, input=input_text,
-        env=env, cwd=cwd, timeout=240,
+        [sys.executable, "-m", "llmgym.cli", *args],
+        capture_output=True,
+        text=True,
+        input=input_text,
+        env=env,
+        cwd=cwd,
+        timeout=240,
     )
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -35,9 +46,13 @@ def test_envs_lists_every_registered_env_and_marks_the_extras():
     for suite, count in suites.items():
         lines = [line for line in out.splitlines() if line.startswith(f"llmgym/{suite}-")]
         extra = suite.lower()
-        assert len(lines) == count and all(f"needs pip install 'llmgym[{extra}]'" in line for line in lines), suite
+        assert len(lines) == count and all(
+            f"needs pip install 'llmgym[{extra}]'" in line for line in lines
+        ), suite
     # minigrid is a core dependency: BabyAI needs no extra
-    assert [i for i in marked if not i.startswith(tuple(f"llmgym/{s}-" for s in suites))] == ["llmgym/TextGen-v0"]
+    assert [i for i in marked if not i.startswith(tuple(f"llmgym/{s}-" for s in suites))] == [
+        "llmgym/TextGen-v0"
+    ]
     assert "pip install 'llmgym[metrics]' for reward=bleu or reward=sacre_bleu" in out
 
 
@@ -51,7 +66,9 @@ def test_config_prints_resolved_yaml_and_reference(tmp_path):
     assert "seed: 9" in out
     markdown = run("config", "--markdown").stdout
     assert markdown.startswith("# Config reference") and "| `env.num_envs` |" in markdown
-    assert (ROOT / "docs" / "config.md").read_text() == markdown, "docs/config.md is stale: llmgym config --markdown > docs/config.md"
+    assert (ROOT / "docs" / "config.md").read_text() == markdown, (
+        "docs/config.md is stale: llmgym config --markdown > docs/config.md"
+    )
 
 
 def test_config_list_and_show_the_shipped_configs(tmp_path):
@@ -62,7 +79,9 @@ def test_config_list_and_show_the_shipped_configs(tmp_path):
     assert run("config", "show", "quickstart", cwd=tmp_path).stdout == text  # from any directory
     assert run("config", "show", "quickstart.yaml").stdout == text
     proc = run("config", "show", "quickstrt", check=False)
-    assert proc.returncode == 2 and "Did you mean 'quickstart'?" in proc.stderr and "textgen_a2c" in proc.stderr
+    assert (
+        proc.returncode == 2 and "Did you mean 'quickstart'?" in proc.stderr and "textgen_a2c" in proc.stderr
+    )
 
 
 def test_a_config_file_that_exists_wins_over_a_shipped_name(tmp_path):
@@ -93,14 +112,21 @@ def _main_in_subprocess(args, setup=""):
     """Run ``llmgym.cli.main(args)``; stdout's last line tells whether torch got imported."""
     code = f"import sys; {setup}\nfrom llmgym.cli import main\nrc = main({list(args)!r})\nprint('torch' in sys.modules)\nsys.exit(rc)"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60
+    )
 
 
 def test_train_checks_the_env_before_torch_the_model_or_the_run_directory(tmp_path):
     args = ["train", "env.id=llmgym/EchoWrd-v0", "model.name=/no/such/model", f"train.output_dir={tmp_path}"]
     proc = _main_in_subprocess(args)
-    assert proc.returncode == 2 and proc.stdout.strip() == "False"  # failed before importing torch (in ~0.4 s)
-    assert proc.stderr.startswith("llmgym train: error: env id 'llmgym/EchoWrd-v0'") and proc.stderr.count("\n") == 1
+    assert (
+        proc.returncode == 2 and proc.stdout.strip() == "False"
+    )  # failed before importing torch (in ~0.4 s)
+    assert (
+        proc.stderr.startswith("llmgym train: error: env id 'llmgym/EchoWrd-v0'")
+        and proc.stderr.count("\n") == 1
+    )
     assert "'llmgym/EchoWord-v0'" in proc.stderr and "`llmgym envs`" in proc.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -116,17 +142,26 @@ def test_train_reports_a_missing_extra_before_loading(tmp_path, hidden, override
     hide = f"sys.modules[{hidden!r}] = None"  # what an install without the extra looks like
     proc = _main_in_subprocess(["train", *overrides, f"train.output_dir={tmp_path}"], hide)
     assert proc.returncode == 2 and proc.stdout.strip() == "False" and list(tmp_path.iterdir()) == []
-    assert f"needs the optional package '{hidden}'" in proc.stderr and f"pip install 'llmgym[{extra}]'" in proc.stderr
+    assert (
+        f"needs the optional package '{hidden}'" in proc.stderr
+        and f"pip install 'llmgym[{extra}]'" in proc.stderr
+    )
 
 
 def test_play_reports_a_missing_minigrid():
-    proc = _main_in_subprocess(["play", "llmgym/BabyAI-Text-GoToRedBall-v0"], "sys.modules['minigrid'] = None")
+    proc = _main_in_subprocess(
+        ["play", "llmgym/BabyAI-Text-GoToRedBall-v0"], "sys.modules['minigrid'] = None"
+    )
     assert proc.returncode == 2 and "llmgym[babyai]" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_launch_and_bench_usage_errors():
     proc = run("launch", "train", "quickstart", check=False)  # removed: the error names the Ray way
-    assert proc.returncode == 2 and "distributed.llm_processes=2" in proc.stderr and "Traceback" not in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "distributed.llm_processes=2" in proc.stderr
+        and "Traceback" not in proc.stderr
+    )
     proc = run("bench", "no-such-benchmark", check=False)
     assert proc.returncode == 2 and "Available:" in proc.stderr and "score" in proc.stderr
     proc = run("eval", "some-run", "--episodes", "2", "not-an-override", check=False)
@@ -134,18 +169,32 @@ def test_launch_and_bench_usage_errors():
 
 
 SMOKE = [
-    "train.total_env_steps=8", "env.num_envs=2", "algorithm.rollout_steps=4", "algorithm.epochs=1",
-    "algorithm.minibatch_size=4", "train.eval_episodes=2", "train.eval_every=null", "train.checkpoint_every=null",
-    "logging.progress=false", "agent.max_prompt_tokens=256", "agent.max_new_tokens=4", "model.forward_batch_size=8",
-    "env.max_episode_steps=4", "algorithm.group.size=2",
+    "train.total_env_steps=8",
+    "env.num_envs=2",
+    "algorithm.rollout_steps=4",
+    "algorithm.epochs=1",
+    "algorithm.minibatch_size=4",
+    "train.eval_episodes=2",
+    "train.eval_every=null",
+    "train.checkpoint_every=null",
+    "logging.progress=false",
+    "agent.max_prompt_tokens=256",
+    "agent.max_new_tokens=4",
+    "model.forward_batch_size=8",
+    "env.max_episode_steps=4",
+    "algorithm.group.size=2",
 ]
 
 
 def test_bench_outside_a_source_checkout_says_it_needs_one():
     assert "source checkout" in " ".join(run("bench", "--help").stdout.split())
-    proc = _main_in_subprocess(["bench", "score"], "import llmgym.cli; llmgym.cli._benchmarks_dir = lambda: None")
+    proc = _main_in_subprocess(
+        ["bench", "score"], "import llmgym.cli; llmgym.cli._benchmarks_dir = lambda: None"
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert proc.stderr.startswith("llmgym bench: error: llmgym bench runs the scripts in benchmarks/ of a source checkout")
+    assert proc.stderr.startswith(
+        "llmgym bench: error: llmgym bench runs the scripts in benchmarks/ of a source checkout"
+    )
     assert "pip install -e ." in proc.stderr
 
 
@@ -157,23 +206,50 @@ def test_every_config_trains_and_evaluates(config, tiny_model_dir, tmp_path, mon
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    args = ["train", config, f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path}", "train.run_name=run", *SMOKE]
+    args = [
+        "train",
+        config,
+        f"model.name={tiny_model_dir}",
+        f"train.output_dir={tmp_path}",
+        "train.run_name=run",
+        *SMOKE,
+    ]
     assert main(args) == 0, capsys.readouterr().err[-3000:]
     run_dir = tmp_path / "run"
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(r["kind"] == "train" for r in records) and any(r["kind"] == "eval" for r in records)
     assert (run_dir / "learning_curve.png").is_file()
     capsys.readouterr()
-    assert main(["eval", str(run_dir), "--episodes", "2", "env.max_episode_steps=3"]) == 0  # overrides after options
+    assert (
+        main(["eval", str(run_dir), "--episodes", "2", "env.max_episode_steps=3"]) == 0
+    )  # overrides after options
     out = capsys.readouterr().out
     assert "success rate" in out and "greedy" in out
 
 
 def test_scripts_wrap_the_cli(tiny_model_dir, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    args = [f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path}", "train.run_name=s", "env.id=llmgym/EchoWord-v0",
-            *SMOKE]
-    subprocess.run([sys.executable, "scripts/train.py", *args], check=True, cwd=ROOT, env=env, capture_output=True, timeout=240)
-    proc = subprocess.run([sys.executable, "scripts/evaluate.py", str(tmp_path / "s"), "--episodes", "2", "--sample"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=240)
+    args = [
+        f"model.name={tiny_model_dir}",
+        f"train.output_dir={tmp_path}",
+        "train.run_name=s",
+        "env.id=llmgym/EchoWord-v0",
+        *SMOKE,
+    ]
+    subprocess.run(
+        [sys.executable, "scripts/train.py", *args],
+        check=True,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=240,
+    )
+    proc = subprocess.run(
+        [sys.executable, "scripts/evaluate.py", str(tmp_path / "s"), "--episodes", "2", "--sample"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0 and "success rate" in proc.stdout and "sampled at temperature" in proc.stdout

@@ -37,7 +37,9 @@ def test_yaml_then_overrides_in_order(tmp_path):
 
 
 def test_unknown_key_suggests_close_match(tmp_path):
-    with pytest.raises(ConfigError, match=r"algorithm\.learnin_rate.*Did you mean 'algorithm\.learning_rate'"):
+    with pytest.raises(
+        ConfigError, match=r"algorithm\.learnin_rate.*Did you mean 'algorithm\.learning_rate'"
+    ):
         load_config(None, ["algorithm.learnin_rate=1e-5"])
     path = tmp_path / "bad.yaml"
     path.write_text("algorthm:\n  epochs: 2\n")
@@ -96,9 +98,13 @@ def test_a_file_that_exists_wins_over_a_shipped_name(tmp_path, monkeypatch):
 
 
 def test_an_unknown_config_name_lists_the_shipped_ones():
-    with pytest.raises(ConfigError, match=r"not the name of a shipped config\. Did you mean 'quickstart'\?") as info:
+    with pytest.raises(
+        ConfigError, match=r"not the name of a shipped config\. Did you mean 'quickstart'\?"
+    ) as info:
         resolve_config("quickstrat")
-    assert all(name in str(info.value) for name in shipped_configs()) and "llmgym config list" in str(info.value)
+    assert all(name in str(info.value) for name in shipped_configs()) and "llmgym config list" in str(
+        info.value
+    )
     with pytest.raises(ConfigError, match="does not exist"):
         resolve_config("configs/quickstart.yaml")  # a path (the old layout), not a bare name
 
@@ -128,8 +134,18 @@ def test_every_field_has_help():
 
     from llmgym import config as cfg
 
-    for cls in (cfg.Config, cfg.ModelConfig, cfg.LoRAConfig, cfg.EnvConfig, cfg.AgentConfig,
-                cfg.AlgorithmConfig, cfg.TrainConfig, cfg.LoggingConfig, cfg.WandbConfig, cfg.DistributedConfig):
+    for cls in (
+        cfg.Config,
+        cfg.ModelConfig,
+        cfg.LoRAConfig,
+        cfg.EnvConfig,
+        cfg.AgentConfig,
+        cfg.AlgorithmConfig,
+        cfg.TrainConfig,
+        cfg.LoggingConfig,
+        cfg.WandbConfig,
+        cfg.DistributedConfig,
+    ):
         walk(cls)
 
 
@@ -140,8 +156,16 @@ def _numeric_fields():
     from llmgym import config as cfg
 
     rows = []
-    for cls in (cfg.ModelConfig, cfg.LoRAConfig, cfg.DistributedConfig, cfg.EnvConfig, cfg.AgentConfig,
-                cfg.AlgorithmConfig, cfg.TrainConfig, cfg.LoggingConfig):
+    for cls in (
+        cfg.ModelConfig,
+        cfg.LoRAConfig,
+        cfg.DistributedConfig,
+        cfg.EnvConfig,
+        cfg.AgentConfig,
+        cfg.AlgorithmConfig,
+        cfg.TrainConfig,
+        cfg.LoggingConfig,
+    ):
         for name, hint in typing.get_type_hints(cls).items():
             if hint in (int, float, typing.Optional[int], typing.Optional[float]):
                 rows.append((cls, name))
@@ -151,7 +175,9 @@ def _numeric_fields():
 NUMERIC_FIELDS = _numeric_fields()
 
 
-@pytest.mark.parametrize(("cls", "name"), NUMERIC_FIELDS, ids=[f"{c.__name__}.{n}" for c, n in NUMERIC_FIELDS])
+@pytest.mark.parametrize(
+    ("cls", "name"), NUMERIC_FIELDS, ids=[f"{c.__name__}.{n}" for c, n in NUMERIC_FIELDS]
+)
 def test_every_numeric_field_refuses_nan_inf_and_strings(cls, name):
     for bad in (float("nan"), float("inf"), float("-inf")):
         with pytest.raises(ConfigError, match=rf"{name}=.*(finite number \(not nan or inf\)|an integer)"):
@@ -172,7 +198,9 @@ def test_nan_learning_rate_is_refused_by_load_config_and_direct_construction():
         load_config(None, ["distributed.timeout_s=inf"])
     with pytest.raises(ConfigError, match=r"algorithm\.learning_rate='fast'"):
         AlgorithmConfig(learning_rate="fast")
-    assert AlgorithmConfig(learning_rate=1).learning_rate == 1.0 and isinstance(AlgorithmConfig(epochs=2).epochs, int)
+    assert AlgorithmConfig(learning_rate=1).learning_rate == 1.0 and isinstance(
+        AlgorithmConfig(epochs=2).epochs, int
+    )
 
 
 @given(value=st.floats(allow_nan=True, allow_infinity=True))
@@ -180,8 +208,12 @@ def test_float_fields_accept_exactly_the_finite_in_range_values(value):
     from llmgym.config import AgentConfig, AlgorithmConfig, PPOSection
 
     ok = math.isfinite(value) and value > 0
-    for build in (lambda: AlgorithmConfig(learning_rate=value), lambda: AgentConfig(temperature=value),
-                  lambda: AlgorithmConfig(ppo=PPOSection(clip_range=value)), lambda: AlgorithmConfig(target_kl=value)):
+    for build in (
+        lambda: AlgorithmConfig(learning_rate=value),
+        lambda: AgentConfig(temperature=value),
+        lambda: AlgorithmConfig(ppo=PPOSection(clip_range=value)),
+        lambda: AlgorithmConfig(target_kl=value),
+    ):
         if ok:
             build()
         else:
@@ -242,7 +274,10 @@ def test_the_glam_configs_train_glams_policy(name):
         ({"backend": "mpi"}, r"distributed.backend='mpi' is not allowed; expected one of \['ray'\]"),
         ({"backend": "spawn"}, r"distributed.backend='spawn' was removed .* set distributed.backend=ray"),
         ({"call_timeout_s": 0}, r"distributed.call_timeout_s=0.0 must be > 0"),
-        ({"gpus_per_server": 0.5, "model_parallelism_size": 2}, r"gpus_per_server=0.5 does not fit model_parallelism_size=2"),
+        (
+            {"gpus_per_server": 0.5, "model_parallelism_size": 2},
+            r"gpus_per_server=0.5 does not fit model_parallelism_size=2",
+        ),
         ({"gpus_per_server": 3.0, "model_parallelism_size": 2}, r"gpus_per_server=3.0 does not fit"),
         ({"gpus_per_server": -1.0}, r"gpus_per_server=-1.0 does not fit"),
         ({"cpus_per_server": 0}, r"distributed.cpus_per_server=0 must be > 0"),
@@ -253,11 +288,18 @@ def test_distributed_ray_settings_are_checked(overrides, message):
 
     with pytest.raises(ConfigError, match=message):
         DistributedConfig(**overrides)
-    for fits in ({"gpus_per_server": 0.25}, {"gpus_per_server": 2.0, "model_parallelism_size": 2}, {"gpus_per_server": 0.0}):
+    for fits in (
+        {"gpus_per_server": 0.25},
+        {"gpus_per_server": 2.0, "model_parallelism_size": 2},
+        {"gpus_per_server": 0.0},
+    ):
         assert DistributedConfig(**fits).gpus_per_server == fits["gpus_per_server"]
 
 
 @pytest.mark.parametrize("key", ["nnodes", "node_rank", "master_addr", "master_port"])
 def test_the_removed_launchers_keys_name_what_replaces_them(key):
-    with pytest.raises(ConfigError, match=rf"Unknown config key 'distributed.{key}'.* removed with `llmgym launch`.*ray_address"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"Unknown config key 'distributed.{key}'.* removed with `llmgym launch`.*ray_address",
+    ):
         load_config("quickstart", [f"distributed.{key}=1"])

@@ -139,4 +139,6 @@ def test_relative_links_point_at_files_that_exist(path: Path) -> None:
 
 def test_the_readme_stays_a_short_guide() -> None:
     lines = (ROOT / "README.md").read_text().splitlines()
-    assert len(lines) < 180, f"README.md has {len(lines)} lines; move detail into docs/ (the README is a newcomer's guide)"
+    assert len(lines) < 180, (
+        f"README.md has {len(lines)} lines; move detail into docs/ (the README is a newcomer's guide)"
+    )

@@ -12,8 +12,16 @@ import pytest
 from llmgym.testing import save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
-PPO_TINY = ["--steps", "4", "--eval-episodes", "2", "env.num_envs=2", "algorithm.rollout_steps=2",
-            "algorithm.minibatch_size=4", "algorithm.epochs=1"]
+PPO_TINY = [
+    "--steps",
+    "4",
+    "--eval-episodes",
+    "2",
+    "env.num_envs=2",
+    "algorithm.rollout_steps=2",
+    "algorithm.minibatch_size=4",
+    "algorithm.epochs=1",
+]
 
 EXAMPLES = {
     "blackjack.py": ["--episodes", "2", "--episodes-per-update", "2", "--max-new-tokens", "4"],
@@ -37,8 +45,13 @@ def test_every_example_is_covered() -> None:
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_example_runs(name: str, tiny_model: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "LLMGYM_CACHE": str(tmp_path / "cache"),
-           "PYTHONPATH": str(ROOT)}  # this checkout's llmgym, whichever one is installed
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "LLMGYM_CACHE": str(tmp_path / "cache"),
+        "PYTHONPATH": str(ROOT),
+    }  # this checkout's llmgym, whichever one is installed
     command = [sys.executable, str(ROOT / "examples" / name), "--model", str(tiny_model), *EXAMPLES[name]]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"

@@ -34,7 +34,9 @@ def test_every_config_is_package_data_found_through_importlib_resources():
     patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["llmgym"]
     assert all(any(fnmatch.fnmatch(f"configs/{name}", pattern) for pattern in patterns) for name in on_disk)
     for name, file in shipped_configs().items():
-        assert file.read_text().startswith("# "), f"{name}.yaml has no header comment for `llmgym config list`"
+        assert file.read_text().startswith("# "), (
+            f"{name}.yaml has no header comment for `llmgym config list`"
+        )
 
 
 @pytest.mark.parametrize("requirement", PYPROJECT["project"]["dependencies"])
@@ -44,7 +46,9 @@ def test_every_dependency_is_imported_by_llmgym(requirement):
         return
     module = IMPORT_NAMES.get(name, name.replace("-", "_"))
     pattern = re.compile(rf"^\s*(import|from) {module}\b", re.MULTILINE)
-    assert any(pattern.search(text) for text in SOURCE.values()), f"{name} is declared but llmgym never imports it"
+    assert any(pattern.search(text) for text in SOURCE.values()), (
+        f"{name} is declared but llmgym never imports it"
+    )
 
 
 def test_minigrid_and_trl_are_core_and_babyai_stays_an_alias():
@@ -55,7 +59,11 @@ def test_minigrid_and_trl_are_core_and_babyai_stays_an_alias():
 
 def test_every_extra_named_in_an_error_exists():
     extras = set(PYPROJECT["project"]["optional-dependencies"])
-    named = {m.group(1) for text in SOURCE.values() for m in re.finditer(r'require(?:_installed)?\(\s*"[^"]+",\s*"([^"]+)"', text)}
+    named = {
+        m.group(1)
+        for text in SOURCE.values()
+        for m in re.finditer(r'require(?:_installed)?\(\s*"[^"]+",\s*"([^"]+)"', text)
+    }
     named |= {extra.extra for entry in ENV_SPECS for extra in entry.extras}
     named |= {extra for _, _, _, extra in _SETTING_EXTRAS}
     assert named and named <= extras, f"errors name extras that pyproject lacks: {named - extras}"

@@ -44,8 +44,12 @@ def test_bootstrap_of_the_mean_matches_a_hand_resampling():
     values = [0.0, 1.0, 0.0, 0.5, 1.0, 0.25]
     rng = np.random.default_rng(3)
     means = np.asarray(values)[rng.integers(0, 6, size=(500, 6))].mean(axis=1)
-    assert bootstrap_ci(values, resamples=500, seed=3, statistic="mean") == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])))
-    assert bootstrap_ci(values, resamples=500, seed=3, statistic="mean") != bootstrap_ci(values, resamples=500, seed=3)
+    assert bootstrap_ci(values, resamples=500, seed=3, statistic="mean") == pytest.approx(
+        tuple(np.quantile(means, [0.025, 0.975]))
+    )
+    assert bootstrap_ci(values, resamples=500, seed=3, statistic="mean") != bootstrap_ci(
+        values, resamples=500, seed=3
+    )
 
 
 def test_bootstrap_rejects_bad_arguments():
@@ -73,7 +77,9 @@ def test_iqm_and_interval_lie_within_the_values(values):
 def test_iqm_and_interval_move_with_a_shift_of_every_value(values, shift):
     shifted = [v + shift for v in values]
     assert iqm(shifted) == pytest.approx(iqm(values) + shift, abs=1e-6)
-    assert np.allclose(bootstrap_ci(shifted, resamples=200), np.add(bootstrap_ci(values, resamples=200), shift), atol=1e-6)
+    assert np.allclose(
+        bootstrap_ci(shifted, resamples=200), np.add(bootstrap_ci(values, resamples=200), shift), atol=1e-6
+    )
 
 
 def test_parse_seeds_reads_ranges_and_commas():

@@ -42,7 +42,15 @@ BASE = ["env.id=llmgym/EchoWord-v0"]
 @pytest.fixture
 def fake_train(monkeypatch):
     monkeypatch.setattr(
-        sweep, "_train_command", lambda config_path, overrides, seed, run_dir: [sys.executable, "-c", FAKE_TRAIN, str(run_dir), str(seed)]
+        sweep,
+        "_train_command",
+        lambda config_path, overrides, seed, run_dir: [
+            sys.executable,
+            "-c",
+            FAKE_TRAIN,
+            str(run_dir),
+            str(seed),
+        ],
     )
 
 
@@ -87,7 +95,9 @@ def test_combine_merges_sweeps_run_apart(tmp_path, fake_train, capsys):
     common = [*BASE, f"train.output_dir={tmp_path}"]
     first = run_sweep(None, [*common, "train.run_name=one"], seeds=[0, 2], threads=[1], jobs=2)
     second = run_sweep(None, [*common, "train.run_name=two"], seeds=[0, 2], threads=[2])
-    status = cli.main(["sweep", "--combine", first.sweep_dir, second.sweep_dir, "--out", str(tmp_path / "both")])
+    status = cli.main(
+        ["sweep", "--combine", first.sweep_dir, second.sweep_dir, "--out", str(tmp_path / "both")]
+    )
     out = capsys.readouterr().out
     assert status == 0
     merged = json.loads((tmp_path / "both" / "sweep.json").read_text())
@@ -99,7 +109,9 @@ def test_combine_merges_sweeps_run_apart(tmp_path, fake_train, capsys):
     assert (tmp_path / "both" / "sweep_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert "threads 1: success after 0.100" in out and "threads 2: success after 0.100" in out
     # the same folder twice, a folder without a summary, an existing output and missing --out are refused
-    assert cli.main(["sweep", "--combine", first.sweep_dir, first.sweep_dir, "--out", str(tmp_path / "x")]) == 2
+    assert (
+        cli.main(["sweep", "--combine", first.sweep_dir, first.sweep_dir, "--out", str(tmp_path / "x")]) == 2
+    )
     assert "appears twice" in capsys.readouterr().err
     assert cli.main(["sweep", "--combine", str(tmp_path), "--out", str(tmp_path / "y")]) == 2
     assert "is not a sweep summary" in capsys.readouterr().err
@@ -147,18 +159,42 @@ def test_read_run_without_metrics_is_a_failed_run(tmp_path):
 
 
 SMOKE = [
-    "env.id=llmgym/EchoWord-v0", "train.total_env_steps=8", "env.num_envs=2", "algorithm.rollout_steps=2",
-    "algorithm.epochs=1", "algorithm.minibatch_size=4", "train.eval_episodes=3", "logging.progress=false",
-    "logging.plot=false", "agent.max_new_tokens=4", "env.max_episode_steps=4",
+    "env.id=llmgym/EchoWord-v0",
+    "train.total_env_steps=8",
+    "env.num_envs=2",
+    "algorithm.rollout_steps=2",
+    "algorithm.epochs=1",
+    "algorithm.minibatch_size=4",
+    "train.eval_episodes=3",
+    "logging.progress=false",
+    "logging.plot=false",
+    "agent.max_new_tokens=4",
+    "env.max_episode_steps=4",
 ]
 
 
 def test_sweep_end_to_end_matches_each_runs_own_evaluations(tiny_model_dir, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
     proc = subprocess.run(
-        [sys.executable, "-m", "llmgym.cli", "sweep", "--seeds", "0,1", "--jobs", "2", f"model.name={tiny_model_dir}",
-         f"train.output_dir={tmp_path}", "train.run_name=e2e", *SMOKE],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "llmgym.cli",
+            "sweep",
+            "--seeds",
+            "0,1",
+            "--jobs",
+            "2",
+            f"model.name={tiny_model_dir}",
+            f"train.output_dir={tmp_path}",
+            "train.run_name=e2e",
+            *SMOKE,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     sweep_dir = tmp_path / "e2e"
@@ -174,8 +210,14 @@ def test_sweep_end_to_end_matches_each_runs_own_evaluations(tiny_model_dir, tmp_
         state = json.loads((run_dir / "checkpoints" / "step-0000000008" / "trainer_state.json").read_text())
         before, after = state["evaluations"][0], state["evaluations"][-1]
         assert before["label"] == "before" and after["label"] == "after"
-        assert (run["success_before"], run["success_after"]) == (before["success_rate"], after["success_rate"])
-        assert (run["return_before"], run["return_after"]) == (before["episode_return"], after["episode_return"])
+        assert (run["success_before"], run["success_after"]) == (
+            before["success_rate"],
+            after["success_rate"],
+        )
+        assert (run["return_before"], run["return_after"]) == (
+            before["episode_return"],
+            after["episode_return"],
+        )
         assert f"{run['success_after']:.3f}" in proc.stdout
         finals["success_after"].append(after["success_rate"])
         finals["return_after"].append(after["episode_return"])
@@ -202,17 +244,27 @@ def test_visible_gpus_reads_cuda_visible_devices(monkeypatch):
 
 
 FAKE_GPU_TRAIN = FAKE_TRAIN.replace(
-    'threads = int(os.environ["OMP_NUM_THREADS"])', 'threads = int(os.environ.get("CUDA_VISIBLE_DEVICES", "-1"))'
+    'threads = int(os.environ["OMP_NUM_THREADS"])',
+    'threads = int(os.environ.get("CUDA_VISIBLE_DEVICES", "-1"))',
 )
 
 
 def test_parallel_runs_each_see_one_gpu(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
     monkeypatch.setattr(
-        sweep, "_train_command",
-        lambda config_path, overrides, seed, run_dir: [sys.executable, "-c", FAKE_GPU_TRAIN, str(run_dir), str(seed)],
+        sweep,
+        "_train_command",
+        lambda config_path, overrides, seed, run_dir: [
+            sys.executable,
+            "-c",
+            FAKE_GPU_TRAIN,
+            str(run_dir),
+            str(seed),
+        ],
     )
-    result = run_sweep(None, [*BASE, f"train.output_dir={tmp_path}", "train.run_name=g"], seeds=[0, 2, 3, 4], jobs=2)
+    result = run_sweep(
+        None, [*BASE, f"train.output_dir={tmp_path}", "train.run_name=g"], seeds=[0, 2, 3, 4], jobs=2
+    )
     gpus = [r.return_after for r in result.runs]
     assert set(gpus) <= {4.0, 6.0} and len(gpus) == 4  # never the whole list, never unset
     assert sorted(gpus).count(4.0) >= 1 and sorted(gpus).count(6.0) >= 1

@@ -261,10 +261,14 @@ class BaseAgent(abc.ABC):
     def act(self, observation: Any, info: Optional[dict[str, Any]] = None) -> Any:
         """Choose an action for one env (LlamaGym's ``act``); needs ``num_envs == 1``."""
         if self.num_envs != 1:
-            raise InputError(f"act() drives one env but num_envs={self.num_envs}; use act_batch() for vector envs.")
+            raise InputError(
+                f"act() drives one env but num_envs={self.num_envs}; use act_batch() for vector envs."
+            )
         action = self.act_batch([observation], [info or {}])[0]
         self._episode.decisions.append(self.last_decisions[0])
-        self._episode.rewards.append(self.config.invalid_action_penalty if self.last_decisions[0].parse_failed else 0.0)
+        self._episode.rewards.append(
+            self.config.invalid_action_penalty if self.last_decisions[0].parse_failed else 0.0
+        )
         return action
 
     def assign_reward(self, reward: float) -> None:

@@ -67,7 +67,10 @@ class GenerativeAgent(BaseAgent):
         """The distribution the agent's settings describe (temperature, top-k, top-p, repetition penalty, min_new_tokens)."""
         cfg = self.config
         return Sampling(
-            temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, repetition_penalty=cfg.repetition_penalty,
+            temperature=cfg.temperature,
+            top_k=cfg.top_k,
+            top_p=cfg.top_p,
+            repetition_penalty=cfg.repetition_penalty,
             min_new_tokens=cfg.min_new_tokens,
         )
 
@@ -198,13 +201,20 @@ class TokenAgent(GenerativeAgent):
     def values_of(self, observations: dict[int, Any]) -> dict[int, float]:
         """:meth:`BaseAgent.values_of`; for an encoder-decoder episode under way, the decoder's state after its tokens so far."""
         started = {
-            i: h for i in observations if isinstance(h := self.histories[i], DecoderHistory) and h.encoder_ids is not None
+            i: h
+            for i in observations
+            if isinstance(h := self.histories[i], DecoderHistory) and h.encoder_ids is not None
         }
         rest = {i: obs for i, obs in observations.items() if i not in started}
         values = super().values_of(rest) if rest else {}
         if started:
             encoder = [list(h.encoder_ids or []) for h in started.values()]
-            values.update(zip(started, decoder_state_values(self.llm, encoder, [h.decoder_ids for h in started.values()])))
+            values.update(
+                zip(
+                    started,
+                    decoder_state_values(self.llm, encoder, [h.decoder_ids for h in started.values()]),
+                )
+            )
         return values
 
     def make_policy(self) -> TokenPolicy:

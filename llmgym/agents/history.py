@@ -42,7 +42,11 @@ class PlainTemplate:
     query: str = "{observation}\nAction:"
 
     def __post_init__(self) -> None:
-        for name, fields in (("system", ("system",)), ("turn", ("observation", "action")), ("query", ("observation",))):
+        for name, fields in (
+            ("system", ("system",)),
+            ("turn", ("observation", "action")),
+            ("query", ("observation",)),
+        ):
             fmt = getattr(self, name)
             try:
                 fmt.format(**{f: "" for f in fields})
@@ -114,14 +118,24 @@ class History:
         overflow: str = "error",
         add_special_tokens: Optional[bool] = None,
     ) -> None:
-        if max_turns is not None and (isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 0):
-            raise ConfigError(f"max_turns={max_turns!r} must be an int >= 0 (0 keeps no past turn) or None (all).")
-        if max_prompt_tokens is not None and (
-            isinstance(max_prompt_tokens, bool) or not isinstance(max_prompt_tokens, int) or max_prompt_tokens <= 0
+        if max_turns is not None and (
+            isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 0
         ):
-            raise ConfigError(f"max_prompt_tokens={max_prompt_tokens!r} must be a positive int or None (no budget).")
+            raise ConfigError(
+                f"max_turns={max_turns!r} must be an int >= 0 (0 keeps no past turn) or None (all)."
+            )
+        if max_prompt_tokens is not None and (
+            isinstance(max_prompt_tokens, bool)
+            or not isinstance(max_prompt_tokens, int)
+            or max_prompt_tokens <= 0
+        ):
+            raise ConfigError(
+                f"max_prompt_tokens={max_prompt_tokens!r} must be a positive int or None (no budget)."
+            )
         if overflow not in ("error", "truncate_left"):
-            raise ConfigError(f"overflow={overflow!r} is not allowed; expected one of ['error', 'truncate_left'].")
+            raise ConfigError(
+                f"overflow={overflow!r} is not allowed; expected one of ['error', 'truncate_left']."
+            )
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt or None
         self.max_turns = max_turns
@@ -129,7 +143,9 @@ class History:
         self.uses_chat_template = bool(use_chat_template and getattr(tokenizer, "chat_template", None))
         self.template = template if template is not None else PlainTemplate()
         self.overflow = overflow
-        self.add_special_tokens = (not self.uses_chat_template) if add_special_tokens is None else add_special_tokens
+        self.add_special_tokens = (
+            (not self.uses_chat_template) if add_special_tokens is None else add_special_tokens
+        )
         self._turns: list[tuple[str, str]] = []
         self._pending: Optional[str] = None
         self._char_limit: Optional[int] = None
@@ -209,7 +225,9 @@ class History:
         if not isinstance(action, str):
             raise InputError(f"action is a {type(action).__name__}; pass the action text as a str.")
         if self._pending is None:
-            raise InputError("add_action() was called with no pending observation; call add_observation() first.")
+            raise InputError(
+                "add_action() was called with no pending observation; call add_observation() first."
+            )
         self._turns.append((self._pending, action))
         self._pending = None
 
@@ -238,7 +256,9 @@ class History:
                 messages, tokenize=False, add_generation_prompt=observation is not None
             )
             return str(text)
-        parts = [self.template.system.format(system=self.system_prompt)] if self.system_prompt is not None else []
+        parts = (
+            [self.template.system.format(system=self.system_prompt)] if self.system_prompt is not None else []
+        )
         parts.extend(self.template.turn.format(observation=obs, action=action) for obs, action in turns)
         if observation is not None:
             parts.append(self.template.query.format(observation=observation))
@@ -298,7 +318,9 @@ class History:
         if self._fits(ids):
             return Prompt(text, ids, lowest, total - lowest, False)
         # Drop the oldest turns first: the smallest start index whose prompt fits.
-        best = self._smallest_fitting(lowest + 1, total, lambda mid: self._text(self._turns[mid:], observation))
+        best = self._smallest_fitting(
+            lowest + 1, total, lambda mid: self._text(self._turns[mid:], observation)
+        )
         if best is not None:
             first, text, ids = best
             return Prompt(text, ids, first, total - first, False)
@@ -330,7 +352,9 @@ class History:
                 size = f"the current observation alone has {len(observation)} characters, more than the {limit} that"
             else:
                 bare_ids = self.encode(self._text([], observation))
-                size = f"the system prompt and the current observation alone take {len(bare_ids)} tokens, over"
+                size = (
+                    f"the system prompt and the current observation alone take {len(bare_ids)} tokens, over"
+                )
             raise InputError(
                 f"{size} max_prompt_tokens={self.max_prompt_tokens} can hold; raise agent.max_prompt_tokens, shorten "
                 "the system prompt or observation, or use overflow='truncate_left'."

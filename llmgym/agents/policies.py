@@ -168,7 +168,9 @@ def categorical_log_prob(logits: Tensor, actions: Tensor, mask: Optional[Tensor]
         raise InputError(f"actions must lie in [0, {log_p_all.shape[1]}); got {index.tolist()}.")
     log_p = log_p_all.gather(1, index.unsqueeze(1)).squeeze(1)
     if not bool(torch.isfinite(log_p).all()):
-        raise InputError("an action index points at a padded or masked-out candidate; pick a valid candidate.")
+        raise InputError(
+            "an action index points at a padded or masked-out candidate; pick a valid candidate."
+        )
     return log_p
 
 
@@ -336,7 +338,10 @@ class CandidateActions:
 
     def select(self, indices: Sequence[int]) -> CandidateActions:
         """The actions at ``indices`` (positions in this batch)."""
-        return CandidateActions([self.candidates[i] for i in indices], self.index[torch.as_tensor(list(indices), dtype=torch.long)])
+        return CandidateActions(
+            [self.candidates[i] for i in indices],
+            self.index[torch.as_tensor(list(indices), dtype=torch.long)],
+        )
 
 
 @dataclass(frozen=True)
@@ -384,7 +389,8 @@ class TokenActions:
         """The actions at ``indices`` (positions in this batch)."""
         prefixes = self.decoder_prefixes
         return TokenActions(
-            [self.prompt_ids[i] for i in indices], [self.token_ids[i] for i in indices],
+            [self.prompt_ids[i] for i in indices],
+            [self.token_ids[i] for i in indices],
             None if prefixes is None else [prefixes[i] for i in indices],
         )
 
@@ -417,7 +423,10 @@ class PolicyOutputs:
         """The same outputs on ``device`` (graphs kept)."""
         log_p, mask = self.candidate_log_probs, self.candidate_mask
         return PolicyOutputs(
-            self.log_probs.to(device), self.entropy.to(device), self.values.to(device), self.ref_kl.to(device),
+            self.log_probs.to(device),
+            self.entropy.to(device),
+            self.values.to(device),
+            self.ref_kl.to(device),
             candidate_log_probs=log_p.to(device) if log_p is not None else None,
             candidate_mask=mask.to(device) if mask is not None else None,
         )
@@ -426,8 +435,12 @@ class PolicyOutputs:
         """The same outputs without their graphs."""
         log_p = self.candidate_log_probs
         return PolicyOutputs(
-            self.log_probs.detach(), self.entropy.detach(), self.values.detach(), self.ref_kl.detach(),
-            candidate_log_probs=log_p.detach() if log_p is not None else None, candidate_mask=self.candidate_mask,
+            self.log_probs.detach(),
+            self.entropy.detach(),
+            self.values.detach(),
+            self.ref_kl.detach(),
+            candidate_log_probs=log_p.detach() if log_p is not None else None,
+            candidate_mask=self.candidate_mask,
         )
 
 
@@ -508,7 +521,9 @@ class Policy(Protocol):
         """``[B]`` ``KL(pi_old || pi_new)`` on the same samples (``new`` may carry gradients)."""
         ...
 
-    def reference_kl(self, llm: PolicyLLM, decisions: Sequence[Decision], estimator: KLEstimator = "k1") -> ReferenceKL:
+    def reference_kl(
+        self, llm: PolicyLLM, decisions: Sequence[Decision], estimator: KLEstimator = "k1"
+    ) -> ReferenceKL:
         """The KL of the decisions' actions to the reference policy, in one batched reference pass.
 
         Args:
@@ -531,7 +546,9 @@ def prompt_values(llm: PolicyLLM, prompts: Sequence[str]) -> list[float]:
     return [float(torch.as_tensor(o[VALUE_KEY]).reshape(-1)[0]) for o in outputs]
 
 
-def decoder_state_values(llm: PolicyLLM, prompt_ids: Sequence[Sequence[int]], prefixes: Sequence[Sequence[int]]) -> list[float]:
+def decoder_state_values(
+    llm: PolicyLLM, prompt_ids: Sequence[Sequence[int]], prefixes: Sequence[Sequence[int]]
+) -> list[float]:
     """``V`` of encoder-decoder states: the decoder's state after each prefix, from the LLM's ``"value"`` head (0 without one).
 
     The state that predicts the token after ``prefixes[i]``: the value :meth:`TokenPolicy.evaluate`
@@ -547,7 +564,10 @@ def decoder_state_values(llm: PolicyLLM, prompt_ids: Sequence[Sequence[int]], pr
         return [0.0] * len(prompt_ids)
     probe = llm.tokenizer.eos_token_id if llm.tokenizer.eos_token_id is not None else 0
     outputs = llm.token_logprobs(
-        [list(p) for p in prompt_ids], [[probe] for _ in prompt_ids], keys=[VALUE_KEY], require_grad=False,
+        [list(p) for p in prompt_ids],
+        [[probe] for _ in prompt_ids],
+        keys=[VALUE_KEY],
+        require_grad=False,
         decoder_prefixes=[list(p) for p in prefixes],
     )
     return [float(torch.as_tensor(o[VALUE_KEY]).reshape(-1)[0]) for o in outputs]
@@ -577,7 +597,9 @@ class CandidatePolicy:
 
     def __post_init__(self) -> None:
         if not self.temperature > 0:
-            raise InputError(f"temperature={self.temperature!r} must be > 0 (agent.temperature); 1.0 is the plain softmax.")
+            raise InputError(
+                f"temperature={self.temperature!r} must be > 0 (agent.temperature); 1.0 is the plain softmax."
+            )
 
     def log_probs(self, scores: Tensor) -> Tensor:
         """``[k]`` log-probs of the candidates with logits ``scores [k]``: ``log_softmax(scores / T)``."""
@@ -620,8 +642,13 @@ class CandidatePolicy:
             value = float(torch.as_tensor(out[VALUE_KEY]).reshape(-1)[0]) if VALUE_KEY in out else 0.0
             decisions.append(
                 Decision(
-                    prompt=prompt.text, prompt_ids=prompt.token_ids, action=options[index], response=options[index],
-                    log_prob=float(log_probs[index]), value=value, choice=CandidateChoice(scored, index, log_probs.tolist()),
+                    prompt=prompt.text,
+                    prompt_ids=prompt.token_ids,
+                    action=options[index],
+                    response=options[index],
+                    log_prob=float(log_probs[index]),
+                    value=value,
+                    choice=CandidateChoice(scored, index, log_probs.tolist()),
                 )
             )
         return decisions
@@ -640,12 +667,21 @@ class CandidatePolicy:
                 "policy (agent.policy)."
             )
         chosen = [c for c in choices if isinstance(c, CandidateChoice)]
-        return CandidateActions([c.candidates for c in chosen], torch.tensor([c.index for c in chosen], dtype=torch.long))
+        return CandidateActions(
+            [c.candidates for c in chosen], torch.tensor([c.index for c in chosen], dtype=torch.long)
+        )
 
     def _logits(
-        self, llm: TrainableLLM, keys: list[str], contexts: list[str], actions: CandidateActions, require_grad: bool
+        self,
+        llm: TrainableLLM,
+        keys: list[str],
+        contexts: list[str],
+        actions: CandidateActions,
+        require_grad: bool,
     ) -> tuple[list[dict[str, Any]], Tensor, Tensor]:
-        outputs = llm.forward(keys, contexts, actions.candidates, require_grad=require_grad, normalize=self.normalize)
+        outputs = llm.forward(
+            keys, contexts, actions.candidates, require_grad=require_grad, normalize=self.normalize
+        )
         logits, mask = pad_candidate_scores([o[keys[0]] for o in outputs], temperature=self.temperature)
         return outputs, logits, mask
 
@@ -669,7 +705,9 @@ class CandidatePolicy:
         """
         del kl_estimator
         if not isinstance(actions, CandidateActions):
-            raise InputError("CandidatePolicy.evaluate got generated token actions; it re-scores chosen candidates.")
+            raise InputError(
+                "CandidatePolicy.evaluate got generated token actions; it re-scores chosen candidates."
+            )
         module_keys = llm.module_function_keys
         logits_key = policy_logits_key(module_keys)
         keys = [logits_key, VALUE_KEY] if VALUE_KEY in module_keys else [logits_key]
@@ -688,7 +726,9 @@ class CandidatePolicy:
                 _, ref_logits, _ = self._logits(llm, [SCORE_KEY], list(contexts), actions, False)
             ref_kl = categorical_kl(log_p, _log_softmax(ref_logits.to(logits.device)), mask)
         values = _values(llm, outputs, log_probs)
-        return PolicyOutputs(log_probs, entropy, values, ref_kl, candidate_log_probs=log_p, candidate_mask=mask)
+        return PolicyOutputs(
+            log_probs, entropy, values, ref_kl, candidate_log_probs=log_p, candidate_mask=mask
+        )
 
     def kl(self, old: PolicyOutputs, new: PolicyOutputs) -> Tensor:
         """``[B]`` exact ``KL(pi_old || pi_new)`` over the candidates.
@@ -697,10 +737,14 @@ class CandidatePolicy:
             InputError: The outputs carry no candidate distributions.
         """
         if old.candidate_log_probs is None or new.candidate_log_probs is None or old.candidate_mask is None:
-            raise InputError("CandidatePolicy.kl needs outputs of CandidatePolicy.evaluate (with candidate_log_probs).")
+            raise InputError(
+                "CandidatePolicy.kl needs outputs of CandidatePolicy.evaluate (with candidate_log_probs)."
+            )
         return categorical_kl(old.candidate_log_probs.detach(), new.candidate_log_probs, old.candidate_mask)
 
-    def reference_kl(self, llm: PolicyLLM, decisions: Sequence[Decision], estimator: KLEstimator = "k1") -> ReferenceKL:
+    def reference_kl(
+        self, llm: PolicyLLM, decisions: Sequence[Decision], estimator: KLEstimator = "k1"
+    ) -> ReferenceKL:
         """Exact ``KL(pi || pi_ref)`` over each decision's candidates, from one forward of the reference.
 
         ``pi`` is the distribution the candidate was chosen from (its recorded log-probs), ``pi_ref``
@@ -720,16 +764,24 @@ class CandidatePolicy:
             )
         recorded = [d.choice.log_probs for d in decisions if isinstance(d.choice, CandidateChoice)]
         if any(len(lp) != len(c) for lp, c in zip(recorded, actions.candidates)):
-            raise InputError("CandidatePolicy.reference_kl needs decisions that recorded every candidate's log-prob (act).")
+            raise InputError(
+                "CandidatePolicy.reference_kl needs decisions that recorded every candidate's log-prob (act)."
+            )
         outputs = llm.forward(
-            [SCORE_KEY], [d.prompt for d in decisions], actions.candidates, normalize=self.normalize, reference=True
+            [SCORE_KEY],
+            [d.prompt for d in decisions],
+            actions.candidates,
+            normalize=self.normalize,
+            reference=True,
         )
         ref_logits, mask = pad_candidate_scores([o[SCORE_KEY] for o in outputs], temperature=self.temperature)
         log_p, _ = pad_candidate_scores([torch.tensor(lp) for lp in recorded], padding_value=0.0)
         ref_log_p = _log_softmax(ref_logits, mask)
         kl = categorical_kl(log_p.to(ref_logits.device), ref_log_p, mask)
         chosen = ref_log_p.gather(1, actions.index.to(ref_log_p.device).unsqueeze(1)).squeeze(1)
-        return ReferenceKL(kl.float().cpu(), torch.ones(len(decisions), dtype=torch.long), chosen.float().cpu())
+        return ReferenceKL(
+            kl.float().cpu(), torch.ones(len(decisions), dtype=torch.long), chosen.float().cpu()
+        )
 
     def masked(self, top_p: float) -> Policy:
         """Refused: a candidate policy generates no tokens to mask.
@@ -804,11 +856,19 @@ class TokenPolicy:
         decisions = []
         for prompt, gens, value, prefix in zip(prompts, generations, values, prefixes):
             gen = gens[0]
-            text = llm.tokenizer.decode(gen.token_ids, skip_special_tokens=False) if self.special_tokens else gen.text
+            text = (
+                llm.tokenizer.decode(gen.token_ids, skip_special_tokens=False)
+                if self.special_tokens
+                else gen.text
+            )
             decisions.append(
                 Decision(
-                    prompt=prompt.text, prompt_ids=list(gen.prompt_ids), action=text, response=str(text),
-                    log_prob=float(gen.logprobs.sum()), value=value,
+                    prompt=prompt.text,
+                    prompt_ids=list(gen.prompt_ids),
+                    action=text,
+                    response=str(text),
+                    log_prob=float(gen.logprobs.sum()),
+                    value=value,
                     choice=TokenChoice(list(gen.token_ids), gen.logprobs.tolist(), prefix),
                 )
             )
@@ -829,7 +889,8 @@ class TokenPolicy:
         choices = [d.choice for d in decisions if isinstance(d.choice, TokenChoice)]
         prefixes = [list(c.decoder_prefix) for c in choices]
         return TokenActions(
-            [list(d.prompt_ids) for d in decisions], [list(c.token_ids) for c in choices],
+            [list(d.prompt_ids) for d in decisions],
+            [list(c.token_ids) for c in choices],
             prefixes if any(prefixes) else None,
         )
 
@@ -853,12 +914,20 @@ class TokenPolicy:
         """
         del contexts
         if not isinstance(actions, TokenActions):
-            raise InputError("TokenPolicy.evaluate got chosen candidates; it re-scores generated token sequences.")
+            raise InputError(
+                "TokenPolicy.evaluate got chosen candidates; it re-scores generated token sequences."
+            )
         has_value = VALUE_KEY in llm.module_function_keys
-        prefixed: dict[str, Any] = {} if actions.decoder_prefixes is None else {"decoder_prefixes": actions.decoder_prefixes}
+        prefixed: dict[str, Any] = (
+            {} if actions.decoder_prefixes is None else {"decoder_prefixes": actions.decoder_prefixes}
+        )
         outputs = llm.token_logprobs(
-            actions.prompt_ids, actions.token_ids, keys=[VALUE_KEY] if has_value else [], require_grad=require_grad,
-            sampling=self.sampling, **prefixed,
+            actions.prompt_ids,
+            actions.token_ids,
+            keys=[VALUE_KEY] if has_value else [],
+            require_grad=require_grad,
+            sampling=self.sampling,
+            **prefixed,
         )
         token_lp = [o["logprobs"] for o in outputs]
         log_probs = torch.stack([lp.sum() for lp in token_lp])
@@ -867,7 +936,10 @@ class TokenPolicy:
         if with_reference:
             with torch.no_grad(), llm.reference():
                 ref = llm.token_logprobs(
-                    actions.prompt_ids, actions.token_ids, require_grad=False, sampling=self.reference_sampling(),
+                    actions.prompt_ids,
+                    actions.token_ids,
+                    require_grad=False,
+                    sampling=self.reference_sampling(),
                     **prefixed,
                 )
             flat = torch.cat(token_lp)
@@ -889,7 +961,9 @@ class TokenPolicy:
         """
         return Sampling(temperature=self.sampling.temperature)
 
-    def reference_kl(self, llm: PolicyLLM, decisions: Sequence[Decision], estimator: KLEstimator = "k1") -> ReferenceKL:
+    def reference_kl(
+        self, llm: PolicyLLM, decisions: Sequence[Decision], estimator: KLEstimator = "k1"
+    ) -> ReferenceKL:
         """Per-token KL estimates of the generated tokens to the reference, summed per decision.
 
         One batched ``token_logprobs`` pass of the reference (``reference=True``) on the stored ids;
@@ -902,16 +976,24 @@ class TokenPolicy:
         recorded = [d.choice.token_log_probs for d in decisions if isinstance(d.choice, TokenChoice)]
         lengths = [len(ids) for ids in actions.token_ids]
         if any(len(lp) != n for lp, n in zip(recorded, lengths)):
-            raise InputError("TokenPolicy.reference_kl needs decisions that recorded their tokens' log-probs (act).")
+            raise InputError(
+                "TokenPolicy.reference_kl needs decisions that recorded their tokens' log-probs (act)."
+            )
         kept = [i for i, n in enumerate(lengths) if n > 0]
         sampled = torch.tensor(list(itertools.chain.from_iterable(recorded)), dtype=torch.float32)
         ref_flat = sampled.clone()
         if kept:
             prefixes = actions.decoder_prefixes
-            prefixed: dict[str, Any] = {} if prefixes is None else {"decoder_prefixes": [prefixes[i] for i in kept]}
+            prefixed: dict[str, Any] = (
+                {} if prefixes is None else {"decoder_prefixes": [prefixes[i] for i in kept]}
+            )
             ref = llm.token_logprobs(
-                [actions.prompt_ids[i] for i in kept], [actions.token_ids[i] for i in kept], require_grad=False,
-                sampling=self.reference_sampling(), reference=True, **prefixed,
+                [actions.prompt_ids[i] for i in kept],
+                [actions.token_ids[i] for i in kept],
+                require_grad=False,
+                sampling=self.reference_sampling(),
+                reference=True,
+                **prefixed,
             )
             ref_flat = torch.cat([r["logprobs"] for r in ref]).float().cpu()
         kl = _segment_sums(kl_estimate(sampled, ref_flat, estimator), lengths)

@@ -62,9 +62,17 @@ class A2CObjective:
         critic_loss, critic_stats = value_loss(outputs.values, targets.returns)
         entropy = outputs.entropy.mean()
         ref_kl = outputs.ref_kl.mean()
-        loss = policy_loss + self.value_coef * critic_loss - self.entropy_coef * entropy + self.kl_coef * ref_kl
-        stats = {"loss": loss, "policy_loss": policy_loss, "value_loss": critic_loss, "entropy": entropy,
-                 "kl_ref": ref_kl, **critic_stats}
+        loss = (
+            policy_loss + self.value_coef * critic_loss - self.entropy_coef * entropy + self.kl_coef * ref_kl
+        )
+        stats = {
+            "loss": loss,
+            "policy_loss": policy_loss,
+            "value_loss": critic_loss,
+            "entropy": entropy,
+            "kl_ref": ref_kl,
+            **critic_stats,
+        }
         return loss, {key: value.detach() for key, value in stats.items()}
 
 

@@ -24,12 +24,16 @@ __all__ = ["compute_gae", "whiten"]
 
 def _check_unit(name: str, value: float) -> None:
     if not 0.0 <= float(value) <= 1.0:
-        raise InputError(f"{name}={value!r} must lie in [0, 1]; pass a value such as 0.99 (gamma) or 0.95 (lambda).")
+        raise InputError(
+            f"{name}={value!r} must lie in [0, 1]; pass a value such as 0.99 (gamma) or 0.95 (lambda)."
+        )
 
 
 def _check_shape(name: str, tensor: Tensor, shape: tuple[int, ...], layout: str) -> None:
     if not isinstance(tensor, Tensor):
-        raise InputError(f"{name} must be a torch.Tensor of shape {layout}={list(shape)}, got {type(tensor).__name__}.")
+        raise InputError(
+            f"{name} must be a torch.Tensor of shape {layout}={list(shape)}, got {type(tensor).__name__}."
+        )
     if tuple(tensor.shape) != shape:
         raise InputError(
             f"{name} has shape {list(tensor.shape)} but {layout}={list(shape)} was expected; "
@@ -143,7 +147,9 @@ def whiten(x: Tensor, mask: Optional[Tensor] = None, eps: float = 1e-8, shift_me
         var = ((x - mean) ** 2).mean()
         return (x - mean if shift_mean else x) * torch.rsqrt(var + eps)
     if tuple(mask.shape) != tuple(x.shape):
-        raise InputError(f"mask has shape {list(mask.shape)} but x has {list(x.shape)}; pass a mask of x's shape.")
+        raise InputError(
+            f"mask has shape {list(mask.shape)} but x has {list(x.shape)}; pass a mask of x's shape."
+        )
     valid = mask.to(device=x.device, dtype=torch.bool)
     count = valid.sum()
     if int(count) == 0:

@@ -74,7 +74,9 @@ class UpdateBatch:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.learning_rate_scale <= 1.0:
-            raise InputError(f"UpdateBatch.learning_rate_scale={self.learning_rate_scale!r} must lie in [0, 1].")
+            raise InputError(
+                f"UpdateBatch.learning_rate_scale={self.learning_rate_scale!r} must lie in [0, 1]."
+            )
         if not isinstance(self.actions, (CandidateActions, TokenActions)):
             raise InputError(
                 f"UpdateBatch needs either actions as CandidateActions (chosen candidates) or TokenActions (generated "
@@ -82,7 +84,9 @@ class UpdateBatch:
             )
         size = len(self)
         lengths = {
-            "old_values": len(self.old_values), "advantages": len(self.advantages), "returns": len(self.returns),
+            "old_values": len(self.old_values),
+            "advantages": len(self.advantages),
+            "returns": len(self.returns),
             "actions": len(self.actions),
         }
         wrong = {name: n for name, n in lengths.items() if n != size}

@@ -85,7 +85,9 @@ class RolloutBuffer:
     ) -> None:
         for name, value in (("num_envs", num_envs), ("num_steps", num_steps)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InputError(f"{name}={value!r} must be a positive int (e.g. algorithm.rollout_steps=64).")
+                raise InputError(
+                    f"{name}={value!r} must be a positive int (e.g. algorithm.rollout_steps=64)."
+                )
         self.num_envs = num_envs
         self.num_steps = num_steps
         self.dtype = dtype
@@ -129,8 +131,14 @@ class RolloutBuffer:
 
     def _per_env(self, name: str, value: Sequence[Any]) -> list[Any]:
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != self.num_envs:
-            got = len(value) if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else type(value).__name__
-            raise InputError(f"{name} must be a sequence of {self.num_envs} entries (one per env), got {got}.")
+            got = (
+                len(value)
+                if isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+                else type(value).__name__
+            )
+            raise InputError(
+                f"{name} must be a sequence of {self.num_envs} entries (one per env), got {got}."
+            )
         return list(value)
 
     def add(
@@ -163,7 +171,9 @@ class RolloutBuffer:
         step = self._per_env("decisions", decisions)
         for n, decision in enumerate(step):
             if not isinstance(decision, Decision):
-                raise InputError(f"decisions[{n}] is a {type(decision).__name__}; pass the agent's Decision objects.")
+                raise InputError(
+                    f"decisions[{n}] is a {type(decision).__name__}; pass the agent's Decision objects."
+                )
         value_vec = self._vector("values", [d.value for d in step], self.dtype)
         log_prob_vec = self._vector("log_probs", [d.log_prob for d in step], self.dtype)
         reward_vec = self._vector("rewards", rewards, self.dtype)
@@ -240,7 +250,9 @@ class RolloutBuffer:
             )
         flat = torch.as_tensor(indices, dtype=torch.long).reshape(-1).cpu()
         if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= len(self)):
-            raise InputError(f"indices must lie in [0, {len(self)}); got min {int(flat.min())}, max {int(flat.max())}.")
+            raise InputError(
+                f"indices must lie in [0, {len(self)}); got min {int(flat.min())}, max {int(flat.max())}."
+            )
         steps, envs = flat // self.num_envs, flat % self.num_envs
         dev_steps, dev_envs = steps.to(self.device), envs.to(self.device)
         return RolloutBatch(

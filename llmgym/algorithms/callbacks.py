@@ -88,7 +88,9 @@ class CallbackList(Callback):
 
 
 #: What :meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.learn` takes as its ``callback``.
-CallbackArgument = Union[Callback, Sequence[Callback], Callable[["OnPolicyAlgorithm", dict[str, float]], None], None]
+CallbackArgument = Union[
+    Callback, Sequence[Callback], Callable[["OnPolicyAlgorithm", dict[str, float]], None], None
+]
 
 
 def as_callback(callback: CallbackArgument) -> Callback:

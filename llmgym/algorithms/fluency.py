@@ -47,7 +47,11 @@ def fluency_metrics(
     """
     count = len(completions)
     diversity = compute_metrics(
-        [MetricSpec("diversity")], [""] * count, list(completions), [[] for _ in range(count)], [{} for _ in range(count)],
+        [MetricSpec("diversity")],
+        [""] * count,
+        list(completions),
+        [[] for _ in range(count)],
+        [{} for _ in range(count)],
         context=MetricContext("eval"),
     )
     result = {f"distinct-{n}": diversity[f"diversity_metrics/distinct-{n}"].corpus for n in (1, 2)}

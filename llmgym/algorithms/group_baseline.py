@@ -158,7 +158,9 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         starts = torch.cumsum(lengths, 0) - lengths
         # with gamma = lambda = 1 and no values, a first turn's GAE advantage is its episode's return
         returns = [float(batch.advantages[int(s)]) for s in starts]
-        advantages = self.group_advantages(episode_returns_by_group(returns, self.config.group.size)).reshape(-1)
+        advantages = self.group_advantages(episode_returns_by_group(returns, self.config.group.size)).reshape(
+            -1
+        )
         per_turn = torch.repeat_interleave(advantages, lengths).to(batch.advantages.dtype)
         return RolloutTargets(batch, per_turn)
 

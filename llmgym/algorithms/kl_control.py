@@ -125,15 +125,26 @@ class KLController:
             The new ``beta``.
         """
         cfg = self.config
-        if cfg.controller == "adaptive" and self.enabled and cfg.target is not None and measurement.actions > 0:
-            self.coef = adaptive_kl_coef(self.coef, self.measured(measurement), cfg.target, measurement.actions, cfg.horizon)
+        if (
+            cfg.controller == "adaptive"
+            and self.enabled
+            and cfg.target is not None
+            and measurement.actions > 0
+        ):
+            self.coef = adaptive_kl_coef(
+                self.coef, self.measured(measurement), cfg.target, measurement.actions, cfg.horizon
+            )
         return self.coef
 
     def metrics(self, measurement: Optional[KLMeasurement]) -> dict[str, float]:
         """What the run logs every update: ``kl_coef`` (the beta used) and ``kl_ref`` / ``kl_ref_per_token``."""
         if measurement is None:
             return {"kl_coef": self.coef}
-        return {"kl_coef": self.coef, "kl_ref": measurement.per_action, "kl_ref_per_token": measurement.per_token}
+        return {
+            "kl_coef": self.coef,
+            "kl_ref": measurement.per_action,
+            "kl_ref_per_token": measurement.per_token,
+        }
 
     def state_dict(self) -> dict[str, float]:
         """The current ``beta`` (a resumed run goes on from it)."""

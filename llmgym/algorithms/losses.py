@@ -93,7 +93,9 @@ def value_loss(
         if not clip_range > 0:
             raise InputError(f"clip_range={clip_range!r} must be > 0, or None to disable value clipping.")
         if old_values is None:
-            raise InputError("value_loss got clip_range but old_values is None; pass the values stored at collection.")
+            raise InputError(
+                "value_loss got clip_range but old_values is None; pass the values stored at collection."
+            )
         old = old_values.detach()
         clipped_values = old + torch.clamp(values - old, -clip_range, clip_range)
         squared_clipped = (clipped_values - returns) ** 2
@@ -103,5 +105,9 @@ def value_loss(
     with torch.no_grad():
         residual_var = masked_mean((returns - values - masked_mean(returns - values, mask)) ** 2, mask)
         returns_var = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
-        explained = 1.0 - residual_var / returns_var if float(returns_var) > 0 else torch.full_like(returns_var, float("nan"))
+        explained = (
+            1.0 - residual_var / returns_var
+            if float(returns_var) > 0
+            else torch.full_like(returns_var, float("nan"))
+        )
     return loss, {"value_clip_fraction": clip_fraction.detach(), "explained_variance": explained.detach()}

@@ -93,7 +93,9 @@ class NLPO(PPO):
         stats = super().update()
         return {**stats, **self.refresh_if_due(agent.llm)}
 
-    def train_on_episodes(self, llm: PolicyBackend, policy: Policy, episodes: Sequence[Episode]) -> dict[str, float]:
+    def train_on_episodes(
+        self, llm: PolicyBackend, policy: Policy, episodes: Sequence[Episode]
+    ) -> dict[str, float]:
         """One update from whole episodes (:meth:`PPO.train_on_episodes`), then the refresh when due."""
         stats = super().train_on_episodes(llm, policy, episodes)
         return {**stats, **self.refresh_if_due(llm)}
@@ -110,6 +112,8 @@ class NLPO(PPO):
         if self.updates % self.config.nlpo.mask_update_interval != 0:
             return {"mask_refreshed": 0.0}
         if not isinstance(llm, MaskedPolicyBackend):
-            raise ConfigError(f"NLPO needs an LLM with refresh_mask_policy() (llmgym.LLM); got {type(llm).__name__}.")
+            raise ConfigError(
+                f"NLPO needs an LLM with refresh_mask_policy() (llmgym.LLM); got {type(llm).__name__}."
+            )
         llm.refresh_mask_policy()
         return {"mask_refreshed": 1.0}

@@ -82,7 +82,9 @@ def minibatch_schedule(count: int, minibatch_size: int, generator: torch.Generat
         InputError: ``minibatch_size`` is not a positive int.
     """
     if isinstance(minibatch_size, bool) or not isinstance(minibatch_size, int) or minibatch_size <= 0:
-        raise InputError(f"minibatch_size={minibatch_size!r} must be a positive int (e.g. algorithm.minibatch_size=32).")
+        raise InputError(
+            f"minibatch_size={minibatch_size!r} must be a positive int (e.g. algorithm.minibatch_size=32)."
+        )
     order = torch.randperm(count, generator=generator).tolist()
     return [order[i : i + minibatch_size] for i in range(0, count, minibatch_size)]
 
@@ -148,7 +150,9 @@ class RolloutTargets:
     def update_batch(
         self,
         objective: Objective | NaturalGradientObjective,
-        policy: Policy, minibatches: list[list[int]], learning_rate_scale: float = 1.0,
+        policy: Policy,
+        minibatches: list[list[int]],
+        learning_rate_scale: float = 1.0,
         kl_estimator: KLEstimator = "k1",
     ) -> UpdateBatch:
         """One epoch's payload for ``llm.update``: the decisions' actions as ``policy`` stores them."""
@@ -234,7 +238,9 @@ class OnPolicyAlgorithm(abc.ABC):
     @classmethod
     def _named_by_import_path(cls, name: str) -> bool:
         """Whether ``algorithm.name`` is the import path of this class (a user algorithm)."""
-        return is_import_path(name) and import_class(name, "algorithm.name", OnPolicyAlgorithm, "algorithm") is cls  # type: ignore[type-abstract]
+        if not is_import_path(name):
+            return False
+        return import_class(name, "algorithm.name", OnPolicyAlgorithm, "algorithm") is cls  # type: ignore[type-abstract]
 
     # ------------------------------------------------------------------ what an algorithm defines
     @abc.abstractmethod
@@ -278,7 +284,9 @@ class OnPolicyAlgorithm(abc.ABC):
             Sample-weighted means of the epoch's loss statistics over all servers.
         """
         schedule = minibatch_schedule(len(rollout), self.config.minibatch_size, self.generator)
-        batch = rollout.update_batch(objective, policy, schedule, self.learning_rate_scale(), self.kl_estimator)
+        batch = rollout.update_batch(
+            objective, policy, schedule, self.learning_rate_scale(), self.kl_estimator
+        )
         return weighted_mean(llm.update(rollout.batch.prompts, batch.actions.candidate_sets, batch=batch))
 
     @property
@@ -328,8 +336,13 @@ class OnPolicyAlgorithm(abc.ABC):
             self.buffer.add(decisions, shaped + penalties, terminated, truncated, truncation_values)
             if self.rollout_observer is not None:
                 self.rollout_observer.on_step(
-                    self.env_steps + envs.num_envs, self._observations or [], decisions, shaped.tolist(),
-                    terminated.tolist(), truncated.tolist(), infos,
+                    self.env_steps + envs.num_envs,
+                    self._observations or [],
+                    decisions,
+                    shaped.tolist(),
+                    terminated.tolist(),
+                    truncated.tolist(),
+                    infos,
                 )
             for i in np.flatnonzero(terminated | truncated):
                 self._record_episode(infos[int(i)])
@@ -367,7 +380,9 @@ class OnPolicyAlgorithm(abc.ABC):
         )
         return reward_penalty(measured.kl, self.kl.coef).numpy()
 
-    def kl_statistics(self, stats: dict[str, float], policy: Policy, decisions: Sequence[Decision]) -> dict[str, float]:
+    def kl_statistics(
+        self, stats: dict[str, float], policy: Policy, decisions: Sequence[Decision]
+    ) -> dict[str, float]:
         """Log the update's KL to the reference and adapt the KL weight to it (``algorithm.kl.controller``).
 
         The KL is the rollout's reference pass with the penalty in the reward, else the update's
@@ -385,7 +400,8 @@ class OnPolicyAlgorithm(abc.ABC):
         measurement: Optional[KLMeasurement] = None
         if self.kl.in_reward and self._rollout_kl:
             measurement = KLMeasurement(
-                sum(m.total for m in self._rollout_kl), sum(m.actions for m in self._rollout_kl),
+                sum(m.total for m in self._rollout_kl),
+                sum(m.actions for m in self._rollout_kl),
                 sum(m.tokens for m in self._rollout_kl),
             )
         elif self.kl.loss_coef > 0 and "kl_ref" in stats and decisions:
@@ -452,7 +468,9 @@ class OnPolicyAlgorithm(abc.ABC):
         """
         return self.train_on_episodes(agent.llm, agent.policy, episodes)
 
-    def train_on_episodes(self, llm: PolicyBackend, policy: Policy, episodes: Sequence[Episode]) -> dict[str, float]:
+    def train_on_episodes(
+        self, llm: PolicyBackend, policy: Policy, episodes: Sequence[Episode]
+    ) -> dict[str, float]:
         """One update from whole episodes.
 
         The episodes go into :meth:`episode_buffer` (with the KL penalty added to their rewards
@@ -482,7 +500,9 @@ class OnPolicyAlgorithm(abc.ABC):
         penalised, start = [], 0
         for ep in episodes:
             stop = start + len(ep.decisions)
-            penalised.append(Episode(ep.decisions, [r + p for r, p in zip(ep.rewards, penalties[start:stop])]))
+            penalised.append(
+                Episode(ep.decisions, [r + p for r, p in zip(ep.rewards, penalties[start:stop])])
+            )
             start = stop
         stats = self.train(llm, self.episode_buffer(penalised), policy)
         self.updates += 1

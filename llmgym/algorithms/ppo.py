@@ -74,7 +74,9 @@ def ppo_policy_loss(
             "clip_fraction": masked_mean(clip_hits, mask),
             "approx_kl": masked_mean(kl_estimate(old_log_probs.detach(), log_probs.detach(), "k3"), mask),
             "ratio_mean": masked_mean(ratio, mask),
-            "ratio_max": ratio[mask.to(torch.bool)].max() if mask is not None and bool(mask.any()) else ratio.max(),
+            "ratio_max": ratio[mask.to(torch.bool)].max()
+            if mask is not None and bool(mask.any())
+            else ratio.max(),
         }
     return loss, {key: value.detach() for key, value in stats.items()}
 
@@ -107,9 +109,18 @@ class PPOObjective:
         )
         entropy = outputs.entropy.mean()
         ref_kl = outputs.ref_kl.mean()
-        loss = policy_loss + self.value_coef * critic_loss - self.entropy_coef * entropy + self.kl_coef * ref_kl
-        stats = {"loss": loss, "policy_loss": policy_loss, "value_loss": critic_loss, "entropy": entropy,
-                 "kl_ref": ref_kl, **policy_stats, **critic_stats}
+        loss = (
+            policy_loss + self.value_coef * critic_loss - self.entropy_coef * entropy + self.kl_coef * ref_kl
+        )
+        stats = {
+            "loss": loss,
+            "policy_loss": policy_loss,
+            "value_loss": critic_loss,
+            "entropy": entropy,
+            "kl_ref": ref_kl,
+            **policy_stats,
+            **critic_stats,
+        }
         return loss, {key: value.detach() for key, value in stats.items()}
 
 

@@ -62,7 +62,9 @@ class NaturalGradientObjective(Protocol):
 class PolicyBackend(Protocol):
     """The LLM an on-policy algorithm trains: :class:`llmgym.LLM`, local or distributed."""
 
-    def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+    def update(
+        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
+    ) -> list[dict[str, Any]]:
         """Run the LLM's updater on a batch; one result per LLM server."""
         ...
 

@@ -74,7 +74,9 @@ def _complete(agent: BaseAgent, config: Config, split: str, limit: int | None) -
             }
 
     try:
-        play_episodes(agent, envs, count, lambda env, index: env.reset(seed=index, options={"index": index}), on_step)
+        play_episodes(
+            agent, envs, count, lambda env, index: env.reset(seed=index, options={"index": index}), on_step
+        )
     finally:
         for env in envs:
             env.close()

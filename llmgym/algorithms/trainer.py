@@ -60,6 +60,7 @@ __all__ = [
     "evaluate_run",
 ]
 
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, np.integer):
         return int(value)
@@ -87,14 +88,25 @@ class Trainer:
     ``-2``, ``-3``... suffix when that folder exists already.
     """
 
-    def __init__(self, config: Config, run_dir: Optional[str | Path] = None, *, model: Any = None, tokenizer: Any = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        run_dir: Optional[str | Path] = None,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+    ) -> None:
         check_requirements(config)
         self.config = config
         train = config.train
         if run_dir is None and train.resume is None and not train.run_name:
-            run_dir = new_run_dir(train.output_dir, default_run_stem(config.env.id, time.strftime("%Y%m%d-%H%M%S")))
+            run_dir = new_run_dir(
+                train.output_dir, default_run_stem(config.env.id, time.strftime("%Y%m%d-%H%M%S"))
+            )
         elif run_dir is None:
-            run_dir = train.resume if train.resume is not None else Path(train.output_dir) / str(train.run_name)
+            run_dir = (
+                train.resume if train.resume is not None else Path(train.output_dir) / str(train.run_name)
+            )
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._lock = RunLock.acquire(self.run_dir)  # before anything is read or written there
@@ -107,7 +119,9 @@ class Trainer:
     def _setup(self, config: Config, model: Any, tokenizer: Any) -> None:
         """Everything of ``__init__`` done under the run folder's lock."""
         train = config.train
-        algorithm_cls = algorithm_class(config.algorithm.name)  # a user class is imported before the model loads
+        algorithm_cls = algorithm_class(
+            config.algorithm.name
+        )  # a user class is imported before the model loads
         if train.resume is None:
             check_new_run_dir(self.run_dir)
         clean_crash_leftovers(self.run_dir)
@@ -119,16 +133,23 @@ class Trainer:
         self.envs = make_envs(config)
         agent_config = self._fitted_budget()
         self.agent = build_agent(agent_config, self.llm, self.envs.num_envs, self.system_prompt)
-        self.algorithm: OnPolicyAlgorithm = algorithm_cls(self.agent, self.envs, config.algorithm, seed=train.seed)
+        self.algorithm: OnPolicyAlgorithm = algorithm_cls(
+            self.agent, self.envs, config.algorithm, seed=train.seed
+        )
         self.algorithm.total_env_steps = train.total_env_steps
-        self.eval_agent = build_agent(agent_config, self.llm, eval_width(config, train.eval_episodes), self.system_prompt)
+        self.eval_agent = build_agent(
+            agent_config, self.llm, eval_width(config, train.eval_episodes), self.system_prompt
+        )
         self.evaluations: list[dict[str, float]] = []
         self.episode_records: list[EpisodeRecord] = []  # of the last evaluation
         algo = config.algorithm
         #: One training episode of env 0 after each evaluation, for the run report (None: recording off).
         self.training_sampler = (
-            TrainingEpisodeSampler(self.agent.format_observation, self.llm.tokenizer, algo.gamma, algo.gae_lambda)
-            if config.logging.record_episodes else None
+            TrainingEpisodeSampler(
+                self.agent.format_observation, self.llm.tokenizer, algo.gamma, algo.gae_lambda
+            )
+            if config.logging.record_episodes
+            else None
         )
         self.algorithm.rollout_observer = self.training_sampler
         self._last_checkpoint_steps = 0
@@ -143,7 +164,10 @@ class Trainer:
         backend = self.llm.backend
         try:
             return fit_prompt_budget(
-                self.config, getattr(backend, "window", None), self.llm.tokenizer, self.envs,
+                self.config,
+                getattr(backend, "window", None),
+                self.llm.tokenizer,
+                self.envs,
                 bool(getattr(backend, "is_seq2seq", False)),
             )
         except ConfigError:
@@ -163,8 +187,12 @@ class Trainer:
         tensors = {**rng_tensors, **{f"gen_{k}": v for k, v in self.algorithm.generator_states().items()}}
         config_yaml = yaml.safe_dump(config_to_dict(self.config), sort_keys=False)
         folder = save_checkpoint(
-            self.run_dir, self.algorithm.env_steps, self.llm.save, json.loads(json.dumps(state, default=_jsonable)),
-            tensors, config_yaml,
+            self.run_dir,
+            self.algorithm.env_steps,
+            self.llm.save,
+            json.loads(json.dumps(state, default=_jsonable)),
+            tensors,
+            config_yaml,
         )
         self._last_checkpoint_steps = self.algorithm.env_steps
         return folder
@@ -179,7 +207,7 @@ class Trainer:
     def _resume(self, folder: Path) -> None:
         state, tensors = load_trainer_state(folder)
         self.llm.load(folder / "llm")
-        generators = {k[len("gen_"):]: v for k, v in tensors.items() if k.startswith("gen_")}
+        generators = {k[len("gen_") :]: v for k, v in tensors.items() if k.startswith("gen_")}
         try:
             self.algorithm.load_state_dict(state["algorithm"], generators)
             self.evaluations = list(state["evaluations"])
@@ -216,22 +244,35 @@ class Trainer:
         seed = 10_000 + self.config.train.seed
         episodes = self.config.train.eval_episodes
         algo = self.config.algorithm
-        recorder = EpisodeRecorder(self.config.logging.record_episodes, self.llm.tokenizer, algo.gamma, algo.gae_lambda)
-        sampled_recorder = EpisodeRecorder(recorder.max_episodes, self.llm.tokenizer, algo.gamma, algo.gae_lambda)
+        recorder = EpisodeRecorder(
+            self.config.logging.record_episodes, self.llm.tokenizer, algo.gamma, algo.gae_lambda
+        )
+        sampled_recorder = EpisodeRecorder(
+            recorder.max_episodes, self.llm.tokenizer, algo.gamma, algo.gae_lambda
+        )
         with torch.random.fork_rng(devices=[]):
             result = evaluate(self.eval_agent, self.config, episodes, seed=seed, recorder=recorder)
             if self.config.train.eval_sample:
                 self.eval_agent.generator.manual_seed(seed)
-                sampled = evaluate(self.eval_agent, self.config, episodes, seed=seed, greedy=False, recorder=sampled_recorder)
+                sampled = evaluate(
+                    self.eval_agent, self.config, episodes, seed=seed, greedy=False, recorder=sampled_recorder
+                )
                 result.update({f"sampled_{k}": v for k, v in sampled.items() if k != "episodes"})
             splits = self.config.train.eval_splits
             if splits:
                 from llmgym.algorithms.text_evaluation import evaluate_splits, local_model
 
-                result.update(evaluate_splits(
-                    self.eval_agent, self.config, splits if label == "after" else splits[:1], run_dir=self.run_dir,
-                    label=label, env_steps=self.algorithm.env_steps, model=local_model(self.llm),
-                ))
+                result.update(
+                    evaluate_splits(
+                        self.eval_agent,
+                        self.config,
+                        splits if label == "after" else splits[:1],
+                        run_dir=self.run_dir,
+                        label=label,
+                        env_steps=self.algorithm.env_steps,
+                        model=local_model(self.llm),
+                    )
+                )
         result["env_steps"] = float(self.algorithm.env_steps)
         result["label"] = label  # type: ignore[assignment]
         index = len(self.evaluations)
@@ -254,12 +295,19 @@ class Trainer:
         """
         cfg = self.config
         logger = RunLogger(
-            self.run_dir, cfg.logging, config_to_dict(cfg), total_env_steps=cfg.train.total_env_steps,
+            self.run_dir,
+            cfg.logging,
+            config_to_dict(cfg),
+            total_env_steps=cfg.train.total_env_steps,
             initial_env_steps=self.algorithm.env_steps,
         )
         start = time.monotonic()
         try:
-            callbacks = [RunLogCallback(self, logger), EvalCallback(self, logger), CheckpointCallback(self, logger)]
+            callbacks = [
+                RunLogCallback(self, logger),
+                EvalCallback(self, logger),
+                CheckpointCallback(self, logger),
+            ]
             self.algorithm.learn(cfg.train.total_env_steps, callbacks)
         finally:
             logger.close()
@@ -331,11 +379,14 @@ class RunLogCallback(Callback):
         metrics["steps_per_s"] = (algorithm.env_steps - self._start_steps) / elapsed
         if algorithm.updates % self.trainer.config.logging.log_every == 0:
             self.logger.log(algorithm.env_steps, metrics)
-        self.logger.progress(algorithm.env_steps, {
-            "episodes": int(metrics.get("episodes", 0)),
-            "success": metrics.get("success_rate", float("nan")),
-            "return": metrics.get("episode_return", float("nan")),
-        })
+        self.logger.progress(
+            algorithm.env_steps,
+            {
+                "episodes": int(metrics.get("episodes", 0)),
+                "success": metrics.get("success_rate", float("nan")),
+                "return": metrics.get("episode_return", float("nan")),
+            },
+        )
 
 
 class EvalCallback(Callback):
@@ -364,7 +415,11 @@ class EvalCallback(Callback):
     def on_update(self, algorithm: OnPolicyAlgorithm, metrics: dict[str, float]) -> None:
         """A ``periodic`` evaluation once ``train.eval_every`` env steps passed since the last one."""
         train = self.trainer.config.train
-        if train.eval_every and train.eval_episodes and algorithm.env_steps - self.trainer._last_eval_steps >= train.eval_every:
+        if (
+            train.eval_every
+            and train.eval_episodes
+            and algorithm.env_steps - self.trainer._last_eval_steps >= train.eval_every
+        ):
             self._evaluate(algorithm, "periodic")
 
     def on_training_end(self, algorithm: OnPolicyAlgorithm) -> None:
@@ -396,7 +451,10 @@ class CheckpointCallback(Callback):
 
     def on_training_end(self, algorithm: OnPolicyAlgorithm) -> None:
         """The final checkpoint, unless the last one was at these env steps."""
-        if self.trainer._last_checkpoint_steps != algorithm.env_steps or not (self.trainer.run_dir / "checkpoints").exists():
+        if (
+            self.trainer._last_checkpoint_steps != algorithm.env_steps
+            or not (self.trainer.run_dir / "checkpoints").exists()
+        ):
             self.logger.sync()
             self.trainer.save()
 
@@ -434,9 +492,13 @@ def evaluation_summary(evaluations: list[dict[str, Any]], temperature: float) ->
         lines.append(f"sampled at temperature {temperature:g}: {_before_after(before, last, 'sampled_')})")
     fluency = [
         f"{what} {_change(before, last, key)}"
-        for key, what in (("perplexity_ref", "perplexity under the reference"), ("distinct-2", "distinct-2"),
-                          ("sampled_perplexity_ref", "sampled: perplexity under the reference"),
-                          ("sampled_distinct-2", "distinct-2"), ("sampled_kl_ref", "KL to the reference"))
+        for key, what in (
+            ("perplexity_ref", "perplexity under the reference"),
+            ("distinct-2", "distinct-2"),
+            ("sampled_perplexity_ref", "sampled: perplexity under the reference"),
+            ("sampled_distinct-2", "distinct-2"),
+            ("sampled_kl_ref", "KL to the reference"),
+        )
         if key in last
     ]
     if fluency:
@@ -523,7 +585,9 @@ def evaluate_run(
         llm = built[0]
         agent = build_agent(config, llm, eval_width(config, episodes), env_instructions(config))
         algo = config.algorithm
-        recorder = EpisodeRecorder(config.logging.record_episodes if report else 0, llm.tokenizer, algo.gamma, algo.gae_lambda)
+        recorder = EpisodeRecorder(
+            config.logging.record_episodes if report else 0, llm.tokenizer, algo.gamma, algo.gae_lambda
+        )
         result = evaluate(agent, config, episodes, seed=seed, greedy=greedy, recorder=recorder)
     finally:
         for llm in built:
@@ -539,10 +603,17 @@ def evaluate_run(
         from llmgym.report.runs import save_evaluation
 
         env_steps = int(folder.name.removeprefix("step-")) if folder is not None else 0  # step-<env_steps>
-        out = path / "eval" if folder is not None else new_run_dir(
-            config.train.output_dir, "eval-" + default_run_stem(config.env.id, time.strftime("%Y%m%d-%H%M%S"))
+        out = (
+            path / "eval"
+            if folder is not None
+            else new_run_dir(
+                config.train.output_dir,
+                "eval-" + default_run_stem(config.env.id, time.strftime("%Y%m%d-%H%M%S")),
+            )
         )
         records = recorder.records(env_steps, "eval", 0, "greedy" if greedy else "sampled")
-        save_evaluation(out, yaml.safe_dump(config_to_dict(config), sort_keys=False), env_steps, result, records)
+        save_evaluation(
+            out, yaml.safe_dump(config_to_dict(config), sort_keys=False), env_steps, result, records
+        )
         print(f"report: {write_report([out])}")
     return result

@@ -170,8 +170,12 @@ def line_search(
 
 def _flat_grad(output: Tensor, parameters: Sequence[Tensor], create_graph: bool = False) -> Tensor:
     """``[P]`` gradient of a 0-d ``output`` w.r.t. ``parameters`` (zeros where unused), graph kept."""
-    grads = torch.autograd.grad(output, list(parameters), retain_graph=True, create_graph=create_graph, allow_unused=True)
-    return torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, parameters)])
+    grads = torch.autograd.grad(
+        output, list(parameters), retain_graph=True, create_graph=create_graph, allow_unused=True
+    )
+    return torch.cat(
+        [(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, parameters)]
+    )
 
 
 def _flatten(parameters: Sequence[Tensor]) -> Tensor:
@@ -246,7 +250,9 @@ class TRPOObjective:
         """
         params = context.policy_parameters
         if not params:
-            raise InputError("TRPO found no policy parameter to train: add LoRA (model.lora) or an action head.")
+            raise InputError(
+                "TRPO found no policy parameter to train: add LoRA (model.lora) or an action head."
+            )
         policy = context.batch.policy
         start = _flatten(params)
         zeros = torch.zeros_like(start)
@@ -286,9 +292,14 @@ class TRPOObjective:
         result = line_search(evaluate, self.max_kl, self.line_search_steps, self.line_search_shrink)
         _assign(params, start + result.fraction * full_step)
         return {
-            "policy_objective": baseline, "policy_improvement": result.improvement, "approx_kl": result.kl,
-            "step_fraction": result.fraction, "line_search_trials": float(result.trials), "step_size": step_size,
-            "entropy": entropy, "kl_ref": ref_kl,
+            "policy_objective": baseline,
+            "policy_improvement": result.improvement,
+            "approx_kl": result.kl,
+            "step_fraction": result.fraction,
+            "line_search_trials": float(result.trials),
+            "step_size": step_size,
+            "entropy": entropy,
+            "kl_ref": ref_kl,
         }
 
 
@@ -307,7 +318,11 @@ class TRPO(OnPolicyAlgorithm):
         """TRPO's step with this config's trust region, conjugate gradient and line search."""
         trpo = self.config.trpo
         return TRPOObjective(
-            trpo.max_kl, trpo.cg_steps, trpo.cg_damping, trpo.line_search_steps, trpo.line_search_shrink,
+            trpo.max_kl,
+            trpo.cg_steps,
+            trpo.cg_damping,
+            trpo.line_search_steps,
+            trpo.line_search_shrink,
             self.kl.loss_coef,
         )
 

@@ -74,7 +74,9 @@ class PolicyUpdater(Updater):
         self.base_learning_rates = [float(group["lr"]) for group in groups]
         self.params: list[torch.nn.Parameter] = [p for group in groups for p in group["params"]]
         #: fp16 loss scaling (skips steps with inf/NaN gradients); a no-op in bf16 and fp32.
-        self.loss_scaling = LossScaling(getattr(self.llm, "compute_dtype", torch.float32), self.params[0].device)
+        self.loss_scaling = LossScaling(
+            getattr(self.llm, "compute_dtype", torch.float32), self.params[0].device
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's state, and the fp16 loss scale when there is one."""
@@ -184,7 +186,9 @@ class UpdateContext:
             InputError: This server holds no sample.
         """
         if not self.own:
-            raise InputError("UpdateContext.evaluate: this server holds no sample of the batch; check num_samples first.")
+            raise InputError(
+                "UpdateContext.evaluate: this server holds no sample of the batch; check num_samples first."
+            )
         kernels = sdpa_kernel(SDPBackend.MATH) if second_order else contextlib.nullcontext()
         with kernels:
             outputs = self._evaluate(self.own, require_grad)
@@ -194,8 +198,12 @@ class UpdateContext:
         """``batch.policy`` on the samples ``chunk`` (indices into the client's batch, all this server's)."""
         batch = self.batch
         return batch.policy.evaluate(
-            self._updater.llm, [self._contexts[self._position[g]] for g in chunk], batch.actions.select(chunk),
-            require_grad=require_grad, with_reference=batch.objective.kl_coef > 0, kl_estimator=batch.kl_estimator,
+            self._updater.llm,
+            [self._contexts[self._position[g]] for g in chunk],
+            batch.actions.select(chunk),
+            require_grad=require_grad,
+            with_reference=batch.objective.kl_coef > 0,
+            kl_estimator=batch.kl_estimator,
         )
 
     def targets(self) -> SampleTargets:
@@ -256,7 +264,9 @@ class UpdateContext:
     def _device(self) -> torch.device:
         """Where the policy's outputs land, so the targets go there: the LM head's device (the last GPU of a sharded model)."""
         head_device = getattr(self._updater.llm, "head_device", None)
-        return head_device if isinstance(head_device, torch.device) else next(iter(self._updater.params)).device
+        return (
+            head_device if isinstance(head_device, torch.device) else next(iter(self._updater.params)).device
+        )
 
 
 def resolve_updater(config: AlgorithmConfig) -> Updater:
@@ -279,7 +289,9 @@ def resolve_updater(config: AlgorithmConfig) -> Updater:
     return updater
 
 
-def _accumulate(totals: dict[str, Tensor], key: str, value: Tensor | float, weight: int, device: torch.device) -> None:
+def _accumulate(
+    totals: dict[str, Tensor], key: str, value: Tensor | float, weight: int, device: torch.device
+) -> None:
     """Add ``value * weight`` to ``totals[key]`` as a detached float32 0-d tensor on ``device`` (no host sync)."""
     term = torch.as_tensor(value).detach().to(device=device, dtype=torch.float32, non_blocking=True) * weight
     totals[key] = totals[key] + term if key in totals else term

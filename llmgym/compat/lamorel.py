@@ -110,7 +110,13 @@ class BaseModuleFunction(torch.nn.Module, abc.ABC):
         """Build the module's layers (``self.llm_config`` and ``self.device`` are set)."""
 
     @abc.abstractmethod
-    def forward(self, forward_outputs: Any, minibatch: Mapping[str, Any], tokenized_contexts: Mapping[str, Any], **kwargs: Any) -> Any:
+    def forward(
+        self,
+        forward_outputs: Any,
+        minibatch: Mapping[str, Any],
+        tokenized_contexts: Mapping[str, Any],
+        **kwargs: Any,
+    ) -> Any:
         """Compute the module's output for one minibatch of one context's candidates.
 
         Args:
@@ -143,7 +149,9 @@ class BaseUpdater(abc.ABC):
         self._llm_module = llm_module
 
     @abc.abstractmethod
-    def perform_update(self, contexts: Sequence[str], candidates: Any, _current_batch_ids: Sequence[int], **kwargs: Any) -> Any:
+    def perform_update(
+        self, contexts: Sequence[str], candidates: Any, _current_batch_ids: Sequence[int], **kwargs: Any
+    ) -> Any:
         """Run one update.
 
         Args:
@@ -221,7 +229,9 @@ class LamorelRows:
     tables: list[list[int]]
 
 
-def lamorel_rows(tokenizer: Any, contexts: Sequence[str], candidates: Sequence[Sequence[str]], model_type: str) -> LamorelRows:
+def lamorel_rows(
+    tokenizer: Any, contexts: Sequence[str], candidates: Sequence[Sequence[str]], model_type: str
+) -> LamorelRows:
     """Lay contexts and candidates out in rows exactly as Lamorel's ``HF_LLM.forward`` does.
 
     Args:
@@ -285,7 +295,9 @@ class LamorelLLMModule(torch.nn.Module):
         settings: The parsed ``lamorel_args``.
     """
 
-    def __init__(self, llm: Any, module_functions: Mapping[str, BaseModuleFunction], settings: LamorelSettings) -> None:
+    def __init__(
+        self, llm: Any, module_functions: Mapping[str, BaseModuleFunction], settings: LamorelSettings
+    ) -> None:
         super().__init__()
         self._llm = llm
         self._settings = settings
@@ -315,7 +327,9 @@ class LamorelLLMModule(torch.nn.Module):
     def _tensor(self, values: Any) -> torch.Tensor:
         return torch.tensor(values, device=self.device)
 
-    def _context_cache(self, contexts: Sequence[Mapping[str, list[int]]], size: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    def _context_cache(
+        self, contexts: Sequence[Mapping[str, list[int]]], size: int
+    ) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
         """Per layer ``(keys, values)`` ``[n_contexts, heads, L, d]`` of the contexts' parts (causal pre-encoding).
 
         Raises:
@@ -327,8 +341,12 @@ class LamorelLLMModule(torch.nn.Module):
         for start in range(0, len(contexts), size):
             part = contexts[start : start + size]
             mask = self._tensor([c["attention_mask"] for c in part])
-            out = self._LLM_model(input_ids=self._tensor([c["input_ids"] for c in part]), attention_mask=mask,
-                                  position_ids=_positions(mask), use_cache=True)
+            out = self._LLM_model(
+                input_ids=self._tensor([c["input_ids"] for c in part]),
+                attention_mask=mask,
+                position_ids=_positions(mask),
+                use_cache=True,
+            )
             cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
             layers = getattr(cache, "layers", None)
             if not layers or any(getattr(layer, "keys", None) is None for layer in layers):
@@ -337,14 +355,19 @@ class LamorelLLMModule(torch.nn.Module):
                     "has another kind; set lamorel_args.llm_args.pre_encode_inputs: false."
                 )
             chunks.append([(layer.keys, layer.values) for layer in layers])
-        return [(torch.cat([c[i][0] for c in chunks]), torch.cat([c[i][1] for c in chunks])) for i in range(len(chunks[0]))]
+        return [
+            (torch.cat([c[i][0] for c in chunks]), torch.cat([c[i][1] for c in chunks]))
+            for i in range(len(chunks[0]))
+        ]
 
     def _encoder_states(self, contexts: Sequence[Mapping[str, list[int]]], size: int) -> torch.Tensor:
         """Encoder hidden states ``[n_contexts, L, H]`` of the contexts (seq2seq pre-encoding)."""
         encoder = self._LLM_model.get_encoder()
         parts = [
-            encoder(input_ids=self._tensor([c["input_ids"] for c in contexts[start : start + size]]),
-                    attention_mask=self._tensor([c["attention_mask"] for c in contexts[start : start + size]])).last_hidden_state
+            encoder(
+                input_ids=self._tensor([c["input_ids"] for c in contexts[start : start + size]]),
+                attention_mask=self._tensor([c["attention_mask"] for c in contexts[start : start + size]]),
+            ).last_hidden_state
             for start in range(0, len(contexts), size)
         ]
         return torch.cat(parts)
@@ -360,10 +383,15 @@ class LamorelLLMModule(torch.nn.Module):
         width = max(len(rows.outputs[i]["input_ids"]) for i in indices)
         outputs = [_pad(rows.outputs[i], width) for i in indices]
         inputs = [rows.inputs[i] for i in indices]
-        ids = [o["input_ids"] if cache is not None else c["input_ids"] + o["input_ids"] for c, o in zip(inputs, outputs)]
+        ids = [
+            o["input_ids"] if cache is not None else c["input_ids"] + o["input_ids"]
+            for c, o in zip(inputs, outputs)
+        ]
         mask = self._tensor([c["attention_mask"] + o["attention_mask"] for c, o in zip(inputs, outputs)])
         minibatch: dict[str, Any] = {"input_ids": self._tensor(ids), "attention_mask": mask}
-        model_inputs = dict(minibatch, position_ids=_positions(mask)[:, -len(ids[0]) :], use_cache=cache is not None)
+        model_inputs = dict(
+            minibatch, position_ids=_positions(mask)[:, -len(ids[0]) :], use_cache=cache is not None
+        )
         if cache is not None:
             owners = self._tensor([rows.owners[i] for i in indices])
             minibatch["past_key_values"] = tuple((keys[owners], values[owners]) for keys, values in cache)
@@ -380,8 +408,13 @@ class LamorelLLMModule(torch.nn.Module):
         from transformers.modeling_outputs import BaseModelOutput
 
         width = max(len(rows.outputs[i]["input_ids"]) for i in indices) + 1
-        decoder = [_pad({k: [v] + rows.outputs[i][k] for k, v in (("input_ids", PAD_TOKEN), ("attention_mask", 1))}, width)
-                   for i in indices]
+        decoder = [
+            _pad(
+                {k: [v] + rows.outputs[i][k] for k, v in (("input_ids", PAD_TOKEN), ("attention_mask", 1))},
+                width,
+            )
+            for i in indices
+        ]
         minibatch: dict[str, Any] = {
             "decoder_input_ids": self._tensor([d["input_ids"] for d in decoder]),
             "decoder_attention_mask": self._tensor([d["attention_mask"] for d in decoder]),
@@ -389,7 +422,9 @@ class LamorelLLMModule(torch.nn.Module):
         }
         model_inputs = dict(minibatch, use_cache=False)
         if states is None:
-            minibatch["input_ids"] = model_inputs["input_ids"] = self._tensor([rows.inputs[i]["input_ids"] for i in indices])
+            minibatch["input_ids"] = model_inputs["input_ids"] = self._tensor(
+                [rows.inputs[i]["input_ids"] for i in indices]
+            )
         else:
             hidden = states[self._tensor([rows.owners[i] for i in indices])]
             minibatch["encoder_outputs"] = (hidden,)
@@ -397,7 +432,12 @@ class LamorelLLMModule(torch.nn.Module):
         return minibatch, model_inputs
 
     def _custom_outputs(
-        self, keys: Sequence[str], contexts: Sequence[str], groups: Sequence[Sequence[str]], size: int, kwargs: Mapping[str, Any]
+        self,
+        keys: Sequence[str],
+        contexts: Sequence[str],
+        groups: Sequence[Sequence[str]],
+        size: int,
+        kwargs: Mapping[str, Any],
     ) -> list[dict[str, Any]]:
         """Run custom module functions on Lamorel's minibatches; per context, its rows of each output."""
         causal = self._settings.model_type == "causal"
@@ -415,7 +455,9 @@ class LamorelLLMModule(torch.nn.Module):
             outputs = self._LLM_model(**model_inputs, output_hidden_states=True)
             tokenized_contexts = [rows.inputs[i] for i in indices]
             for key in keys:
-                value = self._module_functions[key](outputs, minibatch=minibatch, tokenized_contexts=tokenized_contexts, **kwargs)
+                value = self._module_functions[key](
+                    outputs, minibatch=minibatch, tokenized_contexts=tokenized_contexts, **kwargs
+                )
                 if not isinstance(value, torch.Tensor):
                     raise InputError(
                         f"module function {key!r} returned a {type(value).__name__}; Lamorel module functions return a "
@@ -465,9 +507,13 @@ class LamorelLLMModule(torch.nn.Module):
             size = minibatch_size if minibatch_size is not None else self._settings.minibatch_size
             if size <= 0:
                 raise InputError(f"minibatch_size={size} must be a positive integer.")
-            rows_of = [list(g) if g else [""] for g in groups] if groups is not None else [[""] for _ in contexts]
+            rows_of = (
+                [list(g) if g else [""] for g in groups] if groups is not None else [[""] for _ in contexts]
+            )
             with nullcontext() if require_grad else torch.no_grad():
-                for result, output in zip(results, self._custom_outputs(custom, contexts, rows_of, size, kwargs)):
+                for result, output in zip(
+                    results, self._custom_outputs(custom, contexts, rows_of, size, kwargs)
+                ):
                     result.update(output)
         if torch.cuda.is_available():
             if self._settings.synchronize_gpus_after_scoring:
@@ -484,11 +530,18 @@ class UpdaterAdapter(Updater):
         self.lamorel_updater = updater
 
     def perform_update(
-        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None, _current_batch_ids: Sequence[int], **kwargs: Any
+        self,
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]] | None,
+        _current_batch_ids: Sequence[int],
+        **kwargs: Any,
     ) -> dict[str, Any]:
         """Call the Lamorel updater; a non-dict result is returned under ``"result"``."""
         result = self.lamorel_updater.perform_update(
-            list(contexts), [list(c) for c in candidates] if candidates is not None else None, list(_current_batch_ids), **kwargs
+            list(contexts),
+            [list(c) for c in candidates] if candidates is not None else None,
+            list(_current_batch_ids),
+            **kwargs,
         )
         return dict(result) if isinstance(result, Mapping) else {"result": result}
 
@@ -504,7 +557,9 @@ class UpdaterAdapter(Updater):
             optimizer.load_state_dict(state["optimizer"])
 
 
-def initialize_module_functions(llm: Any, functions: Mapping[str, BaseModuleFunction], settings: LamorelSettings) -> None:
+def initialize_module_functions(
+    llm: Any, functions: Mapping[str, BaseModuleFunction], settings: LamorelSettings
+) -> None:
     """Check the model type, then give every module function the model's config and device and initialise it.
 
     Args:
@@ -584,7 +639,9 @@ class Caller:
             self._backend: Any = self._servers
             self._modules: Any = self._servers.forward
             return
-        self._llm = LLM(settings.model, updater=UpdaterAdapter(custom_updater) if custom_updater is not None else None)
+        self._llm = LLM(
+            settings.model, updater=UpdaterAdapter(custom_updater) if custom_updater is not None else None
+        )
         try:
             initialize_module_functions(self._llm, functions, settings)
         except ConfigError:
@@ -613,7 +670,11 @@ class Caller:
         return self._llm
 
     def score(
-        self, contexts: Sequence[str], candidates: Any, additional_module_function_keys: Sequence[str] = (), **kwargs: Any
+        self,
+        contexts: Sequence[str],
+        candidates: Any,
+        additional_module_function_keys: Sequence[str] = (),
+        **kwargs: Any,
     ) -> list[Any]:
         """Log p(candidate | context) per context (a tensor ``[k]``), or dicts with extra modules.
 
@@ -642,9 +703,13 @@ class Caller:
                     "custom modules that read them with additional_module_function_keys=[...], or remove them."
                 )
             return list(self._backend.score(list(contexts), groups))
-        return list(self._modules([SCORE_KEY, *additional_module_function_keys], list(contexts), groups, **kwargs))
+        return list(
+            self._modules([SCORE_KEY, *additional_module_function_keys], list(contexts), groups, **kwargs)
+        )
 
-    def custom_module_fns(self, module_function_keys: Sequence[str], contexts: Sequence[str], **kwargs: Any) -> list[dict[str, Any]]:
+    def custom_module_fns(
+        self, module_function_keys: Sequence[str], contexts: Sequence[str], **kwargs: Any
+    ) -> list[dict[str, Any]]:
         """Run custom module functions (and ``"__score"``) without gradients.
 
         Args:
@@ -659,7 +724,9 @@ class Caller:
         groups = _as_candidate_groups(list(contexts), kwargs.pop("candidates", None))
         return list(self._modules(module_function_keys, list(contexts), groups, **kwargs))
 
-    def generate(self, contexts: Sequence[str], return_logprobs: bool = False, **kwargs: Any) -> list[list[dict[str, Any]]]:
+    def generate(
+        self, contexts: Sequence[str], return_logprobs: bool = False, **kwargs: Any
+    ) -> list[list[dict[str, Any]]]:
         """Generate continuations (any transformers generation argument, e.g. ``max_length``).
 
         Args:
@@ -696,7 +763,9 @@ class Caller:
             ConfigError: When the Caller has no ``custom_updater``.
         """
         if self._updater is None:
-            raise ConfigError("Caller.update needs an updater; build the Caller with custom_updater=MyUpdater().")
+            raise ConfigError(
+                "Caller.update needs an updater; build the Caller with custom_updater=MyUpdater()."
+            )
         groups = _as_candidate_groups(list(contexts), candidates)
         results: list[Any] = self._backend.update(list(contexts), groups, **kwargs)
         return [r["result"] if set(r) == {"result"} else r for r in results]

@@ -124,7 +124,10 @@ def to_plain_dict(config: Any, name: str = "config") -> dict[str, Any]:
         plain = OmegaConf.to_container(config, resolve=False)
         return {str(k): v for k, v in plain.items()} if isinstance(plain, dict) else {}
     if isinstance(config, Mapping):
-        return {str(k): to_plain_dict(v, f"{name}.{k}") if isinstance(v, (Mapping, DictConfig)) else v for k, v in config.items()}
+        return {
+            str(k): to_plain_dict(v, f"{name}.{k}") if isinstance(v, (Mapping, DictConfig)) else v
+            for k, v in config.items()
+        }
     raise ConfigError(
         f"{name} is a {type(config).__name__}; expected a mapping (dict) or an OmegaConf DictConfig such as "
         "Hydra's config_args.lamorel_args."
@@ -253,7 +256,9 @@ def _seed(llm: Mapping[str, Any], prefix: str) -> int:
     if value is None:
         return 42
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{prefix}.seed={value!r} must be a non-negative integer (Lamorel's default is 42).")
+        raise ConfigError(
+            f"{prefix}.seed={value!r} must be a non-negative integer (Lamorel's default is 42)."
+        )
     return value
 
 
@@ -282,12 +287,16 @@ def load_lamorel_config(path: str | Path, overrides: Sequence[str] = ()) -> Any:
         raise ConfigError(f"Lamorel config {str(file)!r} must hold a mapping with a lamorel_args section.")
     for override in overrides:
         if "=" not in override or override.startswith("~"):
-            raise ConfigError(f"override {override!r} is not supported; write dotted.key=value (or Hydra's +key=value).")
+            raise ConfigError(
+                f"override {override!r} is not supported; write dotted.key=value (or Hydra's +key=value)."
+            )
         merged = OmegaConf.merge(config, OmegaConf.from_dotlist([override.lstrip("+")]))
         if isinstance(merged, DictConfig):
             config = merged
     for key in config:
         if key not in _TOP_LEVEL:
-            raise ConfigError(f"Lamorel config key {key!r} is not supported; top-level keys are {list(_TOP_LEVEL)}.")
+            raise ConfigError(
+                f"Lamorel config key {key!r} is not supported; top-level keys are {list(_TOP_LEVEL)}."
+            )
     parse_lamorel_args(config.get("lamorel_args"))
     return config

@@ -67,12 +67,17 @@ class LamorelServer:
         """The model's tokenizer."""
         return self._llm.tokenizer
 
-    def score(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any) -> list[torch.Tensor]:
+    def score(
+        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any
+    ) -> list[torch.Tensor]:
         """Log p(candidate | context), per context a tensor ``[k]``."""
         return self._llm.score(contexts, candidates, **kwargs)
 
     def forward(
-        self, keys: Sequence[str], contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None,
+        self,
+        keys: Sequence[str],
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]] | None = None,
         **kwargs: Any,
     ) -> list[dict[str, Any]]:
         """Lamorel's ``forward``: per context a dict with one entry per key."""
@@ -83,7 +88,9 @@ class LamorelServer:
         """Generations, per context, per returned sequence."""
         return self._llm.generate(contexts, **kwargs)
 
-    def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any) -> list[Any]:
+    def update(
+        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
+    ) -> list[Any]:
         """Run the Lamorel updater on this server's share (``_current_batch_ids`` in ``kwargs``)."""
         return self._llm.update(contexts, candidates, **kwargs)
 

@@ -68,7 +68,13 @@ from llmgym.llm.sampling import Sampling
 __all__ = ["Agent", "AutoModelForCausalLMWithValueHead", "PPOConfig", "generation_settings"]
 
 #: LlamaGym's defaults when ``generate_config_dict`` / ``ppo_config_dict`` are ``None``.
-DEFAULT_GENERATE_CONFIG: dict[str, Any] = {"max_new_tokens": 32, "do_sample": True, "top_p": 0.6, "top_k": 0, "temperature": 0.9}
+DEFAULT_GENERATE_CONFIG: dict[str, Any] = {
+    "max_new_tokens": 32,
+    "do_sample": True,
+    "top_p": 0.6,
+    "top_k": 0,
+    "temperature": 0.9,
+}
 DEFAULT_PPO_CONFIG: dict[str, Any] = {"batch_size": 16, "mini_batch_size": 16}
 
 #: Largest float16 value: LlamaGym keeps rewards (``current_batch["rewards"]``) in float16.
@@ -99,17 +105,41 @@ _DISTRIBUTION_ARGS: dict[str, Any] = {
 }
 
 #: TRL ``PPOConfig`` keys about logging, trackers, the hub, devices or distributed sizes: no effect here.
-_PPO_IGNORED = frozenset({
-    "exp_name", "log_with", "task_name", "model_name", "query_dataset", "reward_model", "remove_unused_columns",
-    "tracker_kwargs", "accelerator_kwargs", "project_kwargs", "tracker_project_name", "push_to_hub_if_best_kwargs",
-    "steps", "optimize_cuda_cache", "optimize_device_cache", "forward_batch_size", "backward_batch_size",
-    "global_backward_batch_size", "global_batch_size", "world_size", "is_encoder_decoder", "is_peft_model",
-    "compare_steps", "ratio_threshold",
-})
+_PPO_IGNORED = frozenset(
+    {
+        "exp_name",
+        "log_with",
+        "task_name",
+        "model_name",
+        "query_dataset",
+        "reward_model",
+        "remove_unused_columns",
+        "tracker_kwargs",
+        "accelerator_kwargs",
+        "project_kwargs",
+        "tracker_project_name",
+        "push_to_hub_if_best_kwargs",
+        "steps",
+        "optimize_cuda_cache",
+        "optimize_device_cache",
+        "forward_batch_size",
+        "backward_batch_size",
+        "global_backward_batch_size",
+        "global_batch_size",
+        "world_size",
+        "is_encoder_decoder",
+        "is_peft_model",
+        "compare_steps",
+        "ratio_threshold",
+    }
+)
 
 #: TRL ``PPOConfig`` keys with no llmgym equivalent, with the only value accepted (TRL's default).
 _PPO_NEUTRAL: dict[str, Any] = {
-    "whiten_rewards": False, "use_score_scaling": False, "use_score_norm": False, "score_clip": None,
+    "whiten_rewards": False,
+    "use_score_scaling": False,
+    "use_score_norm": False,
+    "score_clip": None,
 }
 
 #: TRL's ``kl_penalty`` values and llmgym's per-token KL estimators they are.
@@ -192,7 +222,9 @@ class PPOConfig:
                 raise ConfigError(
                     f"ppo_config_dict[{key!r}]={config[key]!r} has no llmgym equivalent; remove it (or set {neutral!r})."
                 )
-        unknown = sorted(k for k in config if k not in fields and k not in _PPO_IGNORED and k not in _PPO_NEUTRAL)
+        unknown = sorted(
+            k for k in config if k not in fields and k not in _PPO_IGNORED and k not in _PPO_NEUTRAL
+        )
         if unknown:
             raise ConfigError(f"ppo_config_dict has unsupported keys {unknown}; supported: {sorted(fields)}.")
         if config.get("kl_penalty", "kl") not in _KL_ESTIMATORS:
@@ -203,15 +235,22 @@ class PPOConfig:
         for key in _PPO_COUNTS:
             value = config.get(key, 1)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ConfigError(f"ppo_config_dict[{key!r}]={value!r:.60} is invalid; expected an integer >= 1.")
+                raise ConfigError(
+                    f"ppo_config_dict[{key!r}]={value!r:.60} is invalid; expected an integer >= 1."
+                )
         return cls(**{k: v for k, v in config.items() if k in fields})
 
     def kl(self) -> KLConfig:
         """TRL's KL control as ``algorithm.kl``: a reward penalty per response, adaptive unless ``adap_kl_ctrl=False``."""
         adaptive = self.adap_kl_ctrl and self.init_kl_coef > 0  # TRL's controller keeps a zero weight at zero
         return KLConfig(
-            coef=self.init_kl_coef, controller="adaptive" if adaptive else "fixed", target=self.target,
-            horizon=self.horizon, unit="completion", penalty="reward", estimator=_KL_ESTIMATORS[self.kl_penalty],
+            coef=self.init_kl_coef,
+            controller="adaptive" if adaptive else "fixed",
+            target=self.target,
+            horizon=self.horizon,
+            unit="completion",
+            penalty="reward",
+            estimator=_KL_ESTIMATORS[self.kl_penalty],
         )
 
     def algorithm(self) -> AlgorithmConfig:
@@ -235,7 +274,9 @@ class PPOConfig:
         )
 
 
-def generation_settings(config: Mapping[str, Any], generation_config: Any) -> tuple[dict[str, Any], Optional[Sampling]]:
+def generation_settings(
+    config: Mapping[str, Any], generation_config: Any
+) -> tuple[dict[str, Any], Optional[Sampling]]:
     """``llm.generate`` arguments and the sampling distribution of LlamaGym's ``generate_config_dict``.
 
     Args:
@@ -270,7 +311,8 @@ def generation_settings(config: Mapping[str, Any], generation_config: Any) -> tu
             )
     sampling = Sampling(
         **{name: in_force(name, default) for name, default in _TRANSFORMERS_SAMPLING_DEFAULTS.items()},
-        repetition_penalty=in_force("repetition_penalty", 1.0), min_new_tokens=in_force("min_new_tokens", 0),
+        repetition_penalty=in_force("repetition_penalty", 1.0),
+        min_new_tokens=in_force("min_new_tokens", 0),
     )
     return {**kwargs, **sampling.generation_kwargs()}, sampling
 
@@ -312,8 +354,11 @@ def _load_8bit(name: str, revision: Optional[str], trust_remote_code: bool) -> A
     source = resolve_model(ModelConfig(name=name, revision=revision))
     extra = {"revision": revision} if revision is not None else {}
     return AutoModelForCausalLM.from_pretrained(
-        source.location, quantization_config=BitsAndBytesConfig(load_in_8bit=True), device_map={"": 0},
-        trust_remote_code=trust_remote_code, **extra,
+        source.location,
+        quantization_config=BitsAndBytesConfig(load_in_8bit=True),
+        device_map={"": 0},
+        trust_remote_code=trust_remote_code,
+        **extra,
     )
 
 
@@ -370,7 +415,9 @@ class AutoModelForCausalLMWithValueHead:
                 "supported: peft_config, load_in_8bit, load_in_4bit, token, dtype, revision, trust_remote_code."
             )
         if token is not None and token != os.environ.get("HF_TOKEN"):
-            raise ConfigError("token= differs from $HF_TOKEN, which the hub reads; export HF_TOKEN=<token> instead.")
+            raise ConfigError(
+                "token= differs from $HF_TOKEN, which the hub reads; export HF_TOKEN=<token> instead."
+            )
         if load_in_8bit and load_in_4bit:
             raise ConfigError("load_in_8bit and load_in_4bit are both set; choose one.")
         dtype = kwargs.get("dtype", kwargs.get("torch_dtype", "float32"))
@@ -384,8 +431,13 @@ class AutoModelForCausalLMWithValueHead:
             from llmgym.llm.models import load_model
 
             config = ModelConfig(
-                name=str(pretrained_model_name_or_path), model_type="causal", device="cpu", revision=revision,
-                dtype=str(dtype).removeprefix("torch."), trust_remote_code=trust, load_in_4bit=load_in_4bit,
+                name=str(pretrained_model_name_or_path),
+                model_type="causal",
+                device="cpu",
+                revision=revision,
+                dtype=str(dtype).removeprefix("torch."),
+                trust_remote_code=trust,
+                load_in_4bit=load_in_4bit,
             )
             model, _ = load_model(config)
         if peft_config is not None:
@@ -427,7 +479,9 @@ def _transformers_model(model: Any, tokenizer: Any, device: Any) -> tuple[Any, A
             "AutoModelForCausalLMWithValueHead.from_pretrained(...) or a model name."
         )
     if getattr(model.config, "is_encoder_decoder", False):
-        raise ConfigError("model is an encoder-decoder; LlamaGym agents chat with a causal (decoder-only) LM.")
+        raise ConfigError(
+            "model is an encoder-decoder; LlamaGym agents chat with a causal (decoder-only) LM."
+        )
     if isinstance(tokenizer, (str, os.PathLike)):
         from transformers import AutoTokenizer
 
@@ -494,18 +548,27 @@ class Agent(abc.ABC):
         self.device = device
         self.generate_config_dict = generate_config_dict
         self.ppo_config = PPOConfig.from_dict(ppo_config_dict)
-        self._generation_kwargs, self.sampling = generation_settings(generate_config_dict, hf_model.generation_config)
+        self._generation_kwargs, self.sampling = generation_settings(
+            generate_config_dict, hf_model.generation_config
+        )
         self._ppo = PPO(config=self.ppo_config.algorithm(), seed=self.ppo_config.seed)
         name = str(getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__)
         self.policy = LLM(
             # the KL reference: the adapter disabled, or TRL's create_reference_model (a frozen copy)
-            ModelConfig(name=name, reference_copy=self.ppo_config.init_kl_coef > 0 and not is_peft_model(hf_model)),
-            {VALUE_KEY: ValueHead(hidden_sizes=())}, self._ppo.updater(), model=hf_model, tokenizer=tokenizer,
+            ModelConfig(
+                name=name, reference_copy=self.ppo_config.init_kl_coef > 0 and not is_peft_model(hf_model)
+            ),
+            {VALUE_KEY: ValueHead(hidden_sizes=())},
+            self._ppo.updater(),
+            model=hf_model,
+            tokenizer=tokenizer,
         )
         self._last_ids: tuple[list[int], list[int]] = ([], [])
         self._episode_ids: list[tuple[list[int], list[int]]] = []
         self.current_batch: dict[str, list[torch.Tensor]] = {"queries": [], "responses": [], "rewards": []}
-        self.current_episode_messages: list[dict[str, str]] = [{"role": "system", "content": self.get_system_prompt()}]
+        self.current_episode_messages: list[dict[str, str]] = [
+            {"role": "system", "content": self.get_system_prompt()}
+        ]
         self.current_episode_rewards: list[float] = []
 
     @abc.abstractmethod
@@ -554,7 +617,10 @@ class Agent(abc.ABC):
         """
         step = len(self.current_episode_rewards) + 1
         value = check_reward(
-            reward, source=f"{type(self).__name__}.assign_reward", step=f"reward {step} of the episode", clip_setting=None
+            reward,
+            source=f"{type(self).__name__}.assign_reward",
+            step=f"reward {step} of the episode",
+            clip_setting=None,
         )
         if abs(value) > _FLOAT16_MAX:
             raise InputError(
@@ -581,7 +647,9 @@ class Agent(abc.ABC):
         if not queries:
             return [], [], []
         if not rewards:
-            raise InputError("the episode has answered turns but no reward; call assign_reward(reward) after each step.")
+            raise InputError(
+                "the episode has answered turns but no reward; call assign_reward(reward) after each step."
+            )
         if all(reward == 0 for reward in rewards[:-1]):
             per_turn_reward = rewards[-1] / (len(messages) / 2)
             return queries, responses, [torch.tensor(per_turn_reward, dtype=torch.float16)] * len(queries)
@@ -607,7 +675,9 @@ class Agent(abc.ABC):
             self.current_batch["rewards"].extend(rewards)
             if len(self.current_batch["queries"]) >= self.ppo_config.batch_size:
                 return self.train_batch(
-                    self.current_batch["queries"], self.current_batch["responses"], self.current_batch["rewards"]
+                    self.current_batch["queries"],
+                    self.current_batch["responses"],
+                    self.current_batch["rewards"],
                 )
         return {}
 
@@ -622,7 +692,9 @@ class Agent(abc.ABC):
         if len(batch_queries) > size:
             queries, responses, rewards = batch_queries[:size], batch_responses[:size], batch_rewards[:size]
             self.current_batch = {
-                "queries": batch_queries[size:], "responses": batch_responses[size:], "rewards": batch_rewards[size:]
+                "queries": batch_queries[size:],
+                "responses": batch_responses[size:],
+                "rewards": batch_rewards[size:],
             }
         else:
             queries, responses, rewards = batch_queries, batch_responses, batch_rewards
@@ -633,7 +705,10 @@ class Agent(abc.ABC):
         return train_stats
 
     def step(
-        self, queries: Sequence[torch.Tensor], responses: Sequence[torch.Tensor], rewards: Sequence[torch.Tensor]
+        self,
+        queries: Sequence[torch.Tensor],
+        responses: Sequence[torch.Tensor],
+        rewards: Sequence[torch.Tensor],
     ) -> dict[str, float]:
         """One PPO update on turns given as token ids and rewards (TRL's ``PPOTrainer.step``).
 
@@ -644,18 +719,29 @@ class Agent(abc.ABC):
             InputError: On a reward that is not a finite real number (checked before any forward).
         """
         reward_values = [
-            check_reward(reward, source=f"{type(self).__name__}.step", step=f"turn {index} of the batch", clip_setting=None)
+            check_reward(
+                reward,
+                source=f"{type(self).__name__}.step",
+                step=f"turn {index} of the batch",
+                clip_setting=None,
+            )
             for index, reward in enumerate(rewards)
         ]
         prompt_ids = [[int(t) for t in q.reshape(-1)] for q in queries]
         action_ids = [[int(t) for t in r.reshape(-1)] for r in responses]
-        olds = self.policy.token_logprobs(prompt_ids, action_ids, keys=[VALUE_KEY], require_grad=False, sampling=self.sampling)
+        olds = self.policy.token_logprobs(
+            prompt_ids, action_ids, keys=[VALUE_KEY], require_grad=False, sampling=self.sampling
+        )
         episodes = []
         for prompt, action, old, reward in zip(prompt_ids, action_ids, olds, reward_values):
             decision = Decision(
-                prompt=self.tokenizer.decode(prompt), prompt_ids=prompt, action=None,
-                response=self.tokenizer.decode(action), log_prob=float(old["logprobs"].sum()),
-                value=float(old[VALUE_KEY].reshape(-1)[0]), choice=TokenChoice(action, old["logprobs"].tolist()),
+                prompt=self.tokenizer.decode(prompt),
+                prompt_ids=prompt,
+                action=None,
+                response=self.tokenizer.decode(action),
+                log_prob=float(old["logprobs"].sum()),
+                value=float(old[VALUE_KEY].reshape(-1)[0]),
+                choice=TokenChoice(action, old["logprobs"].tolist()),
             )
             episodes.append(Episode([decision], [reward]))
         stats = self._ppo.train_on_episodes(self.policy, TokenPolicy(self.sampling or Sampling()), episodes)

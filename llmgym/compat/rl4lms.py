@@ -174,10 +174,13 @@ def convert_rl4lms_config(
     terminate_on_eos = bool(env_args.get("terminate_on_eos", False))
     if env_args.get("prompt_truncation_side", "left") != "left":
         approximately("env.args.prompt_truncation_side", "llmgym truncates prompts on the left")
-    start = env_args.get("context_start_token")  # the decoder start of seq2seq policies; causal ones ignore it in RL4LMs too
+    start = env_args.get(
+        "context_start_token"
+    )  # the decoder start of seq2seq policies; causal ones ignore it in RL4LMs too
     if seq2seq and start not in (None, 0):
         approximately(
-            "env.args.context_start_token", "llmgym starts the decoder at the model's decoder_start_token_id (T5's is 0)"
+            "env.args.context_start_token",
+            "llmgym starts the decoder at the model's decoder_start_token_id (T5's is 0)",
         )
     env_args.done()
     n_envs = int(env.get("n_envs", 1))
@@ -240,7 +243,10 @@ def convert_rl4lms_config(
         algorithm["minibatch_size"] = int(args.get("batch_size", defaults["batch_size"]))
         algorithm["epochs"] = int(args.get("n_epochs", defaults["n_epochs"]))
     if algo in ("ppo", "nlpo"):
-        algorithm["ppo"] = {"clip_range": float(args.get("clip_range", 0.2)), "value_clip_range": args.get("clip_range_vf")}
+        algorithm["ppo"] = {
+            "clip_range": float(args.get("clip_range", 0.2)),
+            "value_clip_range": args.get("clip_range_vf"),
+        }
         algorithm["target_kl"] = args.get("target_kl")
     args.get("verbose")  # llmgym logs every update (logging.progress)
     seed = args.get("seed")
@@ -250,7 +256,12 @@ def convert_rl4lms_config(
     # RL4LMs adds -coeff * (log pi - log pi_ref) of each token to its reward; with target_kl its
     # controller multiplies coeff by 1 + 0.1 * clip(KL / target_kl - 1, -0.2, 0.2) once per rollout
     # of n_steps * n_envs tokens, KL per token: llmgym's adaptive controller with horizon 10 x that.
-    algorithm["kl"] = {"coef": float(kl.get("coeff", 0.0)), "penalty": "reward", "estimator": "k1", "unit": "token"}
+    algorithm["kl"] = {
+        "coef": float(kl.get("coeff", 0.0)),
+        "penalty": "reward",
+        "estimator": "k1",
+        "unit": "token",
+    }
     target_kl = kl.get("target_kl")
     if target_kl is not None:
         algorithm["kl"].update(controller="adaptive", target=float(target_kl), horizon=10 * n_steps * n_envs)

@@ -30,7 +30,9 @@ def _tower_of_hanoi(game: Any) -> list[str]:
         f"[{source} {target}]"
         for source in towers
         for target in towers
-        if source != target and towers[source] and (not towers[target] or towers[target][-1] > towers[source][-1])
+        if source != target
+        and towers[source]
+        and (not towers[target] or towers[target][-1] > towers[source][-1])
     ]
 
 

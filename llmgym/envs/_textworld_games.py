@@ -84,7 +84,16 @@ class GameFamily:
 
 
 def _cooking(recipe: int, go: int, *, open_: bool, cook: bool, cut: bool) -> dict[str, Any]:
-    return {"recipe": recipe, "take": recipe, "go": go, "open": open_, "cook": cook, "cut": cut, "drop": False, "split": None}
+    return {
+        "recipe": recipe,
+        "take": recipe,
+        "go": go,
+        "open": open_,
+        "cook": cook,
+        "cut": cut,
+        "drop": False,
+        "split": None,
+    }
 
 
 #: ``(challenge, level) -> GameFamily`` of every registered id, in registration order.

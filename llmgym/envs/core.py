@@ -240,7 +240,9 @@ class EpisodeGuard(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorA
         if self._needs_reset is not None:
             spec = self.unwrapped.spec
             name = repr(spec.id) if spec is not None else type(self.unwrapped).__name__
-            raise InputError(f"{self._needs_reset}: {name} must be reset before it steps. Fix: call env.reset().")
+            raise InputError(
+                f"{self._needs_reset}: {name} must be reset before it steps. Fix: call env.reset()."
+            )
         obs, reward, terminated, truncated, info = self.env.step(action)
         if terminated or truncated:
             flag = "terminated" if terminated else "truncated"

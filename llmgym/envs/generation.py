@@ -172,7 +172,11 @@ class TextGenEnv(TextEnv[dict[str, str]]):
             done = self.mode == "completion" or self._steps >= self.max_tokens
         info = self._info()
         value = self.reward_fn(
-            self._sample.prompt, self._completion, self._sample.references, metadata=self._sample.metadata, done=done
+            self._sample.prompt,
+            self._completion,
+            self._sample.references,
+            metadata=self._sample.metadata,
+            done=done,
         )
         reward = check_reward(
             value,

@@ -20,7 +20,16 @@ from llmgym.envs._scienceworld_tasks import SCIENCEWORLD_TASKS, task_id_name
 from llmgym.envs._textworld_games import DEFAULT_GAME, FAMILIES
 from llmgym.errors import ConfigError, require_installed
 
-__all__ = ["register_envs", "list_envs", "check_env_id", "import_env_module", "extras_note", "ENV_SPECS", "EnvEntry", "EnvExtra"]
+__all__ = [
+    "register_envs",
+    "list_envs",
+    "check_env_id",
+    "import_env_module",
+    "extras_note",
+    "ENV_SPECS",
+    "EnvEntry",
+    "EnvExtra",
+]
 
 
 @dataclass(frozen=True)
@@ -300,7 +309,9 @@ def check_env_id(env_id: str, kwargs: Mapping[str, Any] | None = None) -> None:
     """
     register_envs()
     if not isinstance(env_id, str):
-        raise ConfigError(f"env id {env_id!r:.100} is a {type(env_id).__name__}; expected a string such as 'llmgym/EchoWord-v0'.")
+        raise ConfigError(
+            f"env id {env_id!r:.100} is a {type(env_id).__name__}; expected a string such as 'llmgym/EchoWord-v0'."
+        )
     name = import_env_module(env_id)
     try:
         spec = gym.spec(name)

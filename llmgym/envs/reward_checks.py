@@ -42,7 +42,11 @@ def check_reward_clip(reward_clip: Any, name: str = "reward_clip") -> Optional[f
     """
     if reward_clip is None:
         return None
-    number = float(reward_clip) if isinstance(reward_clip, numbers.Real) and not isinstance(reward_clip, bool) else math.nan
+    number = (
+        float(reward_clip)
+        if isinstance(reward_clip, numbers.Real) and not isinstance(reward_clip, bool)
+        else math.nan
+    )
     if not 0 < number <= MAX_ABS_REWARD:
         raise ConfigError(
             f"{name}={reward_clip!r:.60} is invalid; expected null (non-finite or huge rewards are errors) or a "

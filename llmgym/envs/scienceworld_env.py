@@ -111,7 +111,9 @@ def start_simulator() -> Any:
     with _LAUNCH_LOCK:
         module.launch_gateway = launch_with_auth
         module.GatewayParameters = lambda **kw: originals["GatewayParameters"](**kw, auth_token=token[-1])
-        module.CallbackServerParameters = lambda **kw: originals["CallbackServerParameters"](**kw, auth_token=token[-1])
+        module.CallbackServerParameters = lambda **kw: originals["CallbackServerParameters"](
+            **kw, auth_token=token[-1]
+        )
         try:
             return module.ScienceWorldEnv()
         except ValueError as exc:  # py4j read no port number from the JVM
@@ -244,7 +246,9 @@ class ScienceWorldTextEnv(TextEnv[str]):
             _VARIATIONS[key] = tuple(sorted(json.loads(listed)))
         return _VARIATIONS[key]
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Start an episode on a variation of the split drawn with the env's RNG. See :meth:`gymnasium.Env.reset`."""
         super().reset(seed=seed)
         variation = self._variations[int(self.np_random.integers(len(self._variations)))]
@@ -344,7 +348,9 @@ class ScienceWorldTextEnv(TextEnv[str]):
             InputError: Before the first :meth:`reset`.
         """
         if self._variation is None:
-            raise InputError(f"valid_actions() called before reset() on {type(self).__name__}. Fix: call env.reset().")
+            raise InputError(
+                f"valid_actions() called before reset() on {type(self).__name__}. Fix: call env.reset()."
+            )
         return list(self._valid_index().values())
 
     def invalid_action(self, action: Any) -> InvalidActionError:
@@ -360,7 +366,9 @@ class ScienceWorldTextEnv(TextEnv[str]):
         """
         index = self._valid_index()
         typed = normalize_action_text(action[:_SHOWN_CHARS]) if isinstance(action, str) else ""
-        closest = [index[key] for key in difflib.get_close_matches(typed, list(index), n=_SHOWN_CLOSEST, cutoff=0.6)]
+        closest = [
+            index[key] for key in difflib.get_close_matches(typed, list(index), n=_SHOWN_CLOSEST, cutoff=0.6)
+        ]
         return InvalidActionError(
             f"action={_preview(action)} is not a valid action in this state of ScienceWorld's {self.task!r} "
             f"({len(index)} valid actions); closest: {closest}; valid in every state: {list(ALWAYS_VALID)}. "

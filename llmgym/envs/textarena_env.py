@@ -160,13 +160,19 @@ class TextArenaEnv(TextEnv[str]):
         self._init_render_mode(render_mode)
         base = check_game(game)
         self.num_players = players(base)
-        if not isinstance(agent_player, int) or isinstance(agent_player, bool) or not 0 <= agent_player < self.num_players:
+        if (
+            not isinstance(agent_player, int)
+            or isinstance(agent_player, bool)
+            or not 0 <= agent_player < self.num_players
+        ):
             raise ConfigError(
                 f"agent_player={agent_player!r} is invalid for {game!r}, a {self.num_players}-player game; expected "
                 f"an int in [0, {self.num_players - 1}]. Fix: pass agent_player=0 (moves first) or 1."
             )
         if not isinstance(history, int) or isinstance(history, bool) or history < 0:
-            raise ConfigError(f"history={history!r} is invalid; expected an int >= 0 (messages kept in the observation).")
+            raise ConfigError(
+                f"history={history!r} is invalid; expected an int >= 0 (messages kept in the observation)."
+            )
         ta: Any = require("textarena", "textarena", f"The TextArena game {game!r}")
         self.game, self.agent_player, self.history = game, agent_player, history
         self._py_state = random.Random(0).getstate()
@@ -236,7 +242,11 @@ class TextArenaEnv(TextEnv[str]):
             key = normalize_action_text(action)
             if key in keys:
                 return keys.index(key)
-        elif isinstance(action, (int, np.integer)) and not isinstance(action, bool) and 0 <= int(action) < len(valid):
+        elif (
+            isinstance(action, (int, np.integer))
+            and not isinstance(action, bool)
+            and 0 <= int(action) < len(valid)
+        ):
             return int(action)
         raise self.invalid_action(action)
 
@@ -260,7 +270,9 @@ class TextArenaEnv(TextEnv[str]):
             "into that list. Fix: map the agent's output onto one of info['valid_actions']."
         )
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Start a game, seeded with ``seed`` (or a seed drawn from the env's generator). See :meth:`gymnasium.Env.reset`."""
         super().reset(seed=seed)
         game_seed = int(self.np_random.integers(2**31 - 1)) if seed is None else int(seed)

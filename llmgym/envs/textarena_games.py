@@ -313,7 +313,9 @@ def check_game(game: object) -> str:
         ConfigError: If ``game`` is not a string, is excluded (the message says why) or is unknown.
     """
     if not isinstance(game, str):
-        raise ConfigError(f"game={game!r:.100} is a {type(game).__name__}; expected a textarena id such as 'TicTacToe-v0'.")
+        raise ConfigError(
+            f"game={game!r:.100} is a {type(game).__name__}; expected a textarena id such as 'TicTacToe-v0'."
+        )
     if game in SINGLE_PLAYER or game in TWO_PLAYER:
         return game
     if game in VARIANTS:

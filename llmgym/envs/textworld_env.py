@@ -33,7 +33,14 @@ from llmgym.envs import _textworld_games as games
 from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace, normalize_action_text
 from llmgym.errors import ConfigError, InputError, InvalidActionError, require
 
-__all__ = ["TextWorldEnv", "CommandSpace", "clean_text", "MAX_TEXT_CHARS", "MAX_COMMAND_CHARS", "UNIVERSAL_COMMANDS"]
+__all__ = [
+    "TextWorldEnv",
+    "CommandSpace",
+    "clean_text",
+    "MAX_TEXT_CHARS",
+    "MAX_COMMAND_CHARS",
+    "UNIVERSAL_COMMANDS",
+]
 
 #: Longest observation text.
 MAX_TEXT_CHARS = 32768
@@ -253,7 +260,9 @@ class TextWorldEnv(TextEnv[str]):
             "admissible_only=False to send free text to the game's parser."
         )
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Start a game of the pool. See :meth:`gymnasium.Env.reset` and the module docstring."""
         super().reset(seed=seed)
         if seed is not None:
@@ -371,7 +380,9 @@ def check_story_file(path: Path) -> None:
         f"is regenerated once its folder is removed from {games.cache_root()}) or copy it again in full."
     )
     if len(data) < _ZCODE_HEADER_BYTES:
-        raise ConfigError(f"game_path {str(path)!r} is truncated: {len(data)} bytes, less than a story file's header. {fix}")
+        raise ConfigError(
+            f"game_path {str(path)!r} is truncated: {len(data)} bytes, less than a story file's header. {fix}"
+        )
     version = data[0]
     length = int.from_bytes(data[0x1A:0x1C], "big") * (2 if version <= 3 else 4 if version <= 5 else 8)
     if length and len(data) < length:
@@ -380,7 +391,9 @@ def check_story_file(path: Path) -> None:
         )
     checksum = int.from_bytes(data[0x1C:0x1E], "big")
     if length and sum(data[_ZCODE_HEADER_BYTES:length]) % 0x10000 != checksum:
-        raise ConfigError(f"game_path {str(path)!r} is damaged: its bytes do not match its header's checksum. {fix}")
+        raise ConfigError(
+            f"game_path {str(path)!r} is damaged: its bytes do not match its header's checksum. {fix}"
+        )
 
 
 def _check_game_json(description: Path) -> None:

@@ -72,7 +72,9 @@ class _Slot:
         unwrapped = env.unwrapped
         self.text_env = unwrapped if isinstance(unwrapped, TextEnv) else None
         spec = unwrapped.spec
-        self.name = f"env {index} ({spec.id!r})" if spec is not None else f"env {index} ({type(unwrapped).__name__})"
+        self.name = (
+            f"env {index} ({spec.id!r})" if spec is not None else f"env {index} ({type(unwrapped).__name__})"
+        )
         self.reward_clip = reward_clip
         self.episode_return = 0.0
         self.episode_length = 0
@@ -100,7 +102,8 @@ class _Slot:
         unique = list(dict.fromkeys(valid))
         repeated = sorted({a for a in valid if valid.count(a) > 1})
         self._warn_once(
-            "duplicates", f"{self.name} lists the valid actions {repeated!r:.200} more than once; each is kept once"
+            "duplicates",
+            f"{self.name} lists the valid actions {repeated!r:.200} more than once; each is kept once",
         )
         return {**info, "valid_actions": unique}
 
@@ -271,8 +274,10 @@ class _AsyncBackend:
         self.processes: list[Any] = []
         method = ctx.get_start_method()
         # A forkserver starts the workers from its one thread; fork and spawn from this thread.
-        parent = (None, True) if method == "forkserver" else (
-            os.getpid(), threading.current_thread() is threading.main_thread()
+        parent = (
+            (None, True)
+            if method == "forkserver"
+            else (os.getpid(), threading.current_thread() is threading.main_thread())
         )
         for start, stop in self.chunks:
             parent_end, child = ctx.Pipe()
@@ -377,7 +382,9 @@ class TextVectorEnv:
         if not env_fns:
             raise ConfigError("env_fns is empty; expected at least one env factory.")
         if seed is not None and not _is_int(seed):
-            raise ConfigError(f"seed={seed!r:.100} is invalid; expected an int or None. Fix: pass e.g. seed=0.")
+            raise ConfigError(
+                f"seed={seed!r:.100} is invalid; expected an int or None. Fix: pass e.g. seed=0."
+            )
         self.num_envs = len(env_fns)
         self.vectorization_mode = vectorization_mode
         self.prompt_builder = prompt_builder
@@ -460,7 +467,9 @@ class TextVectorEnv:
             raise InputError(f"seed has {len(seed)} entries; expected one per env ({self.num_envs}).")
         bad = [s for s in seed if s is not None and not _is_int(s)]
         if bad:
-            raise InputError(f"seed={list(seed)!r:.200} holds {bad[0]!r:.50}; expected an int or None per env.")
+            raise InputError(
+                f"seed={list(seed)!r:.200} holds {bad[0]!r:.50}; expected an int or None per env."
+            )
         return [None if s is None else int(s) for s in seed]
 
     def step(
@@ -482,7 +491,11 @@ class TextVectorEnv:
         self._check_open()
         if self._reset_reason is not None:
             raise InputError(f"{self._reset_reason}; expected reset() first. Fix: call envs.reset().")
-        if isinstance(actions, (str, bytes)) or not hasattr(actions, "__len__") or len(actions) != self.num_envs:
+        if (
+            isinstance(actions, (str, bytes))
+            or not hasattr(actions, "__len__")
+            or len(actions) != self.num_envs
+        ):
             raise InputError(
                 f"actions={actions!r:.200} is invalid; expected a sequence of {self.num_envs} actions, one per env."
             )

@@ -10,7 +10,14 @@ from typing import Any, Optional
 from llmgym.config import LoRAConfig
 from llmgym.errors import ConfigError
 
-__all__ = ["apply_lora", "base_model", "cache_kwarg", "check_quantization", "is_peft_model", "lora_target_modules"]
+__all__ = [
+    "apply_lora",
+    "base_model",
+    "cache_kwarg",
+    "check_quantization",
+    "is_peft_model",
+    "lora_target_modules",
+]
 
 # The ModuleList of transformer blocks is named so in every common architecture (llama "layers", GPT-2 "h",
 # T5 "block"); the group captures the block index.
@@ -29,7 +36,9 @@ def base_model(model: Any) -> Any:
 
 def cache_kwarg(model: Any) -> str:
     """Name of the KV-cache argument of the model's forward (``cache`` in transformers >= 5.x)."""
-    return "cache" if "cache" in inspect.signature(base_model(model).forward).parameters else "past_key_values"
+    return (
+        "cache" if "cache" in inspect.signature(base_model(model).forward).parameters else "past_key_values"
+    )
 
 
 def check_quantization(load_in_4bit: bool) -> None:

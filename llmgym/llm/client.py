@@ -82,13 +82,19 @@ class LLM:
         config: ModelConfig = self._backend.config
         return config
 
-    def score(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any) -> list[torch.Tensor]:
+    def score(
+        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any
+    ) -> list[torch.Tensor]:
         """Score log p(candidate | context): per context a float tensor ``[k_i]``."""
         result: list[torch.Tensor] = self._backend.score(contexts, candidates, **kwargs)
         return result
 
     def forward(
-        self, keys: Sequence[str], contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
+        self,
+        keys: Sequence[str],
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]] | None = None,
+        **kwargs: Any,
     ) -> list[dict[str, Any]]:
         """Compute module outputs (and the built-in ``"score"``): one dict per context."""
         result: list[dict[str, Any]] = self._backend.forward(keys, contexts, candidates, **kwargs)
@@ -106,7 +112,9 @@ class LLM:
         result: list[dict[str, Any]] = self._backend.token_logprobs(prompt_ids, completion_ids, **kwargs)
         return result
 
-    def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+    def update(
+        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
+    ) -> list[dict[str, Any]]:
         """Run the updater; one result dict per LLM server."""
         result: list[dict[str, Any]] = self._backend.update(contexts, candidates, **kwargs)
         return result
@@ -130,5 +138,7 @@ class LLM:
     def __enter__(self) -> LLM:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

@@ -55,7 +55,9 @@ class BaseFingerprint:
     @classmethod
     def from_json(cls, data: object) -> BaseFingerprint | None:
         """The fingerprint stored by :meth:`to_json`, or ``None`` when ``data`` is none (an older checkpoint)."""
-        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("name", "architecture", "weights")):
+        if not isinstance(data, dict) or not all(
+            isinstance(data.get(k), str) for k in ("name", "architecture", "weights")
+        ):
             return None
         return cls(str(data["name"]), str(data["architecture"]), str(data["weights"]))
 
@@ -92,7 +94,9 @@ def base_fingerprint(model: Any, name: str) -> BaseFingerprint:
     """
     config = base_model(model).config.to_dict()
     kept = {k: v for k, v in config.items() if not k.startswith("_") and k not in _LOAD_KEYS}
-    architecture = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:_DIGITS]
+    architecture = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[
+        :_DIGITS
+    ]
     params = _base_parameters(model)
     names = sorted(params)
     count = min(_TENSORS, len(names))

@@ -52,7 +52,13 @@ PREFILL_ROW_TOKENS = 512
 TREE_PREFILL_ROW_TOKENS = 8192
 
 _OWNED_KWARGS = (
-    "return_dict_in_generate", "output_scores", "output_logits", "input_ids", "attention_mask", "cache", "past_key_values",
+    "return_dict_in_generate",
+    "output_scores",
+    "output_logits",
+    "input_ids",
+    "attention_mask",
+    "cache",
+    "past_key_values",
     "decoder_input_ids",
 )
 
@@ -112,7 +118,9 @@ def generated_length(
             return index + 1
     if stop_strings and pad_id is not None:
         for index in range(len(tokens)):
-            if all(t == pad_id for t in tokens[index + 1 :]) and any(s in decode(tokens[: index + 1]) for s in stop_strings):
+            if all(t == pad_id for t in tokens[index + 1 :]) and any(
+                s in decode(tokens[: index + 1]) for s in stop_strings
+            ):
                 return index + 1
     return len(tokens)
 
@@ -149,7 +157,9 @@ class PreallocatedLayer(DynamicLayer):  # type: ignore[misc]
 
     def _owns_states(self) -> bool:
         return all(
-            states is not None and states.data_ptr() == buffer.data_ptr() and states.shape[0] == buffer.shape[0]
+            states is not None
+            and states.data_ptr() == buffer.data_ptr()
+            and states.shape[0] == buffer.shape[0]
             for states, buffer in zip((self.keys, self.values), self._buffers)
         )
 
@@ -203,12 +213,18 @@ def packed_prompt_cache(
     tree = supports_tree_attention(model)
     if not tree and not reads_dense_mask(model):
         return None  # FlashAttention without tree attention: generate's own padded prefill
-    groups = plan_rows(items, [len(h) for h in heads], TREE_PREFILL_ROW_TOKENS if tree else PREFILL_ROW_TOKENS)
+    groups = plan_rows(
+        items, [len(h) for h in heads], TREE_PREFILL_ROW_TOKENS if tree else PREFILL_ROW_TOKENS
+    )
     rows = [pack_items([items[i] for i in group]) for group in groups]
     batch = collate_rows(rows, pad_token_id, input_device(model))
     backbone, head = split_causal_lm(model)
-    with packed_row_attention(model, batch, activation_dtype(batch.input_ids.device, next(head.parameters()).dtype), tree) as mask:
-        out = backbone(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=True)
+    with packed_row_attention(
+        model, batch, activation_dtype(batch.input_ids.device, next(head.parameters()).dtype), tree
+    ) as mask:
+        out = backbone(
+            input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=True
+        )
     cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     layers = getattr(cache, "layers", None)
     if not layers or any(type(layer) is not DynamicLayer for layer in layers):
@@ -241,7 +257,9 @@ def gather_cache_rows(layers: list[Any], gather: torch.Tensor, spare: int) -> No
         if device not in on_device:
             on_device[device] = gather.to(device, non_blocking=True)
         where = on_device[device]
-        layers[index] = PreallocatedLayer(_gather_positions(layer.keys, where), _gather_positions(layer.values, where), spare)
+        layers[index] = PreallocatedLayer(
+            _gather_positions(layer.keys, where), _gather_positions(layer.values, where), spare
+        )
 
 
 def _gather_positions(states: torch.Tensor, gather: torch.Tensor) -> torch.Tensor:
@@ -252,7 +270,10 @@ def _gather_positions(states: torch.Tensor, gather: torch.Tensor) -> torch.Tenso
 
 def _step_logprobs(step_scores: Sequence[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
     """Log-probs ``[N, T]`` of ``tokens [N, T]`` under per-step scores (``T`` tensors ``[N, V]``)."""
-    columns = [torch.log_softmax(s.float(), -1).gather(-1, tokens[:, t, None])[:, 0] for t, s in enumerate(step_scores)]
+    columns = [
+        torch.log_softmax(s.float(), -1).gather(-1, tokens[:, t, None])[:, 0]
+        for t, s in enumerate(step_scores)
+    ]
     return torch.stack(columns, 1) if columns else tokens.new_zeros(tokens.shape, dtype=torch.float32)
 
 
@@ -282,7 +303,10 @@ def new_token_budget(model: Any, kwargs: dict[str, Any], longest: int, seq2seq: 
 
 
 def check_prompts(
-    prompts: Sequence[Sequence[int]], new_tokens: int, window: int | None, decoder_limit: tuple[int, str] | None
+    prompts: Sequence[Sequence[int]],
+    new_tokens: int,
+    window: int | None,
+    decoder_limit: tuple[int, str] | None,
 ) -> None:
     """Refuse empty prompts and prompts whose continuation would run past the model window.
 
@@ -323,7 +347,9 @@ def check_prompts(
         f"{length + new_tokens}, past the model's context window of {window} tokens."
     )
     if new_tokens >= window:
-        raise InputError(f"{problem} Fix: set max_new_tokens to at most {window - length} (window less the prompt).")
+        raise InputError(
+            f"{problem} Fix: set max_new_tokens to at most {window - length} (window less the prompt)."
+        )
     raise InputError(
         f"{problem} Fix: lower max_new_tokens to at most {max(0, window - length)}, or set model.max_context_tokens "
         f"to at most {window - new_tokens} so that contexts are truncated to leave room."
@@ -397,8 +423,12 @@ def generate(
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
     device = input_device(model)
     prompts = encoder.encode_contexts(encoder.fit_contexts(contexts))
-    new_tokens = new_token_budget(model, generation_kwargs, max((len(p) for p in prompts), default=0), seq2seq)
-    check_prompts(prompts, new_tokens, encoder.window, decoder_limit(model.config, tokenizer) if seq2seq else None)
+    new_tokens = new_token_budget(
+        model, generation_kwargs, max((len(p) for p in prompts), default=0), seq2seq
+    )
+    check_prompts(
+        prompts, new_tokens, encoder.window, decoder_limit(model.config, tokenizer) if seq2seq else None
+    )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     kwargs = dict(generation_kwargs)
     if kwargs.pop("max_length", None) is not None:
@@ -427,11 +457,17 @@ def generate(
         longest = max(len(p) for p in chosen)
         pads = [longest - len(p) for p in chosen]
         call = dict(kwargs)
-        input_ids = torch.tensor([[pad_id] * pad + p for p, pad in zip(chosen, pads)], dtype=torch.long, device=device)
-        attention_mask = torch.tensor([[0] * pad + [1] * len(p) for p, pad in zip(chosen, pads)], dtype=torch.long, device=device)
+        input_ids = torch.tensor(
+            [[pad_id] * pad + p for p, pad in zip(chosen, pads)], dtype=torch.long, device=device
+        )
+        attention_mask = torch.tensor(
+            [[0] * pad + [1] * len(p) for p, pad in zip(chosen, pads)], dtype=torch.long, device=device
+        )
         if seq2seq and prefixes[group[0]]:
             start = int(model.config.decoder_start_token_id)
-            call["decoder_input_ids"] = torch.tensor([[start, *prefixes[i]] for i in group], dtype=torch.long, device=device)
+            call["decoder_input_ids"] = torch.tensor(
+                [[start, *prefixes[i]] for i in group], dtype=torch.long, device=device
+            )
         row_pads = [0 if seq2seq else pad for pad in pads for _ in range(repeats)]
         processors: list[LogitsProcessor] = []
         if logits_mask is not None:
@@ -463,7 +499,9 @@ def generate(
         for position, index in enumerate(group):
             rows_of[index] = len(token_rows) + position * repeats
         token_rows.extend(tokens.cpu().tolist())
-        processed_rows.extend(_step_logprobs(out.scores, tokens).cpu().unbind(0))  # one copy each, not one per row
+        processed_rows.extend(
+            _step_logprobs(out.scores, tokens).cpu().unbind(0)
+        )  # one copy each, not one per row
         raw_rows.extend(_step_logprobs(out.logits, tokens).cpu().unbind(0))
     stops = kwargs.get("stop_strings") or []
     stops = [stops] if isinstance(stops, str) else list(stops)

@@ -232,7 +232,8 @@ def collate_rows(rows: Sequence[PackedRow], pad_token_id: int, device: torch.dev
         return torch.tensor(data, dtype=torch.long, device=device)
 
     parents = [
-        list(range(p)) + [p + (parent if parent >= 0 else i) for i, parent in enumerate(r.parents)] for p, r in zip(pads, rows)
+        list(range(p)) + [p + (parent if parent >= 0 else i) for i, parent in enumerate(r.parents)]
+        for p, r in zip(pads, rows)
     ]
     return PackedBatch(
         input_ids=padded([r.input_ids for r in rows], pad_token_id),
@@ -296,7 +297,9 @@ def plan_rows(items: Sequence[ItemSpec], lengths: Sequence[int], row_tokens: int
 
     def cost(row: list[int], index: int) -> int:
         """Tokens ``index`` adds to ``row``: its length less the context prefix it shares with the row's first item."""
-        return lengths[index] - (common_prefix_length([items[row[0]].context_ids, items[index].context_ids]) if row else 0)
+        return lengths[index] - (
+            common_prefix_length([items[row[0]].context_ids, items[index].context_ids]) if row else 0
+        )
 
     for index in order:
         costs = [cost(row, index) for row in rows]

@@ -88,7 +88,9 @@ class LocalLLM:
         config = as_model_config(config)
         check_quantization(config.load_in_4bit)
         if (model is None) != (tokenizer is None):
-            raise InputError("model and tokenizer must be given together (both prebuilt) or not at all (loaded from config).")
+            raise InputError(
+                "model and tokenizer must be given together (both prebuilt) or not at all (loaded from config)."
+            )
         if model is None:
             from llmgym.llm.models import load_model
 
@@ -156,17 +158,25 @@ class LocalLLM:
             raise BackendError("This LLM was closed; build a new llmgym.LLM to keep using the model.")
 
     def _minibatch_size(self, minibatch_size: int | None) -> int:
-        return check_minibatch_size(minibatch_size if minibatch_size is not None else self.config.forward_batch_size)
+        return check_minibatch_size(
+            minibatch_size if minibatch_size is not None else self.config.forward_batch_size
+        )
 
     def _check_keys(self, keys: Sequence[str], has_candidates: bool) -> list[str]:
         if isinstance(keys, str):
-            raise InputError(f"keys must be a list of module names, got the string {keys!r}; write [{keys!r}].")
+            raise InputError(
+                f"keys must be a list of module names, got the string {keys!r}; write [{keys!r}]."
+            )
         known = [SCORE_KEY, *self.module_functions]
         for key in keys:
             if key not in known:
-                raise InputError(f"keys contains {key!r}, which is not a module function; known keys: {known}.")
+                raise InputError(
+                    f"keys contains {key!r}, which is not a module function; known keys: {known}."
+                )
         if SCORE_KEY in keys and not has_candidates:
-            raise InputError(f"key {SCORE_KEY!r} needs candidates; pass candidates=[[...], ...] or drop the key.")
+            raise InputError(
+                f"key {SCORE_KEY!r} needs candidates; pass candidates=[[...], ...] or drop the key."
+            )
         return list(keys)
 
     def _run(
@@ -191,7 +201,10 @@ class LocalLLM:
             [part[i] for i in plan]
             for part in self._trunk_partition(items)
             for plan in plan_minibatches(
-                [sizes[i] for i in part], [lengths[i] for i in part], minibatch_size, self.config.forward_batch_tokens
+                [sizes[i] for i in part],
+                [lengths[i] for i in part],
+                minibatch_size,
+                self.config.forward_batch_tokens,
             )
         ]
         grad_mode = torch.enable_grad() if require_grad else torch.no_grad()
@@ -199,14 +212,26 @@ class LocalLLM:
             for plan in plans:
                 chosen = [items[i] for i in plan]
                 outputs, input_ids, position_ids = forward_items(
-                    self.model, chosen, self.pad_token_id, is_seq2seq=self.is_seq2seq, token_mode=token_mode,
-                    trunk_cache=self.trunk_cache, row_tokens=self.config.row_tokens, sampling=sampling,
+                    self.model,
+                    chosen,
+                    self.pad_token_id,
+                    is_seq2seq=self.is_seq2seq,
+                    token_mode=token_mode,
+                    trunk_cache=self.trunk_cache,
+                    row_tokens=self.config.row_tokens,
+                    sampling=sampling,
                     keep=None if keep is None else _concat_masks([keep[i] for i in plan]),
                     seen=None if seen_tokens is None else _concat_masks([seen_tokens[i] for i in plan]),
                 )
                 counts = [len(item.candidate_ids) for item in chosen]
-                states = [sum(len(ids) - s for ids, s in zip(i.candidate_ids, i.candidate_starts)) for i in chosen] if token_mode else [1] * len(chosen)
-                minibatch = Minibatch(plan, [item.context_ids for item in chosen], counts, states, input_ids, position_ids)
+                states = (
+                    [sum(len(ids) - s for ids, s in zip(i.candidate_ids, i.candidate_starts)) for i in chosen]
+                    if token_mode
+                    else [1] * len(chosen)
+                )
+                minibatch = Minibatch(
+                    plan, [item.context_ids for item in chosen], counts, states, input_ids, position_ids
+                )
                 # Without gradients each output crosses to the host once per pass, not once per item.
                 out = (lambda t: t) if require_grad else (lambda t: t.detach().cpu())
                 per_key: dict[str, list[Any]] = {}
@@ -225,7 +250,11 @@ class LocalLLM:
                 for position, index in enumerate(plan):
                     for key, values in per_key.items():
                         value = values[position]
-                        results[index][key] = value if require_grad or not isinstance(value, torch.Tensor) else value.detach().cpu()
+                        results[index][key] = (
+                            value
+                            if require_grad or not isinstance(value, torch.Tensor)
+                            else value.detach().cpu()
+                        )
         return results
 
     def _special_ids(self) -> list[int]:
@@ -236,7 +265,9 @@ class LocalLLM:
         """For ``generate``: per call, the ``[R, V]`` tokens the mask policy keeps after each row so far."""
         special, pad = self._special_ids(), self.pad_token_id
         if self.is_seq2seq:
-            return lambda prompts: DecoderIncrementalMask(self.mask_policy, self.model, top_p, special, pad, prompts)
+            return lambda prompts: DecoderIncrementalMask(
+                self.mask_policy, self.model, top_p, special, pad, prompts
+            )
         return lambda prompts: IncrementalMask(self.mask_policy, self.model, top_p, special, pad)
 
     def _trunk_partition(self, items: Sequence[ItemSpec]) -> list[list[int]]:
@@ -297,8 +328,13 @@ class LocalLLM:
         items = self.encoder.encode_items(self.encoder.fit_contexts(contexts), groups, add_eos)
         with self.autocast():
             return score_items(
-                self.model, items, self.pad_token_id, is_seq2seq=self.is_seq2seq, normalize=normalize,
-                minibatch_size=self._minibatch_size(minibatch_size), row_tokens=self.config.row_tokens,
+                self.model,
+                items,
+                self.pad_token_id,
+                is_seq2seq=self.is_seq2seq,
+                normalize=normalize,
+                minibatch_size=self._minibatch_size(minibatch_size),
+                row_tokens=self.config.row_tokens,
                 max_tokens=self.config.forward_batch_tokens,
             )
 
@@ -341,8 +377,13 @@ class LocalLLM:
         items = self.encoder.encode_items(self.encoder.fit_contexts(contexts), groups, add_eos)
         with self._maybe_reference(reference, require_grad):
             return self._run(
-                items, keys, token_mode=False, require_grad=require_grad, normalize=check_normalize(normalize),
-                minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs,
+                items,
+                keys,
+                token_mode=False,
+                require_grad=require_grad,
+                normalize=check_normalize(normalize),
+                minibatch_size=self._minibatch_size(minibatch_size),
+                kwargs=kwargs,
             )
 
     def token_logprobs(
@@ -393,7 +434,9 @@ class LocalLLM:
         prompts, completions = check_token_ids(prompt_ids, completion_ids)
         keys = self._check_keys(keys, has_candidates=False)
         if SCORE_KEY in keys:
-            raise InputError(f"keys may not contain {SCORE_KEY!r} in token_logprobs: 'logprobs' is always returned.")
+            raise InputError(
+                f"keys may not contain {SCORE_KEY!r} in token_logprobs: 'logprobs' is always returned."
+            )
         prefixes = check_decoder_prefixes(decoder_prefixes, len(prompts), self.model.config)
         items: list[ItemSpec] = []
         for index, (prompt, completion, prefix) in enumerate(zip(prompts, completions, prefixes)):
@@ -414,8 +457,13 @@ class LocalLLM:
                     mask
                     for start in range(0, len(prompts), size)
                     for mask in self.mask_policy.keep_masks(
-                        self.model, prompts[start : start + size], decoded[start : start + size], sampling.mask_top_p,
-                        self.pad_token_id, self._special_ids(), firsts[start : start + size],
+                        self.model,
+                        prompts[start : start + size],
+                        decoded[start : start + size],
+                        sampling.mask_top_p,
+                        self.pad_token_id,
+                        self._special_ids(),
+                        firsts[start : start + size],
                     )
                 ]
         seen = None
@@ -428,13 +476,24 @@ class LocalLLM:
             seen, keep = self._history_masks(prompts, completions, sampling, keep)
         with self._maybe_reference(reference, require_grad):
             return self._run(
-                items, keys, token_mode=True, require_grad=require_grad, normalize="sum",
-                minibatch_size=self._minibatch_size(minibatch_size), kwargs=kwargs, extra_key="logprobs",
-                sampling=sampling, keep=keep, seen_tokens=seen,
+                items,
+                keys,
+                token_mode=True,
+                require_grad=require_grad,
+                normalize="sum",
+                minibatch_size=self._minibatch_size(minibatch_size),
+                kwargs=kwargs,
+                extra_key="logprobs",
+                sampling=sampling,
+                keep=keep,
+                seen_tokens=seen,
             )
 
     def _history_masks(
-        self, prompts: list[list[int]], completions: list[list[int]], sampling: Sampling,
+        self,
+        prompts: list[list[int]],
+        completions: list[list[int]],
+        sampling: Sampling,
         keep: list[torch.Tensor] | None,
     ) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
         """Per sample ``[T_i, V]`` masks of the repetition penalty and ``min_new_tokens`` (:func:`history_masks`).
@@ -484,12 +543,18 @@ class LocalLLM:
         with self.autocast():
             return generate(self.model, self.tokenizer, self.encoder, contexts, **generation_kwargs)
 
-    def _vllm_generate(self, contexts: list[str], generation_kwargs: dict[str, Any]) -> list[list[Generation]]:
+    def _vllm_generate(
+        self, contexts: list[str], generation_kwargs: dict[str, Any]
+    ) -> list[list[Generation]]:
         """Sample with the vLLM engine (built on first use), after giving it the weights of the last update."""
         if self._engine is None:
             self._engine = VLLMEngine(
-                self.model, self.tokenizer, dtype=self.compute_dtype, max_model_len=self.window,
-                kv_cache_mb=self.config.vllm_kv_cache_mb, seed=self.config.seed,
+                self.model,
+                self.tokenizer,
+                dtype=self.compute_dtype,
+                max_model_len=self.window,
+                kv_cache_mb=self.config.vllm_kv_cache_mb,
+                seed=self.config.seed,
             )
         if self._engine.synced_version != self.weights_version:
             self._engine.push_weights(self.model, self.weights_version)
@@ -525,7 +590,9 @@ class LocalLLM:
         """
         self._check_open()
         if self.updater is None:
-            raise ConfigError("LLM.update needs an updater; build the LLM with updater=MyUpdater (an llmgym.Updater).")
+            raise ConfigError(
+                "LLM.update needs an updater; build the LLM with updater=MyUpdater (an llmgym.Updater)."
+            )
         contexts = check_contexts(contexts)
         groups = check_candidates(candidates, len(contexts)) if candidates is not None else None
         batch_ids = list(_current_batch_ids) if _current_batch_ids is not None else list(range(len(contexts)))
@@ -538,7 +605,9 @@ class LocalLLM:
         if not reference:
             return contextlib.nullcontext()
         if require_grad:
-            raise InputError("reference=True scores the frozen reference model; pass require_grad=False with it.")
+            raise InputError(
+                "reference=True scores the frozen reference model; pass require_grad=False with it."
+            )
         return self.reference()
 
     @contextlib.contextmanager
@@ -607,7 +676,12 @@ class LocalLLM:
         self._check_open()
         state = self.updater.state_dict() if self.updater is not None else None
         save_llm_state(
-            path, self.model, dict(self.module_functions.items()), state, self.mask_policy.state_dict(), self.base_fingerprint
+            path,
+            self.model,
+            dict(self.module_functions.items()),
+            state,
+            self.mask_policy.state_dict(),
+            self.base_fingerprint,
         )
         self.clear_trunk_cache()
 
@@ -665,4 +739,3 @@ def _concat_masks(masks: Sequence[torch.Tensor]) -> torch.Tensor | None:
     """``[N, V]``: the per-item ``[T_i, V]`` NLPO masks of a pass, end to end; ``None`` when no item has a token."""
     filled = [m for m in masks if m.numel()]
     return torch.cat(filled) if filled else None
-

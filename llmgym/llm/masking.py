@@ -25,7 +25,14 @@ from llmgym.errors import InputError
 from llmgym.llm.adapters import cache_kwarg
 from llmgym.llm.scoring import input_device
 
-__all__ = ["DecoderIncrementalMask", "IncrementalMask", "MaskLogitsProcessor", "MaskPolicy", "check_mask_top_p", "top_p_mask"]
+__all__ = [
+    "DecoderIncrementalMask",
+    "IncrementalMask",
+    "MaskLogitsProcessor",
+    "MaskPolicy",
+    "check_mask_top_p",
+    "top_p_mask",
+]
 
 
 def check_mask_top_p(top_p: float) -> float:
@@ -39,7 +46,9 @@ def check_mask_top_p(top_p: float) -> float:
     return float(top_p)
 
 
-def top_p_mask(mask_logits: torch.Tensor, top_p: float, always_keep: Sequence[int] | torch.Tensor = ()) -> torch.Tensor:
+def top_p_mask(
+    mask_logits: torch.Tensor, top_p: float, always_keep: Sequence[int] | torch.Tensor = ()
+) -> torch.Tensor:
     """The smallest set of most likely tokens whose mask-policy probability reaches ``top_p``.
 
     Tokens are sorted by probability (descending); a token is kept while the mass of the tokens
@@ -71,7 +80,9 @@ def top_p_mask(mask_logits: torch.Tensor, top_p: float, always_keep: Sequence[in
     return keep
 
 
-def _left_padded(sequences: Sequence[Sequence[int]], pad_token_id: int, device: torch.device) -> dict[str, torch.Tensor]:
+def _left_padded(
+    sequences: Sequence[Sequence[int]], pad_token_id: int, device: torch.device
+) -> dict[str, torch.Tensor]:
     """``input_ids``, ``attention_mask`` and ``position_ids`` ``[B, L]`` of left-padded sequences.
 
     Positions count from each sequence's first token, so padding does not shift them.
@@ -79,7 +90,11 @@ def _left_padded(sequences: Sequence[Sequence[int]], pad_token_id: int, device: 
     width = max(len(s) for s in sequences)
     ids = torch.tensor([[pad_token_id] * (width - len(s)) + list(s) for s in sequences], device=device)
     attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], device=device)
-    return {"input_ids": ids, "attention_mask": attention, "position_ids": (attention.cumsum(-1) - 1).clamp(min=0)}
+    return {
+        "input_ids": ids,
+        "attention_mask": attention,
+        "position_ids": (attention.cumsum(-1) - 1).clamp(min=0),
+    }
 
 
 class MaskPolicy:
@@ -140,8 +155,7 @@ class MaskPolicy:
         if keep == 0:
             return [torch.zeros(0, 0) for _ in sequences]
         device = input_device(model)
-        inputs = {**_left_padded(sequences, pad_token_id, device), "use_cache": False,
-                  "logits_to_keep": keep}
+        inputs = {**_left_padded(sequences, pad_token_id, device), "use_cache": False, "logits_to_keep": keep}
         with torch.no_grad():
             logits = torch.func.functional_call(model, params, (), inputs).logits.float()
         return [logits[b, keep - c :] for b, c in enumerate(counts)]
@@ -178,8 +192,12 @@ class MaskPolicy:
         width = max(len(d) for d in decoder_ids)
         rows = [[start_id, *list(d)[:-1]] if d else [start_id] for d in decoder_ids]
         decoder = torch.tensor([r + [pad_token_id] * (width - len(r)) for r in rows], device=device)
-        inputs = {"input_ids": encoder["input_ids"], "attention_mask": encoder["attention_mask"],
-                  "decoder_input_ids": decoder, "use_cache": False}
+        inputs = {
+            "input_ids": encoder["input_ids"],
+            "attention_mask": encoder["attention_mask"],
+            "decoder_input_ids": decoder,
+            "use_cache": False,
+        }
         with torch.no_grad():
             logits = torch.func.functional_call(model, params, (), inputs).logits.float()
         return [logits[b, s : len(d)] for b, (d, s) in enumerate(zip(decoder_ids, starts))]
@@ -215,7 +233,9 @@ class MaskPolicy:
             logits = self.decoder_logits(model, prompts, completions, firsts, pad_token_id)
         else:
             sequences = [list(p) + list(c[:-1]) for p, c in zip(prompts, completions)]
-            logits = self.last_logits(model, sequences, [len(c) - s for c, s in zip(completions, firsts)], pad_token_id)
+            logits = self.last_logits(
+                model, sequences, [len(c) - s for c, s in zip(completions, firsts)], pad_token_id
+            )
         masks = []
         for lg, c, s in zip(logits, completions, firsts):
             tokens = list(c)[s:]
@@ -249,7 +269,9 @@ class IncrementalMask:
         pad_token_id: Id written on the padding positions.
     """
 
-    def __init__(self, policy: MaskPolicy, model: Any, top_p: float, always_keep: Sequence[int], pad_token_id: int) -> None:
+    def __init__(
+        self, policy: MaskPolicy, model: Any, top_p: float, always_keep: Sequence[int], pad_token_id: int
+    ) -> None:
         self.policy = policy
         self.model = model
         self.top_p = check_mask_top_p(top_p)
@@ -276,23 +298,33 @@ class IncrementalMask:
             attention = torch.cat([self._attention, self._attention.new_ones(rows, 1)], dim=1)
             positions = self._positions[:, -1:] + 1
             inputs: dict[str, Any] = {
-                "input_ids": input_ids[:, -1:], "attention_mask": attention, "position_ids": positions,
-                cache_kwarg(self.model): self._cache, "use_cache": True,
+                "input_ids": input_ids[:, -1:],
+                "attention_mask": attention,
+                "position_ids": positions,
+                cache_kwarg(self.model): self._cache,
+                "use_cache": True,
             }
         else:
             columns = torch.arange(length, device=device)
             attention = (columns[None, :] >= pads.to(device, non_blocking=True)[:, None]).long()
             positions = (attention.cumsum(-1) - 1).clamp(min=0)
             ids = input_ids.masked_fill(attention == 0, self.pad_token_id)
-            inputs = {"input_ids": ids, "attention_mask": attention, "position_ids": positions, "use_cache": True,
-                      "logits_to_keep": 1}
+            inputs = {
+                "input_ids": ids,
+                "attention_mask": attention,
+                "position_ids": positions,
+                "use_cache": True,
+                "logits_to_keep": 1,
+            }
         with torch.no_grad():
             out = torch.func.functional_call(self.model, params, (), inputs)
         self._cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
         self._shape, self._attention, self._positions = (rows, length), attention, positions
         logits = out.logits[:, -1].float()
         if self._always is None or self._always.device != logits.device:
-            self._always = torch.tensor(self.always_keep, dtype=torch.long).to(logits.device, non_blocking=True)
+            self._always = torch.tensor(self.always_keep, dtype=torch.long).to(
+                logits.device, non_blocking=True
+            )
         return top_p_mask(logits, self.top_p, self._always)
 
 
@@ -313,7 +345,12 @@ class DecoderIncrementalMask:
     """
 
     def __init__(
-        self, policy: MaskPolicy, model: Any, top_p: float, always_keep: Sequence[int], pad_token_id: int,
+        self,
+        policy: MaskPolicy,
+        model: Any,
+        top_p: float,
+        always_keep: Sequence[int],
+        pad_token_id: int,
         prompts: Sequence[Sequence[int]],
     ) -> None:
         self.policy = policy
@@ -334,8 +371,13 @@ class DecoderIncrementalMask:
         rows, length = input_ids.shape
         inputs: dict[str, Any] = {"attention_mask": self.encoder["attention_mask"], "use_cache": True}
         if self._shape == (rows, length - 1) and self._encoded is not None:
-            inputs.update({"encoder_outputs": self._encoded, "decoder_input_ids": input_ids[:, -1:],
-                           cache_kwarg(self.model): self._cache})
+            inputs.update(
+                {
+                    "encoder_outputs": self._encoded,
+                    "decoder_input_ids": input_ids[:, -1:],
+                    cache_kwarg(self.model): self._cache,
+                }
+            )
         else:
             inputs.update({"input_ids": self.encoder["input_ids"], "decoder_input_ids": input_ids})
         with torch.no_grad():
@@ -345,7 +387,9 @@ class DecoderIncrementalMask:
         self._shape = (rows, length)
         logits = out.logits[:, -1].float()
         if self._always is None or self._always.device != logits.device:
-            self._always = torch.tensor(self.always_keep, dtype=torch.long).to(logits.device, non_blocking=True)
+            self._always = torch.tensor(self.always_keep, dtype=torch.long).to(
+                logits.device, non_blocking=True
+            )
         return top_p_mask(logits, self.top_p, self._always)
 
 
@@ -362,7 +406,9 @@ class MaskLogitsProcessor(LogitsProcessor):
         pads: Left padding of each of the ``R`` rows of ``generate``'s ``input_ids``.
     """
 
-    def __init__(self, keep: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], pads: Sequence[int]) -> None:
+    def __init__(
+        self, keep: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], pads: Sequence[int]
+    ) -> None:
         self.keep = keep
         self.pads = list(pads)
         self._pads: torch.Tensor | None = None

@@ -172,7 +172,9 @@ def resolve_device(name: str = "auto") -> torch.device:
     except RuntimeError as exc:
         raise ConfigError(f"model.device={name!r} is not a device; use auto, cpu, cuda or cuda:N.") from exc
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"model.device={name!r} but CUDA is not available here; use model.device=cpu or auto.")
+        raise ConfigError(
+            f"model.device={name!r} but CUDA is not available here; use model.device=cpu or auto."
+        )
     return device
 
 
@@ -240,7 +242,9 @@ def _detect_model_type(config: ModelConfig, hf_config: Any) -> str:
     return "seq2seq" if getattr(hf_config, "is_encoder_decoder", False) else "causal"
 
 
-def load_model(config: ModelConfig, *, shard: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_model(
+    config: ModelConfig, *, shard: bool = False
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load the model and tokenizer named by a :class:`~llmgym.config.ModelConfig`.
 
     Args:
@@ -278,7 +282,9 @@ def load_model(config: ModelConfig, *, shard: bool = False) -> tuple[PreTrainedM
     auto_cls = AutoModelForSeq2SeqLM if model_type == "seq2seq" else AutoModelForCausalLM
     tokenizer = AutoTokenizer.from_pretrained(source.location, **common)
     if config.load_in_4bit:
-        model = _load_4bit(auto_cls, source.location, dtype, {**common, **attention}, quantized_device_map(device, shard))
+        model = _load_4bit(
+            auto_cls, source.location, dtype, {**common, **attention}, quantized_device_map(device, shard)
+        )
     elif config.pretrained:
         model = auto_cls.from_pretrained(source.location, dtype=dtype, **common, **attention).to(device)  # type: ignore[arg-type]
     else:
@@ -306,15 +312,21 @@ def quantized_device_map(device: torch.device, shard: bool) -> dict[str, int] | 
     if shard:
         return "auto"
     if device.type != "cuda":
-        raise ConfigError(f"model.load_in_4bit=true needs a CUDA device, not model.device={str(device)!r}; use cuda or cuda:N.")
+        raise ConfigError(
+            f"model.load_in_4bit=true needs a CUDA device, not model.device={str(device)!r}; use cuda or cuda:N."
+        )
     return {"": device.index if device.index is not None else 0}
 
 
-def _load_4bit(auto_cls: Any, location: str, dtype: torch.dtype, common: dict[str, Any], device_map: Any) -> Any:
+def _load_4bit(
+    auto_cls: Any, location: str, dtype: torch.dtype, common: dict[str, Any], device_map: Any
+) -> Any:
     from llmgym.errors import require
 
     require("bitsandbytes", "quantization", "model.load_in_4bit")
     from transformers import BitsAndBytesConfig
 
     quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type="nf4")
-    return auto_cls.from_pretrained(location, quantization_config=quant, device_map=device_map, dtype=dtype, **common)
+    return auto_cls.from_pretrained(
+        location, quantization_config=quant, device_map=device_map, dtype=dtype, **common
+    )

@@ -12,7 +12,16 @@ import torch
 from llmgym.errors import InputError
 from llmgym.llm.scoring import ForwardOutputs, Minibatch, reduce_token_scores
 
-__all__ = ["ModuleFunction", "ValueHead", "LogitsHead", "ActionHead", "mlp", "SCORE_KEY", "VALUE_KEY", "POLICY_KEY"]
+__all__ = [
+    "ModuleFunction",
+    "ValueHead",
+    "LogitsHead",
+    "ActionHead",
+    "mlp",
+    "SCORE_KEY",
+    "VALUE_KEY",
+    "POLICY_KEY",
+]
 
 #: The built-in output of ``LLM.forward``: the candidates' log-probs.
 SCORE_KEY = "score"
@@ -61,7 +70,11 @@ class ModuleFunction(torch.nn.Module, abc.ABC):
 
     @abc.abstractmethod
     def forward(
-        self, forward_outputs: ForwardOutputs, minibatch: Minibatch, tokenized_contexts: Sequence[Sequence[int]], **kwargs: Any
+        self,
+        forward_outputs: ForwardOutputs,
+        minibatch: Minibatch,
+        tokenized_contexts: Sequence[Sequence[int]],
+        **kwargs: Any,
     ) -> torch.Tensor | list[Any]:
         """Compute the module's output for one minibatch.
 
@@ -109,7 +122,11 @@ class ValueHead(ModuleFunction):
         self.net = mlp(self.hidden_size, self.hidden_sizes, 1)
 
     def forward(
-        self, forward_outputs: ForwardOutputs, minibatch: Minibatch, tokenized_contexts: Sequence[Sequence[int]], **kwargs: Any
+        self,
+        forward_outputs: ForwardOutputs,
+        minibatch: Minibatch,
+        tokenized_contexts: Sequence[Sequence[int]],
+        **kwargs: Any,
     ) -> torch.Tensor:
         """Values ``[S]`` of the states in ``forward_outputs.context_hidden [S, H]``."""
         hidden = forward_outputs.context_hidden.to(next(self.net.parameters()).dtype)
@@ -139,7 +156,11 @@ class LogitsHead(ModuleFunction):
         self.net = mlp(self.hidden_size, self.hidden_sizes, self.num_outputs)
 
     def forward(
-        self, forward_outputs: ForwardOutputs, minibatch: Minibatch, tokenized_contexts: Sequence[Sequence[int]], **kwargs: Any
+        self,
+        forward_outputs: ForwardOutputs,
+        minibatch: Minibatch,
+        tokenized_contexts: Sequence[Sequence[int]],
+        **kwargs: Any,
     ) -> torch.Tensor:
         """Logits ``[S, A]`` of the states in ``forward_outputs.context_hidden [S, H]``."""
         hidden = forward_outputs.context_hidden.to(next(self.net.parameters()).dtype)
@@ -183,12 +204,18 @@ class ActionHead(ModuleFunction):
         self.prior_weight = torch.nn.Parameter(torch.tensor(self.initial_prior_weight))
 
     def forward(
-        self, forward_outputs: ForwardOutputs, minibatch: Minibatch, tokenized_contexts: Sequence[Sequence[int]], **kwargs: Any
+        self,
+        forward_outputs: ForwardOutputs,
+        minibatch: Minibatch,
+        tokenized_contexts: Sequence[Sequence[int]],
+        **kwargs: Any,
     ) -> list[torch.Tensor]:
         """Logits of every item's candidates, ``[k_i]`` each, from ``candidate_hidden [C, H]``."""
         if not any(minibatch.candidate_counts):
             raise InputError("ActionHead scores candidate actions: call LLM.forward with candidates.")
-        scores = reduce_token_scores(forward_outputs.token_logprobs, forward_outputs.token_counts, self.normalize)
+        scores = reduce_token_scores(
+            forward_outputs.token_logprobs, forward_outputs.token_counts, self.normalize
+        )
         hidden = forward_outputs.candidate_hidden.to(self.linear.weight.dtype)
         logits = self.prior_weight * scores.float() + self.linear(hidden).squeeze(-1)
         return list(logits.split(minibatch.candidate_counts))

@@ -74,6 +74,7 @@ def save_llm_state(
     Returns:
         The folder path.
     """
+
     def write(tmp: Path) -> None:
         kind, weights = _trainable_weights(model)
         if weights:
@@ -105,14 +106,20 @@ def _read_meta(folder: Path) -> dict[str, Any]:
             "checkpoints); pass a folder written by LLM.save."
         )
     if not meta_path.is_file():
-        raise CheckpointError(f"path={str(folder)!r} holds no LLM checkpoint (meta.json missing); pass a folder written by LLM.save.")
+        raise CheckpointError(
+            f"path={str(folder)!r} holds no LLM checkpoint (meta.json missing); pass a folder written by LLM.save."
+        )
     verify_manifest(folder)
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except _READ_ERRORS as exc:
-        raise CheckpointError(f"{meta_path} is unreadable ({exc}); pass a folder written by LLM.save.") from exc
+        raise CheckpointError(
+            f"{meta_path} is unreadable ({exc}); pass a folder written by LLM.save."
+        ) from exc
     if not isinstance(meta, dict):
-        raise CheckpointError(f"{meta_path} holds no LLM checkpoint metadata; pass a folder written by LLM.save.")
+        raise CheckpointError(
+            f"{meta_path} holds no LLM checkpoint metadata; pass a folder written by LLM.save."
+        )
     return meta
 
 
@@ -127,7 +134,9 @@ def _check_base(folder: Path, meta: dict[str, Any], base: BaseFingerprint | None
     )
 
 
-def _check_meta(folder: Path, meta: dict[str, Any], kind: str, modules: Mapping[str, torch.nn.Module]) -> None:
+def _check_meta(
+    folder: Path, meta: dict[str, Any], kind: str, modules: Mapping[str, torch.nn.Module]
+) -> None:
     if meta.get("format") != _FORMAT or meta.get("weights") != kind:
         raise CheckpointError(
             f"checkpoint {str(folder)!r} holds {meta.get('weights')!r} weights but this LLM trains {kind!r} weights; "
@@ -203,7 +212,11 @@ def load_llm_state(
         _load_modules(folder, modules)
         # map_location: a state saved on a GPU loads where there is none (eval, export on CPU); the
         # optimizer's load_state_dict moves each tensor to its parameter's device.
-        return torch.load(updater_path, map_location="cpu", weights_only=True) if updater_path.is_file() else None
+        return (
+            torch.load(updater_path, map_location="cpu", weights_only=True)
+            if updater_path.is_file()
+            else None
+        )
     except CheckpointError:
         raise
     except (*_READ_ERRORS, SafetensorError) as exc:

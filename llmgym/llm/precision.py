@@ -98,7 +98,12 @@ class LossScaling:
         """``loss.backward()``, on the scaled loss under fp16."""
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
-    def step(self, optimizer: torch.optim.Optimizer, parameters: Sequence[torch.nn.Parameter], max_norm: float | None) -> torch.Tensor | None:
+    def step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        parameters: Sequence[torch.nn.Parameter],
+        max_norm: float | None,
+    ) -> torch.Tensor | None:
         """Unscale, clip to ``max_norm`` (``None``: no clipping) and step; a step with inf/NaN gradients is skipped.
 
         Returns:

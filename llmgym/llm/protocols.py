@@ -40,7 +40,11 @@ class PolicyLLM(Protocol):
         ...
 
     def forward(
-        self, keys: Sequence[str], contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
+        self,
+        keys: Sequence[str],
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]] | None = None,
+        **kwargs: Any,
     ) -> list[dict[str, Any]]:
         """Module outputs (and the built-in ``"score"``): one dict per context."""
         ...
@@ -55,7 +59,9 @@ class PolicyLLM(Protocol):
         """Per-token log-probs ``[T_i]`` of given completions (``"logprobs"``): one dict per sample."""
         ...
 
-    def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+    def update(
+        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
+    ) -> list[dict[str, Any]]:
         """Run the updater on every LLM server; one result per server."""
         ...
 
@@ -122,7 +128,11 @@ class TrainableLLM(Protocol):
         ...
 
     def forward(
-        self, keys: Sequence[str], contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
+        self,
+        keys: Sequence[str],
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]] | None = None,
+        **kwargs: Any,
     ) -> list[dict[str, Any]]:
         """Module outputs (and ``"score"``), with gradients when ``require_grad=True``."""
         ...

@@ -26,7 +26,13 @@ from transformers.generation.logits_process import LogitsProcessor
 from llmgym.errors import InputError
 from llmgym.llm.validation import check_generation_kwargs
 
-__all__ = ["RepetitionPenaltyProcessor", "Sampling", "history_masks", "repetition_penalty", "sampled_logprobs"]
+__all__ = [
+    "RepetitionPenaltyProcessor",
+    "Sampling",
+    "history_masks",
+    "repetition_penalty",
+    "sampled_logprobs",
+]
 
 
 @dataclass(frozen=True)
@@ -60,13 +66,26 @@ class Sampling:
         names = ("temperature", "top_k", "top_p", "mask_top_p", "repetition_penalty", "min_new_tokens")
         unset = [name for name in names if getattr(self, name) is None]
         if unset:
-            raise InputError(f"Sampling got None for {unset}; give a number (1.0, 0 and 1.0 leave the model's distribution).")
-        check_generation_kwargs({
-            "temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "mask_top_p": self.mask_top_p,
-            "repetition_penalty": self.repetition_penalty,
-        })
-        if isinstance(self.min_new_tokens, bool) or not isinstance(self.min_new_tokens, int) or self.min_new_tokens < 0:
-            raise InputError(f"min_new_tokens={self.min_new_tokens!r} must be an int >= 0 (0: EOS allowed from the start).")
+            raise InputError(
+                f"Sampling got None for {unset}; give a number (1.0, 0 and 1.0 leave the model's distribution)."
+            )
+        check_generation_kwargs(
+            {
+                "temperature": self.temperature,
+                "top_k": self.top_k,
+                "top_p": self.top_p,
+                "mask_top_p": self.mask_top_p,
+                "repetition_penalty": self.repetition_penalty,
+            }
+        )
+        if (
+            isinstance(self.min_new_tokens, bool)
+            or not isinstance(self.min_new_tokens, int)
+            or self.min_new_tokens < 0
+        ):
+            raise InputError(
+                f"min_new_tokens={self.min_new_tokens!r} must be an int >= 0 (0: EOS allowed from the start)."
+            )
         object.__setattr__(self, "temperature", float(self.temperature))
         object.__setattr__(self, "top_k", int(self.top_k))
         object.__setattr__(self, "top_p", float(self.top_p))
@@ -77,7 +96,10 @@ class Sampling:
     def is_plain(self) -> bool:
         """Whether this is the model's own distribution (no rescaling, no truncation)."""
         return (
-            self.temperature == 1.0 and self.top_k == 0 and self.top_p == 1.0 and not self.is_masked
+            self.temperature == 1.0
+            and self.top_k == 0
+            and self.top_p == 1.0
+            and not self.is_masked
             and not self.depends_on_history
         )
 
@@ -97,7 +119,12 @@ class Sampling:
 
     def generation_kwargs(self) -> dict[str, Any]:
         """The ``generate`` arguments that sample from this distribution (``mask_top_p`` when masked)."""
-        kwargs: dict[str, Any] = {"do_sample": True, "temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
+        kwargs: dict[str, Any] = {
+            "do_sample": True,
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+        }
         if self.is_masked:
             kwargs["mask_top_p"] = self.mask_top_p
         return {**kwargs, **self.history_kwargs()}
@@ -162,12 +189,18 @@ class RepetitionPenaltyProcessor(LogitsProcessor):
             self._pads = torch.tensor(self.pads, dtype=torch.long).to(input_ids.device, non_blocking=True)
         real = torch.arange(input_ids.shape[1], device=input_ids.device)[None, :] >= self._pads[:, None]
         seen = torch.zeros(scores.shape, dtype=torch.long, device=scores.device)
-        seen.scatter_reduce_(1, input_ids.to(scores.device), real.to(torch.long).to(scores.device), reduce="amax")
+        seen.scatter_reduce_(
+            1, input_ids.to(scores.device), real.to(torch.long).to(scores.device), reduce="amax"
+        )
         return repetition_penalty(scores, seen.bool(), self.penalty)
 
 
 def history_masks(
-    prompt_ids: list[int], completion_ids: list[int], vocab_size: int, sampling: Sampling, eos_ids: set[int],
+    prompt_ids: list[int],
+    completion_ids: list[int],
+    vocab_size: int,
+    sampling: Sampling,
+    eos_ids: set[int],
     device: torch.device,
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """The per-token masks of the history-dependent processors for one completion of ``T`` tokens.

@@ -134,7 +134,9 @@ def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, None]).squeeze(-1)
 
 
-def reduce_token_scores(token_logprobs: torch.Tensor, token_counts: Sequence[int], normalize: str) -> torch.Tensor:
+def reduce_token_scores(
+    token_logprobs: torch.Tensor, token_counts: Sequence[int], normalize: str
+) -> torch.Tensor:
     """Sum (or average) per-token log-probs into one score per candidate.
 
     Args:
@@ -148,7 +150,9 @@ def reduce_token_scores(token_logprobs: torch.Tensor, token_counts: Sequence[int
     token_counts = list(token_counts)
     counts = torch.tensor(token_counts, dtype=torch.long).to(token_logprobs.device, non_blocking=True)
     # output_size known on the host: no GPU sync to size the result
-    owner = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts, output_size=sum(token_counts))
+    owner = torch.repeat_interleave(
+        torch.arange(len(counts), device=counts.device), counts, output_size=sum(token_counts)
+    )
     totals = torch.zeros(len(counts), dtype=token_logprobs.dtype, device=token_logprobs.device)
     totals = totals.index_add(0, owner, token_logprobs)
     return totals / counts.to(totals.dtype) if normalize == "mean" else totals
@@ -205,7 +209,12 @@ def _forward_causal(
         if trunk_cache is not None
         else contextlib.nullcontext()
     )
-    with trunk, packed_row_attention(model, batch, activation_dtype(batch.input_ids.device, next(head.parameters()).dtype), tree) as mask:
+    with (
+        trunk,
+        packed_row_attention(
+            model, batch, activation_dtype(batch.input_ids.device, next(head.parameters()).dtype), tree
+        ) as mask,
+    ):
         hidden = backbone(
             input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids, use_cache=False
         ).last_hidden_state
@@ -279,10 +288,14 @@ def _forward_seq2seq(
     device = input_device(model)
     width = max(len(item.context_ids) for item in items)
     enc_ids = torch.tensor(
-        [[pad_token_id] * (width - len(it.context_ids)) + it.context_ids for it in items], dtype=torch.long, device=device
+        [[pad_token_id] * (width - len(it.context_ids)) + it.context_ids for it in items],
+        dtype=torch.long,
+        device=device,
     )
     enc_mask = torch.tensor(
-        [[0] * (width - len(it.context_ids)) + [1] * len(it.context_ids) for it in items], dtype=torch.long, device=device
+        [[0] * (width - len(it.context_ids)) + [1] * len(it.context_ids) for it in items],
+        dtype=torch.long,
+        device=device,
     )
     encoded = model.get_encoder()(input_ids=enc_ids, attention_mask=enc_mask).last_hidden_state
     # Every item gets a decoder row: its candidates, or the start token alone for its context state.
@@ -294,8 +307,12 @@ def _forward_seq2seq(
         first_row.append(first_row[-1] + max(len(item.candidate_ids), 1))
     start_id = model.config.decoder_start_token_id
     dec_len = max(len(s) for s in sequences) + 1
-    dec_ids = torch.tensor([[start_id, *s] + [pad_token_id] * (dec_len - 1 - len(s)) for s in sequences], device=device)
-    dec_mask = torch.tensor([[1] * (len(s) + 1) + [0] * (dec_len - 1 - len(s)) for s in sequences], device=device)
+    dec_ids = torch.tensor(
+        [[start_id, *s] + [pad_token_id] * (dec_len - 1 - len(s)) for s in sequences], device=device
+    )
+    dec_mask = torch.tensor(
+        [[1] * (len(s) + 1) + [0] * (dec_len - 1 - len(s)) for s in sequences], device=device
+    )
     select = torch.tensor(owners, dtype=torch.long).to(encoded.device, non_blocking=True)
     out = model(
         encoder_outputs=BaseModelOutput(last_hidden_state=encoded.index_select(0, select)),
@@ -307,23 +324,39 @@ def _forward_seq2seq(
     )
     decoder_hidden = out.decoder_hidden_states[-1]
     hidden_device = decoder_hidden.device
-    real = [(c, s, start) for c, (s, start) in enumerate(zip(sequences, starts)) if items[owners[c]].candidate_ids]
+    real = [
+        (c, s, start) for c, (s, start) in enumerate(zip(sequences, starts)) if items[owners[c]].candidate_ids
+    ]
     rows = torch.tensor([c for c, s, start in real for _ in range(start, len(s))], dtype=torch.long)
     cols = torch.tensor([j for _, s, start in real for j in range(start, len(s))], dtype=torch.long)
     on_logits = out.logits.device
-    target = torch.tensor([t for _, s, start in real for t in s[start:]], dtype=torch.long).to(on_logits, non_blocking=True)
+    target = torch.tensor([t for _, s, start in real for t in s[start:]], dtype=torch.long).to(
+        on_logits, non_blocking=True
+    )
     logprobs = sampled_logprobs(
-        out.logits[rows.to(on_logits, non_blocking=True), cols.to(on_logits, non_blocking=True)], target, sampling,
+        out.logits[rows.to(on_logits, non_blocking=True), cols.to(on_logits, non_blocking=True)],
+        target,
+        sampling,
         None if keep is None else keep.to(on_logits, non_blocking=True),
     )
-    lengths = torch.tensor([len(s) for _, s, _ in real], dtype=torch.long).to(hidden_device, non_blocking=True)
-    candidate_rows = torch.tensor([c for c, _, _ in real], dtype=torch.long).to(hidden_device, non_blocking=True)
+    lengths = torch.tensor([len(s) for _, s, _ in real], dtype=torch.long).to(
+        hidden_device, non_blocking=True
+    )
+    candidate_rows = torch.tensor([c for c, _, _ in real], dtype=torch.long).to(
+        hidden_device, non_blocking=True
+    )
     last = decoder_hidden[candidate_rows, lengths]
     if token_mode:
-        context_hidden = decoder_hidden[rows.to(hidden_device, non_blocking=True), cols.to(hidden_device, non_blocking=True)]
+        context_hidden = decoder_hidden[
+            rows.to(hidden_device, non_blocking=True), cols.to(hidden_device, non_blocking=True)
+        ]
     else:
-        context_hidden = decoder_hidden[torch.tensor(first_row, dtype=torch.long).to(hidden_device, non_blocking=True), 0]
-    outputs = ForwardOutputs(encoded, context_hidden, last, logprobs, [len(s) - start for _, s, start in real])
+        context_hidden = decoder_hidden[
+            torch.tensor(first_row, dtype=torch.long).to(hidden_device, non_blocking=True), 0
+        ]
+    outputs = ForwardOutputs(
+        encoded, context_hidden, last, logprobs, [len(s) - start for _, s, start in real]
+    )
     return outputs, enc_ids, None
 
 
@@ -366,7 +399,9 @@ def forward_items(
     """
     if is_seq2seq:
         return _forward_seq2seq(model, items, pad_token_id, token_mode, sampling, keep)
-    return _forward_causal(model, items, pad_token_id, token_mode, trunk_cache, row_tokens, sampling, keep, seen)
+    return _forward_causal(
+        model, items, pad_token_id, token_mode, trunk_cache, row_tokens, sampling, keep, seen
+    )
 
 
 def score_items(
@@ -403,9 +438,14 @@ def score_items(
             chosen = [items[i] for i in plan if items[i].candidate_ids]
             if not chosen:
                 continue
-            outputs, _, _ = forward_items(model, chosen, pad_token_id, is_seq2seq=is_seq2seq, row_tokens=row_tokens)
+            outputs, _, _ = forward_items(
+                model, chosen, pad_token_id, is_seq2seq=is_seq2seq, row_tokens=row_tokens
+            )
             scores = reduce_token_scores(outputs.token_logprobs, outputs.token_counts, normalize).cpu()
-            for index, part in zip([i for i in plan if items[i].candidate_ids], scores.split([len(c.candidate_ids) for c in chosen])):
+            for index, part in zip(
+                [i for i in plan if items[i].candidate_ids],
+                scores.split([len(c.candidate_ids) for c in chosen]),
+            ):
                 results[index] = part.clone()
     return results
 
@@ -453,5 +493,11 @@ def score(
     items = encoder.encode_items(encoder.fit_contexts(contexts), groups, add_eos)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return score_items(
-        model, items, pad, is_seq2seq=is_seq2seq, normalize=normalize, minibatch_size=minibatch_size, row_tokens=row_tokens
+        model,
+        items,
+        pad,
+        is_seq2seq=is_seq2seq,
+        normalize=normalize,
+        minibatch_size=minibatch_size,
+        row_tokens=row_tokens,
     )

@@ -179,7 +179,9 @@ class TextEncoder:
         groups = candidates if candidates is not None else [[] for _ in contexts]
         eos = [self.tokenizer.eos_token_id] if add_eos else []
         if add_eos and self.tokenizer.eos_token_id is None:
-            raise InputError("add_eos=True but the tokenizer has no eos_token; set tokenizer.eos_token or use add_eos=False.")
+            raise InputError(
+                "add_eos=True but the tokenizer has no eos_token; set tokenizer.eos_token or use add_eos=False."
+            )
         flat_candidates = [c for group in groups for c in group]
         if self.is_seq2seq:
             flat_ids, _ = self._tokenize(flat_candidates)
@@ -187,7 +189,9 @@ class TextEncoder:
             flat_starts = [0] * len(flat_ids)
         else:
             owners = [i for i, group in enumerate(groups) for _ in group]
-            joint_ids, joint_offsets = self._tokenize([contexts[i] + c for i, c in zip(owners, flat_candidates)])
+            joint_ids, joint_offsets = self._tokenize(
+                [contexts[i] + c for i, c in zip(owners, flat_candidates)]
+            )
             flat_ids, flat_starts = [], []
             for owner, ids, offs in zip(owners, joint_ids, joint_offsets):
                 start = candidate_start(offs, len(contexts[owner])) + len(self.prefix_ids)

@@ -130,7 +130,9 @@ def plan_tree_attention(parents: torch.Tensor, block: int = DEFAULT_BLOCK) -> Tr
         InputError: If ``block`` is not positive.
     """
     if block < 1:
-        raise InputError(f"block={block}: tree attention needs a positive number of queries per block, e.g. 64.")
+        raise InputError(
+            f"block={block}: tree attention needs a positive number of queries per block, e.g. 64."
+        )
     rows, length = parents.shape
     device = parents.device
     ancestors = ancestor_table(parents)  # [R, L, D]
@@ -214,13 +216,19 @@ def _tree_attention_forward(
     """Attention function for transformers: the active plan's tree attention, else plain SDPA."""
     plan = _ACTIVE_PLAN.get()
     if plan is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     if query.shape[2] != plan.length or key.shape[2] != plan.length:
         raise BackendError(
             f"tree attention planned rows of {plan.length} tokens but {type(module).__name__} got "
             f"{query.shape[2]} queries and {key.shape[2]} keys; run only the planned rows inside tree_attention_pass()."
         )
-    unsupported = [name for name in ("softcap", "position_bias", "sliding_window", "s_aux") if kwargs.get(name) is not None]
+    unsupported = [
+        name
+        for name in ("softcap", "position_bias", "sliding_window", "s_aux")
+        if kwargs.get(name) is not None
+    ]
     if unsupported:
         raise BackendError(
             f"tree attention cannot apply {unsupported} of {type(module).__name__}; "
@@ -241,9 +249,13 @@ def supports_tree_attention(model: Any) -> bool:
     """
     base = base_model(model)
     config = base.config
-    if getattr(config, "is_encoder_decoder", False) or not getattr(base, "_supports_attention_backend", False):
+    if getattr(config, "is_encoder_decoder", False) or not getattr(
+        base, "_supports_attention_backend", False
+    ):
         return False
-    windowed = getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True)
+    windowed = getattr(config, "sliding_window", None) is not None and getattr(
+        config, "use_sliding_window", True
+    )
     layer_types = getattr(config, "layer_types", None) or []
     return not (
         windowed
@@ -291,7 +303,11 @@ def check_packed_attention(model: Any) -> None:
             soft-capping, attention sinks, no attention interface).
     """
     config = base_model(model).config
-    if getattr(config, "is_encoder_decoder", False) or reads_dense_mask(model) or supports_tree_attention(model):
+    if (
+        getattr(config, "is_encoder_decoder", False)
+        or reads_dense_mask(model)
+        or supports_tree_attention(model)
+    ):
         return
     raise ConfigError(
         f"model.attn_implementation={config._attn_implementation!r} cannot read the prefix-sharing mask of packed "
@@ -316,7 +332,9 @@ def use_tree_attention(model: Any, length: int, dense_max_tokens: int) -> bool:
 
 
 @contextlib.contextmanager
-def packed_row_attention(model: Any, batch: PackedBatch, dtype: torch.dtype, tree: bool) -> Iterator[torch.Tensor | None]:
+def packed_row_attention(
+    model: Any, batch: PackedBatch, dtype: torch.dtype, tree: bool
+) -> Iterator[torch.Tensor | None]:
     """Attention of one forward pass over packed rows: yield the ``attention_mask`` to pass the model.
 
     Args:

@@ -70,7 +70,9 @@ def frozen_depth(backbone: torch.nn.Module, blocks: torch.nn.ModuleList) -> int:
     return max(len(blocks) - 1, 0)
 
 
-def frozen_versions(backbone: torch.nn.Module, blocks: torch.nn.ModuleList, depth: int) -> tuple[tuple[int, int], ...]:
+def frozen_versions(
+    backbone: torch.nn.Module, blocks: torch.nn.ModuleList, depth: int
+) -> tuple[tuple[int, int], ...]:
     """Identity and version counter of every tensor the cached states depend on.
 
     Args:
@@ -108,7 +110,9 @@ class _Passthrough(torch.nn.Module):
         return (hidden_states,) if self.as_tuple else hidden_states
 
 
-def _replace_hidden(args: tuple[Any, ...], kwargs: dict[str, Any], hidden: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _replace_hidden(
+    args: tuple[Any, ...], kwargs: dict[str, Any], hidden: torch.Tensor
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if args:
         return (hidden, *args[1:]), kwargs
     return args, {**kwargs, "hidden_states": hidden}
@@ -198,7 +202,11 @@ class TrunkCache:
             self._depth, self._versions = depth, versions
         keys = [row_key(item) for item in items]
         cached = [self._rows.get(key) for key in keys]
-        spots = [(r, pads[r], row.item_nodes[slot], groups[r][slot]) for r, row in enumerate(rows) for slot in range(len(groups[r]))]
+        spots = [
+            (r, pads[r], row.item_nodes[slot], groups[r][slot])
+            for r, row in enumerate(rows)
+            for slot in range(len(groups[r]))
+        ]
         present = [states for states in cached if states is not None]
         if len(present) == len(cached):
             self.hits += len(keys)
@@ -217,11 +225,16 @@ class TrunkCache:
             yield
         if seen:
             for r, pad, nodes, index in spots:
-                self._store(keys[index], seen[0][r, torch.tensor(nodes, dtype=torch.long, device=seen[0].device) + pad].clone())
+                self._store(
+                    keys[index],
+                    seen[0][r, torch.tensor(nodes, dtype=torch.long, device=seen[0].device) + pad].clone(),
+                )
 
     @contextlib.contextmanager
     def _run_from(self, blocks: torch.nn.ModuleList, depth: int, hidden: torch.Tensor) -> Iterator[None]:
-        def feed(_module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        def feed(
+            _module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[tuple[Any, ...], dict[str, Any]]:
             return _replace_hidden(args, kwargs, hidden)
 
         frozen = [blocks[i] for i in range(depth)]

@@ -46,7 +46,9 @@ def check_contexts(contexts: Any, name: str = "contexts") -> list[str]:
             f"{name} must be a list of strings, got a single string {_preview(contexts)}; wrap it: [{name[:-1]}]."
         )
     if not isinstance(contexts, Sequence):
-        raise InputError(f"{name} must be a list of strings, got {type(contexts).__name__}: {_preview(contexts)}.")
+        raise InputError(
+            f"{name} must be a list of strings, got {type(contexts).__name__}: {_preview(contexts)}."
+        )
     for index, context in enumerate(contexts):
         if not isinstance(context, str):
             raise InputError(
@@ -117,14 +119,18 @@ def check_candidates(candidates: Any, num_contexts: int) -> list[list[str]]:
 def check_normalize(normalize: Any) -> str:
     """Check the ``normalize`` option of ``score``: ``"sum"`` or ``"mean"``."""
     if normalize not in ("sum", "mean"):
-        raise InputError(f"normalize={normalize!r} is not supported; use 'sum' (log-prob) or 'mean' (per token).")
+        raise InputError(
+            f"normalize={normalize!r} is not supported; use 'sum' (log-prob) or 'mean' (per token)."
+        )
     return str(normalize)
 
 
 def check_minibatch_size(minibatch_size: Any) -> int:
     """Check that ``minibatch_size`` is a positive integer."""
     if isinstance(minibatch_size, bool) or not isinstance(minibatch_size, int) or minibatch_size < 1:
-        raise InputError(f"minibatch_size={minibatch_size!r} must be a positive integer (sequences per forward).")
+        raise InputError(
+            f"minibatch_size={minibatch_size!r} must be a positive integer (sequences per forward)."
+        )
     return minibatch_size
 
 
@@ -171,7 +177,12 @@ _GENERATION_RANGES: dict[str, tuple[float, bool, float, str]] = {
 }
 
 #: ``name -> lowest value`` of the integer generation arguments.
-_GENERATION_COUNTS: dict[str, int] = {"max_new_tokens": 1, "max_length": 1, "num_return_sequences": 1, "top_k": 0}
+_GENERATION_COUNTS: dict[str, int] = {
+    "max_new_tokens": 1,
+    "max_length": 1,
+    "num_return_sequences": 1,
+    "top_k": 0,
+}
 
 
 def check_generation_kwargs(kwargs: Mapping[str, Any]) -> None:
@@ -189,8 +200,12 @@ def check_generation_kwargs(kwargs: Mapping[str, Any]) -> None:
     """
     for name, lowest in _GENERATION_COUNTS.items():
         value = kwargs.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lowest):
-            raise InputError(f"{name}={_preview(value)} is invalid; expected an integer >= {lowest}, or None for the default.")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lowest
+        ):
+            raise InputError(
+                f"{name}={_preview(value)} is invalid; expected an integer >= {lowest}, or None for the default."
+            )
     for name, (low, closed, high, what) in _GENERATION_RANGES.items():
         value = kwargs.get(name)
         if value is None:
@@ -198,7 +213,9 @@ def check_generation_kwargs(kwargs: Mapping[str, Any]) -> None:
         number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
         in_range = math.isfinite(number) and (low <= number if closed else low < number) and number <= high
         if not in_range:
-            raise InputError(f"{name}={_preview(value)} is invalid; expected {what}, or None for the default.")
+            raise InputError(
+                f"{name}={_preview(value)} is invalid; expected {what}, or None for the default."
+            )
 
 
 def as_model_config(config: ModelConfig | str | None) -> ModelConfig:
@@ -218,7 +235,9 @@ def as_model_config(config: ModelConfig | str | None) -> ModelConfig:
     )
 
 
-def check_decoder_prefixes(prefixes: Sequence[Sequence[int]] | None, count: int, config: Any) -> list[list[int]]:
+def check_decoder_prefixes(
+    prefixes: Sequence[Sequence[int]] | None, count: int, config: Any
+) -> list[list[int]]:
     """The decoder prefix of each of ``count`` samples as int lists (empty lists when ``None``).
 
     Args:
@@ -237,7 +256,11 @@ def check_decoder_prefixes(prefixes: Sequence[Sequence[int]] | None, count: int,
             "decoder_prefixes is for encoder-decoder models; a causal LM continues its context: put the tokens in it."
         )
     if len(prefixes) != count:
-        raise InputError(f"decoder_prefixes has {len(prefixes)} entries for {count} samples; pass one per sample.")
+        raise InputError(
+            f"decoder_prefixes has {len(prefixes)} entries for {count} samples; pass one per sample."
+        )
     if any(len(prefix) for prefix in prefixes) and getattr(config, "decoder_start_token_id", None) is None:
-        raise InputError("the model config has no decoder_start_token_id; set it to continue a decoder prefix.")
+        raise InputError(
+            "the model config has no decoder_start_token_id; set it to continue a decoder prefix."
+        )
     return [[int(t) for t in prefix] for prefix in prefixes]

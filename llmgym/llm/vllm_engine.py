@@ -143,7 +143,9 @@ def engine_request(
     if setting("do_sample", False):
         # min_new_tokens is in the distribution llmgym re-scores, so the recorded log-probs match the update's
         sampling = Sampling(
-            temperature=setting("temperature", 1.0), top_k=setting("top_k", 0), top_p=setting("top_p", 1.0),
+            temperature=setting("temperature", 1.0),
+            top_k=setting("top_k", 0),
+            top_p=setting("top_p", 1.0),
             min_new_tokens=min_new_tokens,
         )
     stops = generation_kwargs.get("stop_strings") or ()
@@ -397,7 +399,10 @@ def engine_generate(
     )
     check_prompts(prompts, new_tokens, encoder.window, None)
     request = engine_request(
-        generation_kwargs, llm.model.generation_config, new_tokens, eos_token_ids(llm.model, generation_kwargs)
+        generation_kwargs,
+        llm.model.generation_config,
+        new_tokens,
+        eos_token_ids(llm.model, generation_kwargs),
     )
     samples = engine.sample(prompts, request)
     prompt_ids = [list(p) for p, group in zip(prompts, samples) for _ in group]

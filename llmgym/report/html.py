@@ -56,11 +56,17 @@ def _points(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[
 
 #: The curves drawn per run: metric key, axis label, fixed y range.
 CURVES: tuple[tuple[str, str, Optional[tuple[float, float]]], ...] = (
-    ("success_rate", "success rate", (-0.02, 1.02)), ("episode_return", "return", None),
+    ("success_rate", "success rate", (-0.02, 1.02)),
+    ("episode_return", "return", None),
 )
 
 
-def _curves(run: RunData, color_offset: int = 0, metrics: Sequence[str] = ("success_rate", "episode_return"), width: int = 480) -> list[str]:
+def _curves(
+    run: RunData,
+    color_offset: int = 0,
+    metrics: Sequence[str] = ("success_rate", "episode_return"),
+    width: int = 480,
+) -> list[str]:
     """One chart per metric: the training rolling mean, every evaluation, the zero-shot line."""
     train = [r for r in run.records if r.get("kind") == "train"]
     evals = run.evaluations
@@ -73,12 +79,43 @@ def _curves(run: RunData, color_offset: int = 0, metrics: Sequence[str] = ("succ
             series.append(Series("train (rolling mean)", xs, ys, color=PALETTE[color_offset % len(PALETTE)]))
         xs, ys = _points(evals, key)
         if xs:
-            series.append(Series("eval (greedy)", xs, ys, color=PALETTE[(color_offset + 3) % len(PALETTE)], markers=True, dashed=True))
+            series.append(
+                Series(
+                    "eval (greedy)",
+                    xs,
+                    ys,
+                    color=PALETTE[(color_offset + 3) % len(PALETTE)],
+                    markers=True,
+                    dashed=True,
+                )
+            )
         xs, ys = _points(evals, f"sampled_{key}")
         if xs:
-            series.append(Series("eval (sampled)", xs, ys, color=PALETTE[(color_offset + 2) % len(PALETTE)], markers=True, line=False))
-        hlines = [("zero-shot", float(before[key]), "#777777")] if before is not None and before.get(key) is not None else []
-        charts.append(line_chart(series, title=f"{run.name}: {label}", y_label=label, y_range=y_range, hlines=hlines, width=width))
+            series.append(
+                Series(
+                    "eval (sampled)",
+                    xs,
+                    ys,
+                    color=PALETTE[(color_offset + 2) % len(PALETTE)],
+                    markers=True,
+                    line=False,
+                )
+            )
+        hlines = (
+            [("zero-shot", float(before[key]), "#777777")]
+            if before is not None and before.get(key) is not None
+            else []
+        )
+        charts.append(
+            line_chart(
+                series,
+                title=f"{run.name}: {label}",
+                y_label=label,
+                y_range=y_range,
+                hlines=hlines,
+                width=width,
+            )
+        )
     return charts
 
 
@@ -91,9 +128,17 @@ def _eval_table(run: RunData) -> str:
     head += ["sampled success", "sampled return"] if sampled else []
     rows = []
     for e in evals:
-        cells = [_fmt(int(e["env_steps"])), _fmt(e.get("label")), _fmt(e.get("success_rate")), _fmt(e.get("episode_return")),
-                 _fmt(e.get("episode_length"), 1), _fmt(int(e["episodes"]) if e.get("episodes") is not None else None)]
-        cells += [_fmt(e.get("sampled_success_rate")), _fmt(e.get("sampled_episode_return"))] if sampled else []
+        cells = [
+            _fmt(int(e["env_steps"])),
+            _fmt(e.get("label")),
+            _fmt(e.get("success_rate")),
+            _fmt(e.get("episode_return")),
+            _fmt(e.get("episode_length"), 1),
+            _fmt(int(e["episodes"]) if e.get("episodes") is not None else None),
+        ]
+        cells += (
+            [_fmt(e.get("sampled_success_rate")), _fmt(e.get("sampled_episode_return"))] if sampled else []
+        )
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     header = "".join(f"<th>{h}</th>" for h in head)
     return f'<div class="scroll"><table class="evals"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
@@ -158,7 +203,15 @@ def _comparison(runs: Sequence[RunData]) -> str:
     if finals:
         low, high = bootstrap_ci(finals)
         center = iqm(finals)
-        bands.append(Band(f"IQM of final success {center:.3f} [{low:.3f}, {high:.3f}]", low, high, center, color="#444444"))
+        bands.append(
+            Band(
+                f"IQM of final success {center:.3f} [{low:.3f}, {high:.3f}]",
+                low,
+                high,
+                center,
+                color="#444444",
+            )
+        )
         iqm_line = (
             f'<p class="iqm">IQM of the final greedy success over {len(finals)} runs: <b>{center:.3f}</b>, '
             f"95% percentile bootstrap CI [{low:.3f}, {high:.3f}] (2000 resamples).</p>"
@@ -166,10 +219,19 @@ def _comparison(runs: Sequence[RunData]) -> str:
     parts.append(iqm_line)
     parts.append(
         '<table class="evals runs"><thead><tr><th>run</th><th>seed</th><th>success before</th><th>success after</th>'
-        f'<th>return before</th><th>return after</th><th>status</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        f"<th>return before</th><th>return after</th><th>status</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
-    parts.append(line_chart(series, title="greedy evaluation success of every run", y_label="success rate",
-                            y_range=(-0.02, 1.02), bands=bands, width=720, height=320))
+    parts.append(
+        line_chart(
+            series,
+            title="greedy evaluation success of every run",
+            y_label="success rate",
+            y_range=(-0.02, 1.02),
+            bands=bands,
+            width=720,
+            height=320,
+        )
+    )
     for key, _, _ in CURVES:  # side by side: one row per metric, one chart per run
         row = [chart for i, run in enumerate(runs) for chart in _curves(run, i, (key,), width=360)]
         parts.append('<div class="charts">' + "".join(row) + "</div>")
@@ -207,7 +269,9 @@ def _replay_data(runs: Sequence[RunData]) -> tuple[str, int, int]:
     blocks = []
     for run, run_lines in zip(runs, kept):
         episodes = ",".join(line for _, line in run_lines)
-        blocks.append(f'{{"name":{json.dumps(run.name)},"agent":{json.dumps(run.agent_type)},"episodes":[{episodes}]}}')
+        blocks.append(
+            f'{{"name":{json.dumps(run.name)},"agent":{json.dumps(run.agent_type)},"episodes":[{episodes}]}}'
+        )
     count = sum(len({e for e, _ in run_lines}) for run_lines in kept)
     total = sum(len({e for e, _ in run_lines}) for run_lines in lines)
     return ("[" + ",".join(blocks) + "]").replace("<", "\\u003c"), count, total
@@ -230,13 +294,29 @@ def build_html(runs: Sequence[RunData], title: Optional[str] = None) -> str:
     if len(runs) > 1:
         sections.append(_section("Runs compared", _comparison(runs), "compare"))
     else:
-        sections.append(_section("Learning curves", '<div class="charts">' + "".join(_curves(runs[0])) + "</div>", "curves"))
-    sections.append(_section("Evaluations", "".join(
-        (f"<h3>{escape(run.name)}</h3>" if len(runs) > 1 else "") + _eval_table(run) for run in runs
-    ), "evaluations"))
+        sections.append(
+            _section(
+                "Learning curves", '<div class="charts">' + "".join(_curves(runs[0])) + "</div>", "curves"
+            )
+        )
+    sections.append(
+        _section(
+            "Evaluations",
+            "".join(
+                (f"<h3>{escape(run.name)}</h3>" if len(runs) > 1 else "") + _eval_table(run) for run in runs
+            ),
+            "evaluations",
+        )
+    )
     distributions = [chart for chart in (_action_distribution(run) for run in runs) if chart]
     if distributions:
-        sections.append(_section("Action distribution over training", '<div class="charts">' + "".join(distributions) + "</div>", "actions"))
+        sections.append(
+            _section(
+                "Action distribution over training",
+                '<div class="charts">' + "".join(distributions) + "</div>",
+                "actions",
+            )
+        )
     replay = (
         '<div id="replay"><div class="controls">'
         '<label>run <select id="rp-run"></select></label> '
@@ -254,16 +334,30 @@ def build_html(runs: Sequence[RunData], title: Optional[str] = None) -> str:
             f"to keep this file under {MAX_EMBEDDED_BYTES / 1e6:g} MB); every one is in episodes.jsonl.</p>{replay}"
         )
     if not any(run.episodes for run in runs):
-        replay = '<p class="muted">No episode was recorded (logging.record_episodes=0, or no evaluation ran).</p>'
+        replay = (
+            '<p class="muted">No episode was recorded (logging.record_episodes=0, or no evaluation ran).</p>'
+        )
     sections.append(_section("Episode replays", replay, "replays"))
-    sections.append(_section("Config", "".join(
-        f'<details{" open" if len(runs) == 1 else ""}><summary>{escape(run.name)} ({escape(str(run.path))})</summary>'
-        f"<pre>{escape(run.config_yaml)}</pre></details>" for run in runs
-    ), "config"))
+    sections.append(
+        _section(
+            "Config",
+            "".join(
+                f"<details{' open' if len(runs) == 1 else ''}><summary>{escape(run.name)} ({escape(str(run.path))})</summary>"
+                f"<pre>{escape(run.config_yaml)}</pre></details>"
+                for run in runs
+            ),
+            "config",
+        )
+    )
     nav = "".join(
-        f'<a href="#{anchor}">{name}</a>' for anchor, name in (
-            ("compare" if len(runs) > 1 else "curves", "curves"), ("evaluations", "evaluations"),
-            ("actions", "actions"), ("replays", "replays"), ("config", "config"))
+        f'<a href="#{anchor}">{name}</a>'
+        for anchor, name in (
+            ("compare" if len(runs) > 1 else "curves", "curves"),
+            ("evaluations", "evaluations"),
+            ("actions", "actions"),
+            ("replays", "replays"),
+            ("config", "config"),
+        )
         if anchor != "actions" or distributions
     )
     generated = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -272,7 +366,7 @@ def build_html(runs: Sequence[RunData], title: Optional[str] = None) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{_asset('report.css')}</style></head><body>"
         f'<header><h1>{escape(title)}</h1><nav>{nav}</nav><p class="muted">generated {generated} by llmgym report</p></header>'
-        f'<main>{"".join(sections)}</main>'
+        f"<main>{''.join(sections)}</main>"
         f'<script id="llmgym-data" type="application/json">{data}</script>'
         f"<script>{_asset('report.js')}</script></body></html>"
     )

@@ -135,7 +135,9 @@ class EpisodeRecord:
     def to_json(self) -> str:
         """One compact JSON line (``None`` fields of the steps left out)."""
         data = asdict(self)
-        data["steps"] = [{k: v for k, v in step.items() if v is not None and v is not False} for step in data["steps"]]
+        data["steps"] = [
+            {k: v for k, v in step.items() if v is not None and v is not False} for step in data["steps"]
+        ]
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
@@ -182,7 +184,9 @@ class EpisodeRecorder:
         gae_lambda: GAE lambda of the advantages.
     """
 
-    def __init__(self, max_episodes: int, tokenizer: Any = None, gamma: float = 0.99, gae_lambda: float = 0.95) -> None:
+    def __init__(
+        self, max_episodes: int, tokenizer: Any = None, gamma: float = 0.99, gae_lambda: float = 0.95
+    ) -> None:
         if max_episodes < 0:
             raise InputError(f"max_episodes={max_episodes} must be >= 0 (0 records nothing).")
         self.max_episodes = max_episodes
@@ -213,13 +217,20 @@ class EpisodeRecorder:
             return
         choice = decision.choice
         extra = (
-            _scoring_fields(choice) if isinstance(choice, CandidateChoice)
+            _scoring_fields(choice)
+            if isinstance(choice, CandidateChoice)
             else _generative_fields(decision, choice, self.tokenizer)
         )
-        steps.append(StepRecord(
-            observation=_clip(observation), action=_clip(str(decision.action), 500), reward=_num(reward),
-            value=_num(decision.value), log_prob=_num(decision.log_prob), **extra,
-        ))
+        steps.append(
+            StepRecord(
+                observation=_clip(observation),
+                action=_clip(str(decision.action), 500),
+                reward=_num(reward),
+                value=_num(decision.value),
+                log_prob=_num(decision.log_prob),
+                **extra,
+            )
+        )
 
     def end_episode(self, episode: int, seed: int, success: bool, terminated: bool) -> None:
         """Close a recorded episode (its advantages are computed here).
@@ -241,15 +252,22 @@ class EpisodeRecorder:
             done = torch.zeros_like(values, dtype=torch.bool)
             done[-1] = True
             advantages, _ = compute_gae(
-                rewards, values, done if terminated else torch.zeros_like(done), done,
-                last_values=values[-1], gamma=self.gamma, gae_lambda=self.gae_lambda,
+                rewards,
+                values,
+                done if terminated else torch.zeros_like(done),
+                done,
+                last_values=values[-1],
+                gamma=self.gamma,
+                gae_lambda=self.gae_lambda,
                 truncation_values=values[-1:].expand_as(values),
             )
             for step, advantage in zip(steps, advantages[:, 0].tolist()):
                 step.advantage = _num(advantage)
         self._finished.append((episode, seed, success, terminated))
 
-    def records(self, env_steps: int, label: str, evaluation: int, policy: str = "greedy") -> list[EpisodeRecord]:
+    def records(
+        self, env_steps: int, label: str, evaluation: int, policy: str = "greedy"
+    ) -> list[EpisodeRecord]:
         """The finished recorded episodes, by episode index, within ``MAX_EVALUATION_BYTES``.
 
         Args:
@@ -263,15 +281,26 @@ class EpisodeRecorder:
         for episode, seed, success, _ in sorted(self._finished):
             total, length = self._counts.get(episode, (0.0, 0))
             record = EpisodeRecord(
-                env_steps=int(env_steps), label=label, evaluation=evaluation, episode=episode, seed=seed,
-                policy=policy, episode_return=float(_num(total) or 0.0), success=bool(success), length=length,
+                env_steps=int(env_steps),
+                label=label,
+                evaluation=evaluation,
+                episode=episode,
+                seed=seed,
+                policy=policy,
+                episode_return=float(_num(total) or 0.0),
+                success=bool(success),
+                length=length,
                 steps=self._steps.get(episode, []),
             )
             size += len(record.to_json().encode()) + 1
             if result and size > MAX_EVALUATION_BYTES:
                 logger.warning(
                     "Recorded %d of the %d episodes of evaluation %d: the others would pass %d bytes (episodes.jsonl's "
-                    "bound per evaluation).", len(result), len(self._finished), evaluation, MAX_EVALUATION_BYTES,
+                    "bound per evaluation).",
+                    len(result),
+                    len(self._finished),
+                    evaluation,
+                    MAX_EVALUATION_BYTES,
                 )
                 break
             result.append(record)
@@ -296,7 +325,11 @@ class TrainingEpisodeSampler:
     """
 
     def __init__(
-        self, format_observation: Callable[[Any], str], tokenizer: Any = None, gamma: float = 0.99, gae_lambda: float = 0.95
+        self,
+        format_observation: Callable[[Any], str],
+        tokenizer: Any = None,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
     ) -> None:
         self.format_observation = format_observation
         self.tokenizer = tokenizer
@@ -338,7 +371,9 @@ class TrainingEpisodeSampler:
             recorder.add_step(0, self.format_observation(observations[0]), decisions[0], float(rewards[0]))
             if done:
                 success = infos[0].get("success")
-                recorder.end_episode(0, -1, bool(success if success is not None else rewards[0] > 0), bool(terminated[0]))
+                recorder.end_episode(
+                    0, -1, bool(success if success is not None else rewards[0] > 0), bool(terminated[0])
+                )
                 self.finished.extend(recorder.records(env_steps, "train", self._evaluation or 0, "training"))
                 self._recorder, self._evaluation = None, None
         elif self._evaluation is not None and done:  # env 0 starts a new episode at its next step
@@ -355,7 +390,11 @@ def read_episode_records(path: str | Path) -> list[EpisodeRecord]:
     target = Path(path)
     if not target.is_file():
         return []
-    return [EpisodeRecord.from_dict(json.loads(line)) for line in target.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        EpisodeRecord.from_dict(json.loads(line))
+        for line in target.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
 
 
 def append_episode_records(path: str | Path, records: Sequence[EpisodeRecord]) -> Path:
@@ -416,8 +455,20 @@ def episode_markdown(record: EpisodeRecord) -> str:
 
 #: Columns of :func:`episode_rows`.
 ROW_COLUMNS = [
-    "env_steps", "label", "episode", "step", "observation", "action", "reward", "value", "advantage",
-    "probabilities", "generated", "parse_failed", "episode_return", "success",
+    "env_steps",
+    "label",
+    "episode",
+    "step",
+    "observation",
+    "action",
+    "reward",
+    "value",
+    "advantage",
+    "probabilities",
+    "generated",
+    "parse_failed",
+    "episode_return",
+    "success",
 ]
 
 
@@ -433,11 +484,25 @@ def episode_rows(records: Sequence[EpisodeRecord]) -> tuple[list[str], list[list
         for index, step in enumerate(record.steps):
             probs = (
                 "; ".join(f"{c}: {p}" for c, p in zip(step.candidates, step.probs))
-                if step.candidates is not None and step.probs is not None else ""
+                if step.candidates is not None and step.probs is not None
+                else ""
             )
-            rows.append([
-                record.env_steps, record.label, record.episode, index, step.observation, step.action, step.reward,
-                step.value, step.advantage, probs, step.text or "", step.parse_failed, record.episode_return,
-                record.success,
-            ])
+            rows.append(
+                [
+                    record.env_steps,
+                    record.label,
+                    record.episode,
+                    index,
+                    step.observation,
+                    step.action,
+                    step.reward,
+                    step.value,
+                    step.advantage,
+                    probs,
+                    step.text or "",
+                    step.parse_failed,
+                    record.episode_return,
+                    record.success,
+                ]
+            )
     return list(ROW_COLUMNS), rows

@@ -72,10 +72,17 @@ def _load_run(path: Path) -> RunData:
             f"{SWEEP_SUMMARY}); give folders that llmgym train, llmgym sweep or llmgym eval wrote."
         )
     config_file = path / "config.yaml"
-    text = config_file.read_text(encoding="utf-8") if config_file.is_file() else "# no config.yaml in this run directory\n"
+    text = (
+        config_file.read_text(encoding="utf-8")
+        if config_file.is_file()
+        else "# no config.yaml in this run directory\n"
+    )
     metrics = path / "metrics.jsonl"
     return RunData(
-        name=path.name, path=path, config_yaml=text, config=yaml.safe_load(text) or {},
+        name=path.name,
+        path=path,
+        config_yaml=text,
+        config=yaml.safe_load(text) or {},
         records=read_metrics(metrics) if metrics.is_file() else [],
         episodes=read_episode_records(path / EPISODES_NAME),
     )
@@ -108,13 +115,19 @@ def load_runs(paths: Sequence[str | Path]) -> list[RunData]:
         else:
             runs.append(_load_run(path))
     if not runs:
-        raise InputError(f"no run directory found in {', '.join(str(p) for p in paths)}; did every run of the sweep fail?")
+        raise InputError(
+            f"no run directory found in {', '.join(str(p) for p in paths)}; did every run of the sweep fail?"
+        )
     return runs
 
 
 def save_evaluation(
-    folder: str | Path, config_yaml: str, env_steps: int, result: Mapping[str, Any],
-    records: Sequence[EpisodeRecord], label: str = "eval",
+    folder: str | Path,
+    config_yaml: str,
+    env_steps: int,
+    result: Mapping[str, Any],
+    records: Sequence[EpisodeRecord],
+    label: str = "eval",
 ) -> Path:
     """Save one evaluation as a run directory of its own (atomically: built aside, then renamed).
 
@@ -129,7 +142,13 @@ def save_evaluation(
     Returns:
         ``folder``.
     """
-    record: dict[str, Optional[Any]] = {"kind": "eval", "env_steps": int(env_steps), "time_s": 0.0, **result, "label": label}
+    record: dict[str, Optional[Any]] = {
+        "kind": "eval",
+        "env_steps": int(env_steps),
+        "time_s": 0.0,
+        **result,
+        "label": label,
+    }
 
     def write(tmp: Path) -> None:
         (tmp / "config.yaml").write_text(config_yaml, encoding="utf-8")

@@ -80,7 +80,9 @@ class _Frame:
 
     def py(self, y: float) -> float:
         span = (self.y1 - self.y0) or 1.0
-        return self.height - _MARGIN_BOTTOM - (y - self.y0) / span * (self.height - _MARGIN_TOP - _MARGIN_BOTTOM)
+        return (
+            self.height - _MARGIN_BOTTOM - (y - self.y0) / span * (self.height - _MARGIN_TOP - _MARGIN_BOTTOM)
+        )
 
 
 def _ticks(low: float, high: float, count: int = 5) -> list[float]:
@@ -125,14 +127,24 @@ def _axes(frame: _Frame, title: str, x_label: str, y_label: str) -> list[str]:
     out = [f'<text class="title" x="{_MARGIN_LEFT}" y="16">{escape(title)}</text>']
     for y in _ticks(frame.y0, frame.y1):
         py = frame.py(y)
-        out.append(f'<line class="grid" x1="{_MARGIN_LEFT}" x2="{frame.width - _MARGIN_RIGHT}" y1="{py:.1f}" y2="{py:.1f}"/>')
-        out.append(f'<text class="tick" x="{_MARGIN_LEFT - 4}" y="{py + 3:.1f}" text-anchor="end">{_label(y)}</text>')
+        out.append(
+            f'<line class="grid" x1="{_MARGIN_LEFT}" x2="{frame.width - _MARGIN_RIGHT}" y1="{py:.1f}" y2="{py:.1f}"/>'
+        )
+        out.append(
+            f'<text class="tick" x="{_MARGIN_LEFT - 4}" y="{py + 3:.1f}" text-anchor="end">{_label(y)}</text>'
+        )
     for x in _ticks(frame.x0, frame.x1):
         px = frame.px(x)
-        out.append(f'<text class="tick" x="{px:.1f}" y="{frame.height - _MARGIN_BOTTOM + 14}" text-anchor="middle">{_label(x)}</text>')
+        out.append(
+            f'<text class="tick" x="{px:.1f}" y="{frame.height - _MARGIN_BOTTOM + 14}" text-anchor="middle">{_label(x)}</text>'
+        )
     bottom = frame.height - _MARGIN_BOTTOM
-    out.append(f'<line class="axis" x1="{_MARGIN_LEFT}" x2="{frame.width - _MARGIN_RIGHT}" y1="{bottom}" y2="{bottom}"/>')
-    out.append(f'<text class="axis-label" x="{(frame.width + _MARGIN_LEFT) / 2:.0f}" y="{bottom + 28}" text-anchor="middle">{escape(x_label)}</text>')
+    out.append(
+        f'<line class="axis" x1="{_MARGIN_LEFT}" x2="{frame.width - _MARGIN_RIGHT}" y1="{bottom}" y2="{bottom}"/>'
+    )
+    out.append(
+        f'<text class="axis-label" x="{(frame.width + _MARGIN_LEFT) / 2:.0f}" y="{bottom + 28}" text-anchor="middle">{escape(x_label)}</text>'
+    )
     out.append(
         f'<text class="axis-label" transform="translate(12,{(frame.height - _MARGIN_BOTTOM + _MARGIN_TOP) / 2:.0f}) rotate(-90)" '
         f'text-anchor="middle">{escape(y_label)}</text>'
@@ -145,7 +157,9 @@ def _legend(frame: _Frame, entries: list[tuple[str, str, bool]]) -> list[str]:
     y = frame.height - 8
     for name, color, dashed in entries:
         dash = ' stroke-dasharray="5,3"' if dashed else ""
-        out.append(f'<line x1="{x:.0f}" x2="{x + 16:.0f}" y1="{y - 4}" y2="{y - 4}" stroke="{color}" stroke-width="2.5"{dash}/>')
+        out.append(
+            f'<line x1="{x:.0f}" x2="{x + 16:.0f}" y1="{y - 4}" y2="{y - 4}" stroke="{color}" stroke-width="2.5"{dash}/>'
+        )
         out.append(f'<text class="legend" x="{x + 20:.0f}" y="{y}">{escape(name)}</text>')
         x += 28 + 6.2 * len(name)
     return out
@@ -186,28 +200,42 @@ def line_chart(
         low, high = (min(ys), max(ys)) if ys else (0.0, 1.0)
         pad = (high - low) * 0.05 or 0.5
         y_range = (low - pad, high + pad)
-    frame = _Frame(min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1, y_range[0], y_range[1], width, height)
-    out = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">']
+    frame = _Frame(
+        min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1, y_range[0], y_range[1], width, height
+    )
+    out = [
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+    ]
     out += _axes(frame, title, x_label, y_label)
     legend: list[tuple[str, str, bool]] = []
     left, right = _MARGIN_LEFT, width - _MARGIN_RIGHT
     for band in bands:
         top, bottom = frame.py(band.high), frame.py(band.low)
-        out.append(f'<rect x="{left}" y="{top:.1f}" width="{right - left}" height="{max(1.0, bottom - top):.1f}" fill="{band.color}" opacity="0.15"/>')
-        out.append(f'<line x1="{left}" x2="{right}" y1="{frame.py(band.centre):.1f}" y2="{frame.py(band.centre):.1f}" stroke="{band.color}" stroke-width="2"/>')
+        out.append(
+            f'<rect x="{left}" y="{top:.1f}" width="{right - left}" height="{max(1.0, bottom - top):.1f}" fill="{band.color}" opacity="0.15"/>'
+        )
+        out.append(
+            f'<line x1="{left}" x2="{right}" y1="{frame.py(band.centre):.1f}" y2="{frame.py(band.centre):.1f}" stroke="{band.color}" stroke-width="2"/>'
+        )
         legend.append((band.name, band.color, False))
     for name, level, color in hlines:
-        out.append(f'<line x1="{left}" x2="{right}" y1="{frame.py(level):.1f}" y2="{frame.py(level):.1f}" stroke="{color}" stroke-width="1.5" stroke-dasharray="6,4"/>')
+        out.append(
+            f'<line x1="{left}" x2="{right}" y1="{frame.py(level):.1f}" y2="{frame.py(level):.1f}" stroke="{color}" stroke-width="1.5" stroke-dasharray="6,4"/>'
+        )
         legend.append((name, color, True))
     for s in series:
         points = _thin(s.xs, s.ys)
         dash = ' stroke-dasharray="5,3"' if s.dashed else ""
         if s.line:
-            out.append(f'<path d="{_path(frame, points)}" fill="none" stroke="{s.color}" stroke-width="{s.width}"{dash}><title>{escape(s.name)}</title></path>')
+            out.append(
+                f'<path d="{_path(frame, points)}" fill="none" stroke="{s.color}" stroke-width="{s.width}"{dash}><title>{escape(s.name)}</title></path>'
+            )
         if s.markers:
             for x, y in points:
                 if y is not None and math.isfinite(y):
-                    out.append(f'<circle cx="{frame.px(x):.1f}" cy="{frame.py(y):.1f}" r="3.5" fill="{s.color}"><title>{escape(s.name)}: {_label(y)} at {_label(x)}</title></circle>')
+                    out.append(
+                        f'<circle cx="{frame.px(x):.1f}" cy="{frame.py(y):.1f}" r="3.5" fill="{s.color}"><title>{escape(s.name)}: {_label(y)} at {_label(x)}</title></circle>'
+                    )
         if s.name:
             legend.append((s.name, s.color, s.dashed))
     out += _legend(frame, legend)
@@ -216,7 +244,11 @@ def line_chart(
 
 
 def stacked_bars(
-    columns: Sequence[tuple[str, dict[str, float]]], *, title: str, width: int = 720, height: int = 300,
+    columns: Sequence[tuple[str, dict[str, float]]],
+    *,
+    title: str,
+    width: int = 720,
+    height: int = 300,
 ) -> str:
     """An SVG of stacked bars: per column, the share of each category (e.g. action probabilities).
 
@@ -232,12 +264,18 @@ def stacked_bars(
     categories = list(dict.fromkeys(c for _, shares in columns for c in shares))
     colors = {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(categories)}
     frame = _Frame(0, max(1, len(columns)), 0.0, 1.0, width, height)
-    out = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">']
+    out = [
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+    ]
     out.append(f'<text class="title" x="{_MARGIN_LEFT}" y="16">{escape(title)}</text>')
     for y in _ticks(0.0, 1.0):
         py = frame.py(y)
-        out.append(f'<line class="grid" x1="{_MARGIN_LEFT}" x2="{width - _MARGIN_RIGHT}" y1="{py:.1f}" y2="{py:.1f}"/>')
-        out.append(f'<text class="tick" x="{_MARGIN_LEFT - 4}" y="{py + 3:.1f}" text-anchor="end">{_label(y)}</text>')
+        out.append(
+            f'<line class="grid" x1="{_MARGIN_LEFT}" x2="{width - _MARGIN_RIGHT}" y1="{py:.1f}" y2="{py:.1f}"/>'
+        )
+        out.append(
+            f'<text class="tick" x="{_MARGIN_LEFT - 4}" y="{py + 3:.1f}" text-anchor="end">{_label(y)}</text>'
+        )
     slot = (width - _MARGIN_LEFT - _MARGIN_RIGHT) / max(1, len(columns))
     for i, (label, shares) in enumerate(columns):
         x = _MARGIN_LEFT + i * slot + slot * 0.15
@@ -253,7 +291,9 @@ def stacked_bars(
             )
             base += share
         if len(columns) <= 20 or i % max(1, len(columns) // 10) == 0:
-            out.append(f'<text class="tick" x="{x + slot * 0.35:.1f}" y="{height - _MARGIN_BOTTOM + 14}" text-anchor="middle">{escape(label)}</text>')
+            out.append(
+                f'<text class="tick" x="{x + slot * 0.35:.1f}" y="{height - _MARGIN_BOTTOM + 14}" text-anchor="middle">{escape(label)}</text>'
+            )
     frame_legend = _Frame(0, 1, 0, 1, width, height)
     out += _legend(frame_legend, [(c, colors[c], False) for c in categories])
     out.append("</svg>")

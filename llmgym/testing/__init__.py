@@ -13,6 +13,11 @@ from llmgym.testing.tiny_models import (
 
 __all__ = [
     "CountingTokenizer",
-    "TINY_CORPUS", "save_tiny_classifier", "save_tiny_model", "tiny_causal_lm", "tiny_seq2seq_lm", "tiny_tokenizer",
+    "TINY_CORPUS",
+    "save_tiny_classifier",
+    "save_tiny_model",
+    "tiny_causal_lm",
+    "tiny_seq2seq_lm",
+    "tiny_tokenizer",
     "tiny_tool_tokenizer",
 ]

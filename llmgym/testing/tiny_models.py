@@ -152,7 +152,9 @@ def tiny_causal_lm(
             **common,
         )
     elif arch == "gpt2":
-        config = GPT2Config(n_embd=hidden_size, n_layer=num_layers, n_head=num_heads, n_positions=512, **common)
+        config = GPT2Config(
+            n_embd=hidden_size, n_layer=num_layers, n_head=num_heads, n_positions=512, **common
+        )
     else:
         raise InputError(f"arch={arch!r} is not a tiny causal architecture; use 'llama' or 'gpt2'.")
     torch.manual_seed(seed)
@@ -161,7 +163,9 @@ def tiny_causal_lm(
     return model.eval(), tok
 
 
-def tiny_seq2seq_lm(seed: int = 0, d_model: int = 32, num_layers: int = 2) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+def tiny_seq2seq_lm(
+    seed: int = 0, d_model: int = 32, num_layers: int = 2
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """A randomly initialised tiny T5 encoder-decoder and its tokenizer.
 
     Args:
@@ -194,7 +198,12 @@ def tiny_seq2seq_lm(seed: int = 0, d_model: int = 32, num_layers: int = 2) -> tu
 
 
 def save_tiny_model(
-    path: str | Path, kind: str = "llama", seed: int = 0, num_layers: int = 2, hidden_size: int = 32, num_heads: int = 4
+    path: str | Path,
+    kind: str = "llama",
+    seed: int = 0,
+    num_layers: int = 2,
+    hidden_size: int = 32,
+    num_heads: int = 4,
 ) -> Path:
     """Write a tiny model and its tokenizer to a folder loadable by ``llmgym.llm.load_model`` (and vLLM).
 
@@ -215,7 +224,9 @@ def save_tiny_model(
     if kind == "t5":
         model, tok = tiny_seq2seq_lm(seed=seed, num_layers=num_layers)
     else:
-        model, tok = tiny_causal_lm(arch=kind, seed=seed, num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads)
+        model, tok = tiny_causal_lm(
+            arch=kind, seed=seed, num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads
+        )
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out

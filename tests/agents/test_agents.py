@@ -35,8 +35,15 @@ class FakeLLM:
         self.prompts.extend(contexts)
         ids = self.tokenizer(self.reply, add_special_tokens=False)["input_ids"]
         return [
-            [Generation(self.reply, ids, torch.full((len(ids),), -0.5), torch.full((len(ids),), -0.5),
-                        self.tokenizer(c, add_special_tokens=False)["input_ids"])]
+            [
+                Generation(
+                    self.reply,
+                    ids,
+                    torch.full((len(ids),), -0.5),
+                    torch.full((len(ids),), -0.5),
+                    self.tokenizer(c, add_special_tokens=False)["input_ids"],
+                )
+            ]
             for c in contexts
         ]
 
@@ -54,7 +61,9 @@ def test_scoring_agent_hooks_and_decisions():
 
     llm = _llm()
     agent = Recording(llm, AgentConfig(**PLAIN), num_envs=2)
-    actions = agent.act_batch(["a", "b"], [{"valid_actions": ["dog", "cat"]}, {"valid_actions": ["left", "right", "go"]}])
+    actions = agent.act_batch(
+        ["a", "b"], [{"valid_actions": ["dog", "cat"]}, {"valid_actions": ["left", "right", "go"]}]
+    )
     assert calls == ["a", "b"]
     assert actions[0] in ("dog", "cat") and actions[1] in ("left", "right", "go")
     for decision, options in zip(agent.last_decisions, (["dog", "cat"], ["left", "right", "go"])):
@@ -96,10 +105,14 @@ def test_scoring_agent_policy_uses_the_configured_score(normalize):
     agent.act_batch(["x"], [{"valid_actions": options}])
     decision = agent.last_decisions[0]
     scores = llm.score([decision.prompt], [decision.choice.candidates], normalize=normalize)[0]
-    other = llm.score([decision.prompt], [decision.choice.candidates], normalize="mean" if normalize == "sum" else "sum")[0]
+    other = llm.score(
+        [decision.prompt], [decision.choice.candidates], normalize="mean" if normalize == "sum" else "sum"
+    )[0]
     expected = torch.log_softmax(scores / 2.0, -1)[decision.choice.index]
     assert decision.log_prob == pytest.approx(float(expected), abs=1e-5)
-    assert float(torch.log_softmax(other / 2.0, -1)[decision.choice.index]) != pytest.approx(decision.log_prob, abs=1e-3)
+    assert float(torch.log_softmax(other / 2.0, -1)[decision.choice.index]) != pytest.approx(
+        decision.log_prob, abs=1e-3
+    )
 
 
 def test_unparsable_generation_gets_penalty_and_fallback():
@@ -125,7 +138,8 @@ def test_generation_is_parsed_onto_valid_actions():
 def test_token_budget_is_respected_and_ids_match_the_text():
     fake = FakeLLM("stay")
     agent = GenerativeAgent(
-        fake, AgentConfig(use_chat_template=False, history_length=10, max_prompt_tokens=40, system_prompt="Play.")
+        fake,
+        AgentConfig(use_chat_template=False, history_length=10, max_prompt_tokens=40, system_prompt="Play."),
     )
     tok = fake.tokenizer
     for step in range(12):
@@ -143,7 +157,9 @@ def test_truncated_episode_is_valued_for_bootstrapping():
     agent = ScoringAgent(llm, AgentConfig(**PLAIN), num_envs=2)
     agent.act_batch(["a", "b"], [{"valid_actions": ["dog", "cat"]}] * 2)
     rewards, truncation_values = agent.observe(
-        np.array([1.0, 1.0]), np.array([False, True]), np.array([True, True]),
+        np.array([1.0, 1.0]),
+        np.array([False, True]),
+        np.array([True, True]),
         [{"final_observation": "end-a"}, {"final_observation": "end-b"}],
     )
     assert truncation_values[1] == 0.0  # terminated wins: no bootstrap
@@ -158,10 +174,12 @@ class BlackjackAgent(Agent):
     """LlamaGym's README example, with only the import changed."""
 
     def get_system_prompt(self) -> str:
-        return "You are an expert blackjack player. Every turn, you'll see your current sum, the dealer's " \
-               "showing card value, and whether you have a usable ace. Win by exceeding the dealer's hand " \
-               "but not exceeding 21.\nDecide whether to stay with your current sum by writing \"Action: 0\" " \
-               "or accept another card by writing \"Action: 1\". Accept a card unless very close to 21."
+        return (
+            "You are an expert blackjack player. Every turn, you'll see your current sum, the dealer's "
+            "showing card value, and whether you have a usable ace. Win by exceeding the dealer's hand "
+            'but not exceeding 21.\nDecide whether to stay with your current sum by writing "Action: 0" '
+            'or accept another card by writing "Action: 1". Accept a card unless very close to 21.'
+        )
 
     def format_observation(self, observation) -> str:
         return f"You: {observation[0]}. Dealer: {observation[1]}. You have {'an' if bool(observation[2]) else 'no'} ace."
@@ -208,7 +226,9 @@ def test_scoring_agent_on_eight_babyai_envs():
     observations, infos = envs.reset()
     for _ in range(3):
         actions = agent.act_batch(observations, infos)
-        assert all(a in ("turn left", "turn right", "go forward", "pick up", "drop", "toggle") for a in actions)
+        assert all(
+            a in ("turn left", "turn right", "go forward", "pick up", "drop", "toggle") for a in actions
+        )
         observations, rewards, terminated, truncated, infos = envs.step(actions)
         agent.observe(rewards, terminated, truncated, infos)
     envs.close()
@@ -219,8 +239,14 @@ def test_token_agent_sends_one_token_per_step_and_eos_ends_the_episode():
 
     fake = FakeLLM("<|im_end|>")
     agent = TokenAgent(fake, AgentConfig(use_chat_template=False, history_length=0, system_prompt=""))
-    env = gym.make("llmgym/TextGen-v0", datapool=["Write:"], reward="length_penalty", mode="token",
-                   eos_token="<|im_end|>", max_tokens=5)
+    env = gym.make(
+        "llmgym/TextGen-v0",
+        datapool=["Write:"],
+        reward="length_penalty",
+        mode="token",
+        eos_token="<|im_end|>",
+        max_tokens=5,
+    )
     obs, info = env.reset(seed=0)
     action = agent.act_batch([obs], [info])[0]
     decision = agent.last_decisions[0]

@@ -42,9 +42,14 @@ def test_plain_template_and_whole_conversation():
     h = History(TOK, system_prompt="Goal: red ball", max_turns=None, use_chat_template=False)
     play(h, [("see wall", "turn left"), ("see ball", "go forward")], "ball in front")
     p = h.render()
-    assert p.text == "Goal: red ball\nsee wall\nAction: turn left\nsee ball\nAction: go forward\nball in front\nAction:"
+    assert (
+        p.text
+        == "Goal: red ball\nsee wall\nAction: turn left\nsee ball\nAction: go forward\nball in front\nAction:"
+    )
     assert p.token_ids == TOK(p.text, add_special_tokens=True)["input_ids"]
-    custom = History(TOK, max_turns=0, template=PlainTemplate(query="Obs: {observation}\n>"), use_chat_template=False)
+    custom = History(
+        TOK, max_turns=0, template=PlainTemplate(query="Obs: {observation}\n>"), use_chat_template=False
+    )
     play(custom, [("x", "y")], "z")
     assert custom.render().text == "Obs: z\n>"
 
@@ -73,7 +78,9 @@ def test_overflow_error_and_truncate_left():
     p = t.render()
     assert p.observation_truncated and p.num_turns == 0 and len(p.token_ids) <= 40
     assert p.token_ids == t.encode(p.text) and "forward. <|im_end|>" in p.text
-    tiny = History(TOK, system_prompt="a very long system prompt " * 5, max_prompt_tokens=5, overflow="truncate_left")
+    tiny = History(
+        TOK, system_prompt="a very long system prompt " * 5, max_prompt_tokens=5, overflow="truncate_left"
+    )
     tiny.add_observation("x")
     with pytest.raises(InputError, match="system prompt and template alone"):
         tiny.render()
@@ -153,7 +160,9 @@ def test_usage_errors_and_config():
     assert not History(no_template).uses_chat_template
 
 
-WORDS = st.sampled_from(["red", "ball", "wall", "go", "forward", "turn left", "héllo", "✓", "3 steps", "Action:", " "])
+WORDS = st.sampled_from(
+    ["red", "ball", "wall", "go", "forward", "turn left", "héllo", "✓", "3 steps", "Action:", " "]
+)
 TEXT = st.lists(WORDS, min_size=0, max_size=8).map(" ".join)
 
 
@@ -167,7 +176,9 @@ TEXT = st.lists(WORDS, min_size=0, max_size=8).map(" ".join)
     system=st.one_of(st.none(), TEXT),
 )
 def test_budget_respected_newest_kept_ids_exact(turns, pending, max_turns, budget, chat, system):
-    h = History(TOK, system_prompt=system, max_turns=max_turns, max_prompt_tokens=budget, use_chat_template=chat)
+    h = History(
+        TOK, system_prompt=system, max_turns=max_turns, max_prompt_tokens=budget, use_chat_template=chat
+    )
     play(h, turns, pending)
     try:
         p = h.render()

@@ -18,7 +18,11 @@ from llmgym.llm.sampling import Sampling
 from llmgym.testing import tiny_causal_lm, tiny_seq2seq_lm
 
 PROMPTS = ["Goal: go to the", "You see a red ball 2 steps left and", "héllo"]
-CANDIDATES = [["go forward", "turn left", "pick up the ball"], ["turn right", "go forward"], ["toggle", "drop", "done"]]
+CANDIDATES = [
+    ["go forward", "turn left", "pick up the ball"],
+    ["turn right", "go forward"],
+    ["toggle", "drop", "done"],
+]
 _LLMS: dict[bool, LocalLLM] = {}
 
 
@@ -41,21 +45,32 @@ def _llm(action_head: bool) -> LocalLLM:
     greedy=st.booleans(),
     seed=st.integers(0, 1000),
 )
-def test_candidate_policy_evaluate_reproduces_what_act_stored(action_head, temperature, normalize, greedy, seed):
+def test_candidate_policy_evaluate_reproduces_what_act_stored(
+    action_head, temperature, normalize, greedy, seed
+):
     llm = _llm(action_head)
-    agent = ScoringAgent(llm, AgentConfig(use_chat_template=False, temperature=temperature, score_normalize=normalize),
-                         num_envs=len(PROMPTS), seed=seed)
+    agent = ScoringAgent(
+        llm,
+        AgentConfig(use_chat_template=False, temperature=temperature, score_normalize=normalize),
+        num_envs=len(PROMPTS),
+        seed=seed,
+    )
     assert agent.policy == CandidatePolicy(temperature, normalize)
     agent.act_batch(PROMPTS, [{"valid_actions": c} for c in CANDIDATES], greedy=greedy)
     decisions = agent.last_decisions
-    outputs = agent.policy.evaluate(llm, [d.prompt for d in decisions], agent.policy.actions(decisions),
-                                    require_grad=False)
-    torch.testing.assert_close(outputs.log_probs, torch.tensor([d.log_prob for d in decisions]), atol=1e-5, rtol=0)
+    outputs = agent.policy.evaluate(
+        llm, [d.prompt for d in decisions], agent.policy.actions(decisions), require_grad=False
+    )
+    torch.testing.assert_close(
+        outputs.log_probs, torch.tensor([d.log_prob for d in decisions]), atol=1e-5, rtol=0
+    )
     torch.testing.assert_close(outputs.values, torch.tensor([d.value for d in decisions]), atol=1e-5, rtol=0)
     assert outputs.candidate_log_probs is not None and outputs.candidate_mask is not None
     probs = outputs.candidate_log_probs.exp() * outputs.candidate_mask
     torch.testing.assert_close(probs.sum(-1), torch.ones(len(PROMPTS)))
-    torch.testing.assert_close(agent.policy.kl(outputs, outputs), torch.zeros(len(PROMPTS)), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        agent.policy.kl(outputs, outputs), torch.zeros(len(PROMPTS)), atol=1e-6, rtol=0
+    )
 
 
 @settings(max_examples=10, deadline=None)
@@ -68,7 +83,9 @@ def test_candidate_policy_evaluate_reproduces_what_act_stored(action_head, tempe
 )
 def test_token_policy_evaluate_reproduces_what_act_stored(temperature, top_k, top_p, mask_top_p, seed):
     llm = _llm(action_head=False)
-    agent = GenerativeAgent(llm, AgentConfig(use_chat_template=False, max_new_tokens=4), num_envs=len(PROMPTS))
+    agent = GenerativeAgent(
+        llm, AgentConfig(use_chat_template=False, max_new_tokens=4), num_envs=len(PROMPTS)
+    )
     agent.policy = TokenPolicy(Sampling(temperature=temperature, top_k=top_k, top_p=top_p), max_new_tokens=4)
     if mask_top_p < 1.0:
         agent.policy = agent.policy.masked(mask_top_p)  # NLPO: every token from the mask policy's top-p set
@@ -76,11 +93,16 @@ def test_token_policy_evaluate_reproduces_what_act_stored(temperature, top_k, to
     torch.manual_seed(seed)
     agent.act_batch(PROMPTS, [{} for _ in PROMPTS])
     decisions = agent.last_decisions
-    outputs = agent.policy.evaluate(llm, [d.prompt for d in decisions], agent.policy.actions(decisions),
-                                    require_grad=False)
-    torch.testing.assert_close(outputs.log_probs, torch.tensor([d.log_prob for d in decisions]), atol=1e-4, rtol=0)
+    outputs = agent.policy.evaluate(
+        llm, [d.prompt for d in decisions], agent.policy.actions(decisions), require_grad=False
+    )
+    torch.testing.assert_close(
+        outputs.log_probs, torch.tensor([d.log_prob for d in decisions]), atol=1e-4, rtol=0
+    )
     torch.testing.assert_close(outputs.values, torch.tensor([d.value for d in decisions]), atol=1e-5, rtol=0)
-    torch.testing.assert_close(agent.policy.kl(outputs, outputs), torch.zeros(len(PROMPTS)), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        agent.policy.kl(outputs, outputs), torch.zeros(len(PROMPTS)), atol=1e-6, rtol=0
+    )
 
 
 def test_masking_is_a_token_policy_s_and_the_kinds_do_not_mix():
@@ -106,8 +128,12 @@ def _t5() -> LocalLLM:
     """A tiny T5 with a LoRA adapter (the KL reference is the base) and a value head, built once."""
     if "llm" not in _T5:
         model, tokenizer = tiny_seq2seq_lm(seed=0)
-        _T5["llm"] = LocalLLM(ModelConfig(name="tiny-t5", lora=LoRAConfig(r=4, alpha=8)), {VALUE_KEY: ValueHead()},
-                              model=model, tokenizer=tokenizer)
+        _T5["llm"] = LocalLLM(
+            ModelConfig(name="tiny-t5", lora=LoRAConfig(r=4, alpha=8)),
+            {VALUE_KEY: ValueHead()},
+            model=model,
+            tokenizer=tokenizer,
+        )
     return _T5["llm"]
 
 
@@ -123,7 +149,9 @@ def _t5() -> LocalLLM:
 @example(temperature=1.3, top_p=1.0, mask_top_p=1.0, seed=0)
 def test_seq2seq_token_policy_evaluate_reproduces_what_act_stored(temperature, top_p, mask_top_p, seed):
     llm = _t5()
-    agent = GenerativeAgent(llm, AgentConfig(use_chat_template=False, max_new_tokens=4), num_envs=len(PROMPTS))
+    agent = GenerativeAgent(
+        llm, AgentConfig(use_chat_template=False, max_new_tokens=4), num_envs=len(PROMPTS)
+    )
     agent.policy = TokenPolicy(Sampling(temperature=temperature, top_p=top_p), max_new_tokens=4)
     if mask_top_p < 1.0:
         agent.policy = agent.policy.masked(mask_top_p)
@@ -131,11 +159,20 @@ def test_seq2seq_token_policy_evaluate_reproduces_what_act_stored(temperature, t
     torch.manual_seed(seed)
     agent.act_batch(PROMPTS, [{} for _ in PROMPTS])
     decisions = agent.last_decisions
-    outputs = agent.policy.evaluate(llm, [d.prompt for d in decisions], agent.policy.actions(decisions),
-                                    require_grad=False, with_reference=True)
-    torch.testing.assert_close(outputs.log_probs, torch.tensor([d.log_prob for d in decisions]), atol=1e-4, rtol=0)
+    outputs = agent.policy.evaluate(
+        llm,
+        [d.prompt for d in decisions],
+        agent.policy.actions(decisions),
+        require_grad=False,
+        with_reference=True,
+    )
+    torch.testing.assert_close(
+        outputs.log_probs, torch.tensor([d.log_prob for d in decisions]), atol=1e-4, rtol=0
+    )
     torch.testing.assert_close(outputs.values, torch.tensor([d.value for d in decisions]), atol=1e-5, rtol=0)
-    if mask_top_p == 1.0:  # the LoRA adapter starts at zero: the policy is its (uncut) reference, cut by top-p
+    if (
+        mask_top_p == 1.0
+    ):  # the LoRA adapter starts at zero: the policy is its (uncut) reference, cut by top-p
         assert (outputs.ref_kl >= -1e-5).all()
         if top_p == 1.0:
             torch.testing.assert_close(outputs.ref_kl, torch.zeros(len(PROMPTS)), atol=1e-5, rtol=0)
@@ -143,16 +180,22 @@ def test_seq2seq_token_policy_evaluate_reproduces_what_act_stored(temperature, t
 
 def test_seq2seq_token_agent_feeds_the_prompt_to_the_encoder_and_its_tokens_to_the_decoder():
     llm = _t5()
-    agent = TokenAgent(llm, AgentConfig(use_chat_template=False, temperature=0.9, top_p=0.8), num_envs=2, seed=3)
+    agent = TokenAgent(
+        llm, AgentConfig(use_chat_template=False, temperature=0.9, top_p=0.8), num_envs=2, seed=3
+    )
     assert all(isinstance(h, DecoderHistory) for h in agent.histories)
     texts = PROMPTS[:2]
     steps = []
     for _ in range(3):
         actions = agent.act_batch(texts, [{}, {}])
         steps.append(agent.last_decisions)
-        texts = [t + a for t, a in zip(texts, actions)]  # what a token-level env shows next: never re-tokenized
+        texts = [
+            t + a for t, a in zip(texts, actions)
+        ]  # what a token-level env shows next: never re-tokenized
     first, last = steps[0], steps[-1]
-    assert [d.prompt_ids for d in last] == [d.prompt_ids for d in first]  # the encoder keeps the episode's prompt
+    assert [d.prompt_ids for d in last] == [
+        d.prompt_ids for d in first
+    ]  # the encoder keeps the episode's prompt
     for env in range(2):
         generated = [ids for step in steps[:-1] for ids in step[env].choice.token_ids]
         assert last[env].choice.decoder_prefix == generated and len(last[env].choice.token_ids) == 1
@@ -160,7 +203,9 @@ def test_seq2seq_token_agent_feeds_the_prompt_to_the_encoder_and_its_tokens_to_t
     actions = agent.policy.actions(decisions)
     assert actions.decoder_prefixes is not None and actions.decoder_prefixes[0] == []
     outputs = agent.policy.evaluate(llm, [d.prompt for d in decisions], actions, require_grad=False)
-    torch.testing.assert_close(outputs.log_probs, torch.tensor([d.log_prob for d in decisions]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        outputs.log_probs, torch.tensor([d.log_prob for d in decisions]), atol=1e-4, rtol=0
+    )
     torch.testing.assert_close(outputs.values, torch.tensor([d.value for d in decisions]), atol=1e-5, rtol=0)
     # The bootstrap value of an episode under way is the decoder's state after its tokens: the next step's value.
     values = agent.values_of({0: texts[0]})

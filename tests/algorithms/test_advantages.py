@@ -36,7 +36,9 @@ def test_reward_only_at_the_end(gamma, lam):
 def test_constant_value_no_reward(gamma, lam):
     c, steps = 2.0, 5
     values = torch.full((steps, 1), c)
-    adv, ret = compute_gae(torch.zeros(steps, 1), values, false(steps), false(steps), torch.tensor([c]), gamma, lam)
+    adv, ret = compute_gae(
+        torch.zeros(steps, 1), values, false(steps), false(steps), torch.tensor([c]), gamma, lam
+    )
     delta = c * (gamma - 1.0)
     expected = [sum(delta * (gamma * lam) ** k for k in range(steps - t)) for t in range(steps)]
     torch.testing.assert_close(adv[:, 0], torch.tensor(expected))
@@ -87,7 +89,11 @@ def test_truncated_without_values_is_an_error():
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"gamma": 1.5}, "gamma=1.5"), ({"gae_lambda": -0.1}, "gae_lambda"), ({"last_values": torch.zeros(3)}, "last_values")],
+    [
+        ({"gamma": 1.5}, "gamma=1.5"),
+        ({"gae_lambda": -0.1}, "gae_lambda"),
+        ({"last_values": torch.zeros(3)}, "last_values"),
+    ],
 )
 def test_bad_inputs(kwargs, match):
     args = {
@@ -103,7 +109,15 @@ def test_bad_inputs(kwargs, match):
     with pytest.raises(InputError, match=match):
         compute_gae(**args)
     with pytest.raises(InputError, match="rewards"):
-        compute_gae(torch.zeros(3, 2), torch.zeros(2, 2), torch.zeros(2, 2), torch.zeros(2, 2), torch.zeros(2), 0.9, 0.9)
+        compute_gae(
+            torch.zeros(3, 2),
+            torch.zeros(2, 2),
+            torch.zeros(2, 2),
+            torch.zeros(2, 2),
+            torch.zeros(2),
+            0.9,
+            0.9,
+        )
 
 
 def _naive_returns(rewards, values, terminated, truncated, trunc_values, last_values, gamma):
@@ -178,5 +192,9 @@ def test_rollout_statistics_by_hand():
 
     stats = rollout_statistics(torch.tensor([1.0, -3.0]), torch.tensor([0.5, 1.5]), torch.tensor([1.5, -1.5]))
     assert stats == {
-        "advantage_mean": -1.0, "advantage_std": 2.0, "advantage_abs_mean": 2.0, "value_mean": 1.0, "return_mean": 0.0,
+        "advantage_mean": -1.0,
+        "advantage_std": 2.0,
+        "advantage_abs_mean": 2.0,
+        "value_mean": 1.0,
+        "return_mean": 0.0,
     }

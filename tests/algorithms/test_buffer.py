@@ -11,8 +11,15 @@ from llmgym.errors import InputError
 
 
 def _decision(prompt, log_prob=0.0, value=0.0, prompt_ids=(), choice=None):
-    return Decision(prompt=prompt, prompt_ids=list(prompt_ids), action="a", response="a", log_prob=float(log_prob),
-                    value=float(value), choice=choice if choice is not None else CandidateChoice(["a"], 0))
+    return Decision(
+        prompt=prompt,
+        prompt_ids=list(prompt_ids),
+        action="a",
+        response="a",
+        log_prob=float(log_prob),
+        value=float(value),
+        choice=choice if choice is not None else CandidateChoice(["a"], 0),
+    )
 
 
 def fill_action_level(buf, seed=0, trunc_prob=0.2, term_prob=0.2):
@@ -25,7 +32,13 @@ def fill_action_level(buf, seed=0, trunc_prob=0.2, term_prob=0.2):
         log_probs, values = torch.randn(n, generator=g), torch.randn(n, generator=g).tolist()
         buf.add(
             [
-                _decision(f"p{t}-{i}", log_probs[i], values[i], [t, i, 7], CandidateChoice([f"c{j}" for j in range(k)], t % k))
+                _decision(
+                    f"p{t}-{i}",
+                    log_probs[i],
+                    values[i],
+                    [t, i, 7],
+                    CandidateChoice([f"c{j}" for j in range(k)], t % k),
+                )
                 for i, k in enumerate(sizes)
             ],
             rewards=np.asarray(torch.randn(n, generator=g), dtype=np.float32),

@@ -23,8 +23,12 @@ def test_grpo_standardises_within_each_group():
 
 def test_rloo_subtracts_the_mean_of_the_others():
     returns = torch.tensor([[3.0, 0.0, 0.0]], dtype=torch.float64)
-    torch.testing.assert_close(rloo_advantages(returns), torch.tensor([[3.0, -1.5, -1.5]], dtype=torch.float64))
-    assert float(rloo_advantages(torch.randn(5, 4, dtype=torch.float64)).sum()) == pytest.approx(0.0, abs=1e-9)
+    torch.testing.assert_close(
+        rloo_advantages(returns), torch.tensor([[3.0, -1.5, -1.5]], dtype=torch.float64)
+    )
+    assert float(rloo_advantages(torch.randn(5, 4, dtype=torch.float64)).sum()) == pytest.approx(
+        0.0, abs=1e-9
+    )
 
 
 def test_returns_must_form_whole_groups():
@@ -36,8 +40,15 @@ def test_returns_must_form_whole_groups():
 
 
 def test_a_round_plays_each_group_from_one_seed_and_credits_every_turn(tmp_path):
-    config = tiny_config(tmp_path, "llmgym/Countdown-v0", "algorithm.name=grpo", "env.num_envs=4",
-                         "algorithm.group.size=2", "agent.action_head=false", "algorithm.rollout_steps=5")
+    config = tiny_config(
+        tmp_path,
+        "llmgym/Countdown-v0",
+        "algorithm.name=grpo",
+        "env.num_envs=4",
+        "algorithm.group.size=2",
+        "agent.action_head=false",
+        "algorithm.rollout_steps=5",
+    )
     _, envs, _, algorithm = build(config)
     algorithm.collect_rollout()
     rollout = algorithm.rollout_targets(algorithm.buffer)

@@ -16,12 +16,15 @@ ECHO = "env.kwargs.words=[banana,cherry,dog,cat]"
 
 
 # ---------------------------------------------------------------------- the controller, by hand
-@pytest.mark.parametrize(("measured", "expected"), [
-    (9.0, 0.2 * (1 + 0.2 * 256 / 10000)),   # error 0.5 clipped to 0.2
-    (3.0, 0.2 * (1 - 0.2 * 256 / 10000)),   # error -0.5 clipped to -0.2
-    (6.6, 0.2 * (1 + 0.1 * 256 / 10000)),   # error 0.1
-    (6.0, 0.2),                             # on target
-])
+@pytest.mark.parametrize(
+    ("measured", "expected"),
+    [
+        (9.0, 0.2 * (1 + 0.2 * 256 / 10000)),  # error 0.5 clipped to 0.2
+        (3.0, 0.2 * (1 - 0.2 * 256 / 10000)),  # error -0.5 clipped to -0.2
+        (6.6, 0.2 * (1 + 0.1 * 256 / 10000)),  # error 0.1
+        (6.0, 0.2),  # on target
+    ],
+)
 def test_adaptive_coef_is_ziegler_and_trls_formula(measured, expected):
     # TRL's defaults: init_kl_coef 0.2, target 6, horizon 10000, n_steps = the batch of 256 completions
     assert adaptive_kl_coef(0.2, measured, 6.0, 256, 10000) == pytest.approx(expected, rel=1e-12)
@@ -36,12 +39,18 @@ def test_horizon_ten_times_the_update_is_rl4lms_step():
 def test_controller_follows_its_unit_and_keeps_a_fixed_coef():
     measurement = KLMeasurement(total=32.0, actions=16, tokens=160)  # 2 nats per completion, 0.2 per token
     assert (measurement.per_action, measurement.per_token) == (2.0, 0.2)
-    per_completion = KLController(KLConfig(coef=0.1, controller="adaptive", target=1.0, horizon=160, penalty="reward"))
+    per_completion = KLController(
+        KLConfig(coef=0.1, controller="adaptive", target=1.0, horizon=160, penalty="reward")
+    )
     assert per_completion.update(measurement) == pytest.approx(0.1 * (1 + 0.2 * 16 / 160))
     per_token = KLController(KLConfig(coef=0.1, controller="adaptive", target=0.4, horizon=160, unit="token"))
     assert per_token.update(measurement) == pytest.approx(0.1 * (1 - 0.2 * 16 / 160))
     assert (per_token.loss_coef, per_token.in_reward, per_completion.loss_coef, per_completion.in_reward) == (
-        pytest.approx(0.1 * 0.98), False, 0.0, True)
+        pytest.approx(0.1 * 0.98),
+        False,
+        0.0,
+        True,
+    )
     fixed = KLController(KLConfig(coef=0.05))
     assert fixed.update(measurement) == 0.05
     assert fixed.metrics(measurement) == {"kl_coef": 0.05, "kl_ref": 2.0, "kl_ref_per_token": 0.2}
@@ -55,7 +64,11 @@ def test_controller_follows_its_unit_and_keeps_a_fixed_coef():
 def test_old_kl_coef_loads_as_kl_coef_with_a_rename_warning(tmp_path):
     with pytest.warns(FutureWarning, match=r"algorithm.kl_coef .* is renamed algorithm.kl.coef"):
         config = load_config(None, ["algorithm.kl_coef=0.05"])
-    assert (config.algorithm.kl.coef, config.algorithm.kl.penalty, config.algorithm.kl.controller) == (0.05, "loss", "fixed")
+    assert (config.algorithm.kl.coef, config.algorithm.kl.penalty, config.algorithm.kl.controller) == (
+        0.05,
+        "loss",
+        "fixed",
+    )
     path = tmp_path / "old.yaml"
     path.write_text("algorithm:\n  kl_coef: 0.2\n  kl:\n    penalty: reward\n")
     with pytest.warns(FutureWarning):
@@ -63,13 +76,16 @@ def test_old_kl_coef_loads_as_kl_coef_with_a_rename_warning(tmp_path):
     assert (config.algorithm.kl.coef, config.algorithm.kl.penalty) == (0.2, "reward")
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    (["algorithm.kl.controller=adaptive", "algorithm.kl.coef=0.1"], "needs algorithm.kl.target"),
-    (["algorithm.kl.controller=adaptive", "algorithm.kl.target=1.0"], "coef > 0"),
-    (["algorithm.kl.penalty=value"], "algorithm.kl.penalty='value'"),
-    (["algorithm.kl.target=-1"], "algorithm.kl.target=-1"),
-    (["algorithm.kl.horizon=0"], "algorithm.kl.horizon=0"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm.kl.controller=adaptive", "algorithm.kl.coef=0.1"], "needs algorithm.kl.target"),
+        (["algorithm.kl.controller=adaptive", "algorithm.kl.target=1.0"], "coef > 0"),
+        (["algorithm.kl.penalty=value"], "algorithm.kl.penalty='value'"),
+        (["algorithm.kl.target=-1"], "algorithm.kl.target=-1"),
+        (["algorithm.kl.horizon=0"], "algorithm.kl.horizon=0"),
+    ],
+)
 def test_bad_kl_settings_are_config_errors(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, overrides)
@@ -99,9 +115,19 @@ class _EnvRewards:
 
 def test_reward_penalty_is_minus_beta_times_the_tokens_log_ratio_to_the_reference(tmp_path):
     config = tiny_config(
-        tmp_path, "llmgym/EchoWord-v0", ECHO, "agent.type=generative", "agent.max_new_tokens=3", "model.lora.r=4",
-        "algorithm.rollout_steps=2", "algorithm.epochs=1", "algorithm.kl.coef=0.5", "algorithm.kl.penalty=reward",
-        "algorithm.kl.controller=adaptive", "algorithm.kl.target=0.01", "algorithm.kl.horizon=80",
+        tmp_path,
+        "llmgym/EchoWord-v0",
+        ECHO,
+        "agent.type=generative",
+        "agent.max_new_tokens=3",
+        "model.lora.r=4",
+        "algorithm.rollout_steps=2",
+        "algorithm.epochs=1",
+        "algorithm.kl.coef=0.5",
+        "algorithm.kl.penalty=reward",
+        "algorithm.kl.controller=adaptive",
+        "algorithm.kl.target=0.01",
+        "algorithm.kl.horizon=80",
     )
     llm, envs, _, algorithm = build(config)
     _perturb_adapter(llm)
@@ -110,9 +136,12 @@ def test_reward_penalty_is_minus_beta_times_the_tokens_log_ratio_to_the_referenc
     algorithm.collect_rollout()
     decisions = [d for step in observer.decisions for d in step]
     with torch.no_grad(), llm.model.disable_adapter():  # the reference: the base model, by peft itself
-        ref = llm.token_logprobs([d.prompt_ids for d in decisions], [d.choice.token_ids for d in decisions],
-                                 require_grad=False)
-    kl = torch.tensor([sum(d.choice.token_log_probs) - float(r["logprobs"].sum()) for d, r in zip(decisions, ref)])
+        ref = llm.token_logprobs(
+            [d.prompt_ids for d in decisions], [d.choice.token_ids for d in decisions], require_grad=False
+        )
+    kl = torch.tensor(
+        [sum(d.choice.token_log_probs) - float(r["logprobs"].sum()) for d, r in zip(decisions, ref)]
+    )
     env_rewards = torch.tensor(observer.rewards, dtype=torch.float64).reshape(-1)
     stored = algorithm.buffer.rewards[:2].reshape(-1)
     assert kl.abs().max() > 0.1
@@ -131,21 +160,36 @@ def test_reward_penalty_is_minus_beta_times_the_tokens_log_ratio_to_the_referenc
 
 # Every algorithm takes the KL as a reward penalty or as a loss term, and logs the weight and the KL.
 @pytest.mark.parametrize("penalty", ["reward", "loss"])
-@pytest.mark.parametrize(("name", "agent_type", "extra"), [
-    ("ppo", "generative", ()),
-    ("a2c", "generative", ()),
-    ("grpo", "generative", ("algorithm.group.size=2",)),
-    ("rloo", "generative", ("algorithm.group.size=2",)),
-    ("nlpo", "generative", ()),
-    ("trpo", "generative", ()),
-    ("ppo", "scoring", ("agent.action_head=false",)),
-])
+@pytest.mark.parametrize(
+    ("name", "agent_type", "extra"),
+    [
+        ("ppo", "generative", ()),
+        ("a2c", "generative", ()),
+        ("grpo", "generative", ("algorithm.group.size=2",)),
+        ("rloo", "generative", ("algorithm.group.size=2",)),
+        ("nlpo", "generative", ()),
+        ("trpo", "generative", ()),
+        ("ppo", "scoring", ("agent.action_head=false",)),
+    ],
+)
 def test_every_algorithm_applies_and_logs_the_kl(tmp_path, name, agent_type, extra, penalty):
     config = tiny_config(
-        tmp_path, "llmgym/EchoWord-v0", ECHO, f"algorithm.name={name}", f"agent.type={agent_type}",
-        "agent.max_new_tokens=2", "model.lora.r=4", "algorithm.rollout_steps=2", "algorithm.epochs=1",
-        "algorithm.kl.coef=0.3", f"algorithm.kl.penalty={penalty}", "algorithm.kl.controller=adaptive",
-        "algorithm.kl.target=100", "algorithm.kl.horizon=40", "algorithm.kl.estimator=k3", *extra,
+        tmp_path,
+        "llmgym/EchoWord-v0",
+        ECHO,
+        f"algorithm.name={name}",
+        f"agent.type={agent_type}",
+        "agent.max_new_tokens=2",
+        "model.lora.r=4",
+        "algorithm.rollout_steps=2",
+        "algorithm.epochs=1",
+        "algorithm.kl.coef=0.3",
+        f"algorithm.kl.penalty={penalty}",
+        "algorithm.kl.controller=adaptive",
+        "algorithm.kl.target=100",
+        "algorithm.kl.horizon=40",
+        "algorithm.kl.estimator=k3",
+        *extra,
     )
     llm, envs, _, algorithm = build(config)
     _perturb_adapter(llm)
@@ -163,15 +207,28 @@ def test_every_algorithm_applies_and_logs_the_kl(tmp_path, name, agent_type, ext
 
 def test_reward_penalty_refuses_an_action_head(tmp_path):
     with pytest.raises(ConfigError, match="agent.action_head=false"):
-        build(tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.kl.coef=0.1", "algorithm.kl.penalty=reward"))
+        build(
+            tiny_config(
+                tmp_path, "llmgym/EchoWord-v0", ECHO, "algorithm.kl.coef=0.1", "algorithm.kl.penalty=reward"
+            )
+        )
 
 
 def test_full_fine_tuning_penalises_the_kl_to_a_frozen_copy_of_the_initial_weights(tmp_path):
-    overrides = ("agent.type=generative", "agent.max_new_tokens=2", "algorithm.rollout_steps=2", "algorithm.epochs=1",
-                 "algorithm.kl.coef=0.3", "algorithm.kl.penalty=reward", "algorithm.kl.estimator=k3")
+    overrides = (
+        "agent.type=generative",
+        "agent.max_new_tokens=2",
+        "algorithm.rollout_steps=2",
+        "algorithm.epochs=1",
+        "algorithm.kl.coef=0.3",
+        "algorithm.kl.penalty=reward",
+        "algorithm.kl.estimator=k3",
+    )
     with pytest.raises(ConfigError, match="model.reference_copy=true"):
         build(tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, *overrides))
-    llm, envs, _, algorithm = build(tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "model.reference_copy=true", *overrides))
+    llm, envs, _, algorithm = build(
+        tiny_config(tmp_path, "llmgym/EchoWord-v0", ECHO, "model.reference_copy=true", *overrides)
+    )
     reference = {name: p.clone() for name, p in llm.backend.reference_model.named_parameters()}
     algorithm.collect_rollout()
     first = algorithm.update()

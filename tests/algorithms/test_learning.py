@@ -24,7 +24,11 @@ SEEDS = [0, 1, 2]
 # Single-token words of the tiny tokenizer: multi-token words start far less likely and are barely explored.
 # At learning rate 3e-3 full fine-tuning of the tiny model is unstable on this env (greedy success
 # 0.28-1.0 over seeds, and worse with more steps); 1e-3 reaches 1.0 on seeds 0-5.
-ECHO = ["env.kwargs.words=[banana,cherry,dog,cat]", "algorithm.learning_rate=1e-3", "algorithm.head_learning_rate=1e-3"]
+ECHO = [
+    "env.kwargs.words=[banana,cherry,dog,cat]",
+    "algorithm.learning_rate=1e-3",
+    "algorithm.head_learning_rate=1e-3",
+]
 GLAM = ["agent.action_head=false"]
 # PPO reaches 1.0 on seeds 0-2 at OMP_NUM_THREADS 1 and 2 by 1536 steps; A2C (one pass per rollout)
 # was at 0.875 on seed 1 at 1536 and needs 2048.
@@ -41,7 +45,9 @@ def _build(tmp_path, env_id, seed, *overrides):
 @pytest.mark.parametrize("algo", ["ppo", "a2c"])
 def test_identity_env_is_learned(tmp_path, algo, seed):
     extra = ["algorithm.epochs=1"] if algo == "a2c" else []
-    config, llm, envs, agent, algorithm = _build(tmp_path, "llmgym/EchoWord-v0", seed, f"algorithm.name={algo}", *ECHO, *extra)
+    config, llm, envs, agent, algorithm = _build(
+        tmp_path, "llmgym/EchoWord-v0", seed, f"algorithm.name={algo}", *ECHO, *extra
+    )
     before = evaluate(agent, config, episodes=40, seed=1000)
     algorithm.learn(total_env_steps=IDENTITY_STEPS[algo])
     result = evaluate(agent, config, episodes=40, seed=1000)
@@ -62,8 +68,12 @@ def test_identity_env_is_learned(tmp_path, algo, seed):
 # undo the policy. Annealing the learning rate to 0 (algorithm.anneal_lr, as CleanRL) ends all of
 # seeds 0-5 at 1.0 on both thread counts, over 3072 steps and over 2048 (docs/algorithms.md).
 MULTISTEP = [
-    "env.kwargs.length=3", "algorithm.gamma=0.95", "algorithm.learning_rate=5e-4", "algorithm.entropy_coef=0.05",
-    "algorithm.rollout_steps=16", "algorithm.anneal_lr=true",
+    "env.kwargs.length=3",
+    "algorithm.gamma=0.95",
+    "algorithm.learning_rate=5e-4",
+    "algorithm.entropy_coef=0.05",
+    "algorithm.rollout_steps=16",
+    "algorithm.anneal_lr=true",
 ]
 
 
@@ -82,9 +92,17 @@ def test_ppo_solves_multistep_sparse_env(tmp_path, seed):
 def test_value_head_learns_bootstrapped_constant_return(tmp_path, seed):
     gamma = 0.9
     config, llm, envs, agent, algorithm = _build(
-        tmp_path, "llmgym/ConstantReward-v0", seed, "env.kwargs.horizon=5", f"algorithm.gamma={gamma}",
-        "algorithm.gae_lambda=1.0", "algorithm.learning_rate=1e-3", "algorithm.head_learning_rate=1e-2",
-        "algorithm.ppo.value_clip_range=null", "algorithm.normalize_advantages=false", "algorithm.rollout_steps=16",
+        tmp_path,
+        "llmgym/ConstantReward-v0",
+        seed,
+        "env.kwargs.horizon=5",
+        f"algorithm.gamma={gamma}",
+        "algorithm.gae_lambda=1.0",
+        "algorithm.learning_rate=1e-3",
+        "algorithm.head_learning_rate=1e-2",
+        "algorithm.ppo.value_clip_range=null",
+        "algorithm.normalize_advantages=false",
+        "algorithm.rollout_steps=16",
     )
     algorithm.learn(total_env_steps=1024)  # 9.72 / 9.99 / 9.81 on seeds 0-2 (target 10)
     value = agent.values_of({0: "Every step earns one point."})[0]
@@ -104,7 +122,9 @@ GROUP = ["env.num_envs=16", "algorithm.group.size=8", "algorithm.epochs=2", "alg
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("algo", ["grpo", "rloo"])
 def test_group_baselines_improve_on_the_identity_env(tmp_path, algo, seed):
-    config, llm, envs, agent, algorithm = _build(tmp_path, "llmgym/EchoWord-v0", seed, f"algorithm.name={algo}", *ECHO, *GROUP)
+    config, llm, envs, agent, algorithm = _build(
+        tmp_path, "llmgym/EchoWord-v0", seed, f"algorithm.name={algo}", *ECHO, *GROUP
+    )
     before = evaluate(agent, config, episodes=40, seed=1000)
     algorithm.learn(total_env_steps=2048)
     result = evaluate(agent, config, episodes=40, seed=1000)
@@ -121,8 +141,14 @@ def test_group_baselines_improve_on_the_identity_env(tmp_path, algo, seed):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_nlpo_learns_token_level_generation(tmp_path, seed):
-    config = tiny_config(tmp_path, "llmgym/TextGen-v0", f"train.seed={seed}", "env.num_envs=8", *TOKEN_TEXTGEN,
-                         "algorithm.anneal_lr=true")
+    config = tiny_config(
+        tmp_path,
+        "llmgym/TextGen-v0",
+        f"train.seed={seed}",
+        "env.num_envs=8",
+        *TOKEN_TEXTGEN,
+        "algorithm.anneal_lr=true",
+    )
     llm, envs, agent, algorithm = build(config, seed=seed)
     before = evaluate(agent, config, episodes=40, seed=1000, greedy=False)
     algorithm.learn(total_env_steps=2048)

@@ -48,7 +48,9 @@ def test_entropy_of_uniform_is_log_k(k):
 
 
 def test_entropy_with_padding_and_mask():
-    logits = torch.tensor([[0.0, 0.0, float("-inf"), float("-inf")], [1.0, 1.0, 1.0, 1.0], [5.0, float("-inf"), 0, 0]])
+    logits = torch.tensor(
+        [[0.0, 0.0, float("-inf"), float("-inf")], [1.0, 1.0, 1.0, 1.0], [5.0, float("-inf"), 0, 0]]
+    )
     mask = torch.tensor([[True, True, False, False], [True, True, True, False], [True, False, False, False]])
     ent = categorical_entropy(logits, mask)
     torch.testing.assert_close(ent, torch.tensor([math.log(2), math.log(3), 0.0]))

@@ -19,9 +19,16 @@ from tests.algorithms.helpers import build, tiny_config
 PROMPTS = ["Goal: go to the", "You see a red ball 2 steps left and", "héllo"]
 # Token-level text generation: every token an action, rewarded at the end for containing a "k".
 TOKEN_TEXTGEN = [
-    "env.kwargs.datapool=review_openings", "env.kwargs.reward=keywords", "env.kwargs.reward_kwargs={keywords: [k]}",
-    "env.kwargs.mode=token", "env.kwargs.max_tokens=3", "env.kwargs.eos_token=<|im_end|>", "agent.type=token",
-    "algorithm.name=nlpo", "algorithm.gamma=1.0", "algorithm.gae_lambda=1.0",
+    "env.kwargs.datapool=review_openings",
+    "env.kwargs.reward=keywords",
+    "env.kwargs.reward_kwargs={keywords: [k]}",
+    "env.kwargs.mode=token",
+    "env.kwargs.max_tokens=3",
+    "env.kwargs.eos_token=<|im_end|>",
+    "agent.type=token",
+    "algorithm.name=nlpo",
+    "algorithm.gamma=1.0",
+    "algorithm.gae_lambda=1.0",
 ]
 
 
@@ -47,9 +54,19 @@ def test_nlpo_is_registered_and_exported():
 
 def test_the_first_epoch_ratio_is_one_on_the_masked_policy(tiny_llama):
     model, tok = tiny_llama
-    nlpo = NLPO(config=AlgorithmConfig(name="nlpo", nlpo=NLPOSection(mask_top_p=0.6), learning_rate=1e-9, head_learning_rate=1e-9,
-                                       epochs=1, minibatch_size=64))
-    llm = LocalLLM(ModelConfig(name="tiny"), {"value": ValueHead()}, nlpo.updater(), model=model, tokenizer=tok)
+    nlpo = NLPO(
+        config=AlgorithmConfig(
+            name="nlpo",
+            nlpo=NLPOSection(mask_top_p=0.6),
+            learning_rate=1e-9,
+            head_learning_rate=1e-9,
+            epochs=1,
+            minibatch_size=64,
+        )
+    )
+    llm = LocalLLM(
+        ModelConfig(name="tiny"), {"value": ValueHead()}, nlpo.updater(), model=model, tokenizer=tok
+    )
     agent = GenerativeAgent(llm, AgentConfig(use_chat_template=False, max_new_tokens=5, temperature=0.8))
     nlpo.prepare(agent)
     assert agent.policy.sampling == Sampling(temperature=0.8, mask_top_p=0.6)
@@ -58,18 +75,31 @@ def test_the_first_epoch_ratio_is_one_on_the_masked_policy(tiny_llama):
     for obs in PROMPTS:
         agent.act_batch([obs], [{}])
         decision = agent.last_decisions[0]
-        masked = llm.token_logprobs([decision.prompt_ids], [decision.choice.token_ids], require_grad=False,
-                                    sampling=agent.policy.sampling)[0]["logprobs"]
-        assert decision.log_prob == pytest.approx(float(masked.sum()), abs=1e-4)  # stored = the masked distribution's
+        masked = llm.token_logprobs(
+            [decision.prompt_ids],
+            [decision.choice.token_ids],
+            require_grad=False,
+            sampling=agent.policy.sampling,
+        )[0]["logprobs"]
+        assert decision.log_prob == pytest.approx(
+            float(masked.sum()), abs=1e-4
+        )  # stored = the masked distribution's
         episodes.append(Episode([decision], [1.0]))
         agent.observe([1.0], [True], [False])
     stats = nlpo.learn_from_episodes(agent, episodes)
-    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and stats["approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and stats["approx_kl"] == pytest.approx(
+        0.0, abs=1e-6
+    )
 
 
 def test_the_mask_policy_is_refreshed_every_interval_updates_and_not_in_between(tmp_path):
-    config = tiny_config(tmp_path, "llmgym/TextGen-v0", *TOKEN_TEXTGEN, "algorithm.rollout_steps=2",
-                         "algorithm.nlpo.mask_update_interval=2")
+    config = tiny_config(
+        tmp_path,
+        "llmgym/TextGen-v0",
+        *TOKEN_TEXTGEN,
+        "algorithm.rollout_steps=2",
+        "algorithm.nlpo.mask_update_interval=2",
+    )
     llm, envs, agent, algorithm = build(config)
     try:
         assert agent.policy.sampling.mask_top_p == 0.9
@@ -111,8 +141,11 @@ def test_masked_logprobs_equal_generates_on_gpt2_too():
     llm.refresh_mask_policy()
     sampling = Sampling(temperature=1.0, mask_top_p=0.3)
     torch.manual_seed(0)
-    gens = [g for group in llm.generate(PROMPTS, max_new_tokens=4, **sampling.generation_kwargs()) for g in group]
-    rescored = llm.token_logprobs([g.prompt_ids for g in gens], [g.token_ids for g in gens], require_grad=False,
-                                  sampling=sampling)
+    gens = [
+        g for group in llm.generate(PROMPTS, max_new_tokens=4, **sampling.generation_kwargs()) for g in group
+    ]
+    rescored = llm.token_logprobs(
+        [g.prompt_ids for g in gens], [g.token_ids for g in gens], require_grad=False, sampling=sampling
+    )
     for g, r in zip(gens, rescored):
         torch.testing.assert_close(r["logprobs"], g.logprobs, atol=1e-5, rtol=0)

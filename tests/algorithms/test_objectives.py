@@ -104,7 +104,9 @@ def _outputs_and_targets():
 
 def test_ppo_objective_by_hand():
     outputs, targets = _outputs_and_targets()
-    objective = PPOObjective(clip_range=0.2, value_clip_range=0.5, value_coef=0.5, entropy_coef=0.1, kl_coef=0.3)
+    objective = PPOObjective(
+        clip_range=0.2, value_clip_range=0.5, value_coef=0.5, entropy_coef=0.1, kl_coef=0.3
+    )
     loss, stats = objective.loss(outputs, targets)
     # policy: ratios 1.5 (A=1: clipped at 1.2) and 1 (A=-2): -mean(1.2, -2) = 0.4
     # value: sample 0 moves 1.0 from 0, clipped to 0.5: max((1-2)^2, (0.5-2)^2) = 2.25; sample 1: (0-1)^2 = 1
@@ -151,11 +153,19 @@ def test_trpo_kl_is_exact_over_candidates_and_k3_on_generated_actions():
     mask = torch.tensor([[True, True, True], [True, True, False]])
     old_p = torch.tensor([[0.5, 0.3, 0.2], [0.6, 0.4, 1.0]])
     new_p = torch.tensor([[0.2, 0.3, 0.5], [0.5, 0.5, 1.0]])
-    kl = CandidatePolicy().kl(_candidates(old_p.log(), mask, torch.zeros(2)), _candidates(new_p.log(), mask, torch.zeros(2)))
-    want = [sum(p * math.log(p / q) for p, q in zip(o[:k], n[:k])) for o, n, k in zip(old_p.tolist(), new_p.tolist(), [3, 2])]
+    kl = CandidatePolicy().kl(
+        _candidates(old_p.log(), mask, torch.zeros(2)), _candidates(new_p.log(), mask, torch.zeros(2))
+    )
+    want = [
+        sum(p * math.log(p / q) for p, q in zip(o[:k], n[:k]))
+        for o, n, k in zip(old_p.tolist(), new_p.tolist(), [3, 2])
+    ]
     torch.testing.assert_close(kl, torch.tensor(want))
     zeros = torch.zeros(2)
-    old, new = PolicyOutputs(torch.tensor([-1.0, -2.0]), zeros, zeros, zeros), PolicyOutputs(torch.tensor([-1.5, -1.0]), zeros, zeros, zeros)
+    old, new = (
+        PolicyOutputs(torch.tensor([-1.0, -2.0]), zeros, zeros, zeros),
+        PolicyOutputs(torch.tensor([-1.5, -1.0]), zeros, zeros, zeros),
+    )
     ratio = torch.tensor([math.exp(-0.5), math.exp(1.0)])  # pi_new / pi_old of the sampled actions
     torch.testing.assert_close(TokenPolicy().kl(old, new), ratio - 1 - ratio.log())
 
@@ -170,7 +180,9 @@ def test_conjugate_gradient_solves_a_small_spd_system():
     one = conjugate_gradient(lambda v: fisher @ v, b, steps=1)  # one step: the optimal multiple of b
     torch.testing.assert_close(one, (b @ b) / (b @ fisher @ b) * b)
     calls = []
-    zero = conjugate_gradient(lambda v: calls.append(v) or fisher @ v, torch.zeros(5, dtype=torch.float64), steps=5)
+    zero = conjugate_gradient(
+        lambda v: calls.append(v) or fisher @ v, torch.zeros(5, dtype=torch.float64), steps=5
+    )
     assert calls == [] and torch.equal(zero, torch.zeros(5, dtype=torch.float64))  # converged at once
 
 
@@ -202,5 +214,11 @@ def test_line_search_rejects_when_no_fraction_improves_within_the_region():
     tried = []
     result = line_search(lambda f: tried.append(f) or (-f, 0.0), max_kl=0.01, steps=3, shrink=0.5)
     assert tried == [1.0, 0.5, 0.25]
-    assert (result.fraction, result.trials, result.accepted, result.improvement, result.kl) == (0.0, 3, False, 0.0, 0.0)
+    assert (result.fraction, result.trials, result.accepted, result.improvement, result.kl) == (
+        0.0,
+        3,
+        False,
+        0.0,
+        0.0,
+    )
     assert not line_search(lambda f: (1.0, 0.02), max_kl=0.01, steps=4, shrink=0.5).accepted  # always outside

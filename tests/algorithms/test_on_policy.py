@@ -33,15 +33,22 @@ def test_schedule_rejects_a_bad_size():
 
 
 def test_weighted_mean_weights_servers_by_samples():
-    merged = weighted_mean([{"loss": 1.0, "num_samples": 3}, {"loss": 3.0, "num_samples": 1}, {"num_samples": 0}])
+    merged = weighted_mean(
+        [{"loss": 1.0, "num_samples": 3}, {"loss": 3.0, "num_samples": 1}, {"num_samples": 0}]
+    )
     assert merged == {"loss": 1.5}
     assert weighted_mean([{"num_samples": 0}]) == {}
 
 
 def _batch(**overrides):
     fields = dict(
-        objective=PPO().objective(), policy=CandidatePolicy(), minibatches=[[0, 1]], old_log_probs=torch.zeros(2),
-        old_values=torch.zeros(2), advantages=torch.zeros(2), returns=torch.zeros(2),
+        objective=PPO().objective(),
+        policy=CandidatePolicy(),
+        minibatches=[[0, 1]],
+        old_log_probs=torch.zeros(2),
+        old_values=torch.zeros(2),
+        advantages=torch.zeros(2),
+        returns=torch.zeros(2),
         actions=CandidateActions([["a"], ["b"]], torch.zeros(2, dtype=torch.long)),
     )
     fields.update(overrides)
@@ -94,12 +101,19 @@ def test_an_algorithm_refuses_another_algorithms_config_and_half_a_setup(tmp_pat
 
 
 def test_learning_rate_anneals_linearly_per_rollout(tmp_path):
-    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", "algorithm.anneal_lr=true", "algorithm.epochs=1",
-                         "algorithm.rollout_steps=2")
+    config = tiny_config(
+        tmp_path,
+        "llmgym/EchoWord-v0",
+        "algorithm.anneal_lr=true",
+        "algorithm.epochs=1",
+        "algorithm.rollout_steps=2",
+    )
     llm, envs, _, algorithm = build(config)
     optimizer = llm.backend.updater.optimizer
     seen = []
-    algorithm.learn(total_env_steps=32, callback=lambda a, m: seen.append([g["lr"] for g in optimizer.param_groups]))
+    algorithm.learn(
+        total_env_steps=32, callback=lambda a, m: seen.append([g["lr"] for g in optimizer.param_groups])
+    )
     envs.close()
     base = [config.algorithm.learning_rate, config.algorithm.head_learning_rate]
     fractions = [1 - k * 8 / 32 for k in range(4)]  # 4 envs x 2 steps per rollout
@@ -109,8 +123,15 @@ def test_learning_rate_anneals_linearly_per_rollout(tmp_path):
 
 def test_episodes_laid_end_to_end_end_terminal_and_never_share_returns():
     def decision(i):
-        return Decision(prompt=f"p{i}", prompt_ids=[i], action="a", response="a", log_prob=-1.0, value=0.0,
-                        choice=CandidateChoice(["a", "b"], 0))
+        return Decision(
+            prompt=f"p{i}",
+            prompt_ids=[i],
+            action="a",
+            response="a",
+            log_prob=-1.0,
+            value=0.0,
+            choice=CandidateChoice(["a", "b"], 0),
+        )
 
     episodes = [Episode([decision(0), decision(1)], [0.0, 1.0]), Episode([decision(2)], [5.0])]
     buffer = lay_end_to_end(episodes, gamma=0.5, gae_lambda=1.0)

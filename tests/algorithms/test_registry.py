@@ -55,8 +55,15 @@ def test_a_user_algorithm_from_yaml_trains_through_the_trainer(tmp_path):
 
     name = f"{__name__}:CountingPPO"
     assert algorithm_class(name) is CountingPPO
-    config = tiny_config(tmp_path, "llmgym/EchoWord-v0", f"algorithm.name={name}", "algorithm.rollout_steps=2",
-                         "algorithm.epochs=1", "train.total_env_steps=16", "train.run_name=user")
+    config = tiny_config(
+        tmp_path,
+        "llmgym/EchoWord-v0",
+        f"algorithm.name={name}",
+        "algorithm.rollout_steps=2",
+        "algorithm.epochs=1",
+        "train.total_env_steps=16",
+        "train.run_name=user",
+    )
     model, tokenizer = tiny_causal_lm("llama", seed=0)
     CountingPPO.updates_seen.clear()
     trainer = Trainer(config, model=model, tokenizer=tokenizer)

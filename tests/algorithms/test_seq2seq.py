@@ -22,15 +22,25 @@ from llmgym.testing import tiny_seq2seq_lm
 from tests.algorithms.helpers import tiny_config
 
 TASK = [
-    "env.num_envs=8", "env.kwargs.datapool=review_openings", "env.kwargs.reward=keywords",
-    "env.kwargs.reward_kwargs={keywords: [e]}", "env.kwargs.mode=token", "env.kwargs.max_tokens=2",
-    "env.kwargs.eos_token=<|im_end|>", "agent.type=token", "algorithm.gamma=1.0", "algorithm.gae_lambda=1.0",
-    "algorithm.learning_rate=1e-2", "algorithm.head_learning_rate=1e-2",
+    "env.num_envs=8",
+    "env.kwargs.datapool=review_openings",
+    "env.kwargs.reward=keywords",
+    "env.kwargs.reward_kwargs={keywords: [e]}",
+    "env.kwargs.mode=token",
+    "env.kwargs.max_tokens=2",
+    "env.kwargs.eos_token=<|im_end|>",
+    "agent.type=token",
+    "algorithm.gamma=1.0",
+    "algorithm.gae_lambda=1.0",
+    "algorithm.learning_rate=1e-2",
+    "algorithm.head_learning_rate=1e-2",
 ]
 
 
 def _build(tmp_path, algo, seed, *overrides):
-    config = tiny_config(tmp_path, "llmgym/TextGen-v0", f"train.seed={seed}", *TASK, f"algorithm.name={algo}", *overrides)
+    config = tiny_config(
+        tmp_path, "llmgym/TextGen-v0", f"train.seed={seed}", *TASK, f"algorithm.name={algo}", *overrides
+    )
     model, tokenizer = tiny_seq2seq_lm(seed=seed)
     llm = build_llm(config, model=model, tokenizer=tokenizer)
     envs = make_envs(config)
@@ -67,8 +77,16 @@ def test_a2c_and_trpo_update_a_t5_policy(tmp_path, algo):
 @pytest.mark.parametrize("algo", ["ppo", "nlpo"])
 def test_first_minibatch_ratio_is_one_for_a_t5_completion_policy(tmp_path, algo):
     config, llm, envs, agent, algorithm = _build(
-        tmp_path, algo, 0, "env.kwargs.mode=completion", "agent.type=generative", "agent.max_new_tokens=4",
-        "agent.top_p=0.7", "algorithm.rollout_steps=2", "algorithm.epochs=1", "algorithm.minibatch_size=16",
+        tmp_path,
+        algo,
+        0,
+        "env.kwargs.mode=completion",
+        "agent.type=generative",
+        "agent.max_new_tokens=4",
+        "agent.top_p=0.7",
+        "algorithm.rollout_steps=2",
+        "algorithm.epochs=1",
+        "algorithm.minibatch_size=16",
     )
     algorithm.collect_rollout()
     stats = algorithm.update()

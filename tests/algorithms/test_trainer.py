@@ -29,8 +29,17 @@ def _params(trainer):
 
 
 def test_train_writes_config_metrics_eval_checkpoint_and_plot(tmp_path):
-    config = tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.total_env_steps=16", "train.run_name=r",
-                         "train.eval_episodes=4", "train.eval_before=true", "logging.plot=true", "train.eval_every=8")
+    config = tiny_config(
+        tmp_path,
+        "llmgym/Countdown-v0",
+        *COUNTDOWN,
+        "train.total_env_steps=16",
+        "train.run_name=r",
+        "train.eval_episodes=4",
+        "train.eval_before=true",
+        "logging.plot=true",
+        "train.eval_every=8",
+    )
     trainer = _trainer(config)
     summary = trainer.train()
     trainer.close()
@@ -47,19 +56,34 @@ def test_train_writes_config_metrics_eval_checkpoint_and_plot(tmp_path):
 
 
 def test_without_eval_before_only_the_final_evaluation_is_printed(tmp_path, capsys):
-    config = tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.total_env_steps=4", "train.run_name=a",
-                         "train.eval_episodes=2", "train.eval_before=false")
+    config = tiny_config(
+        tmp_path,
+        "llmgym/Countdown-v0",
+        *COUNTDOWN,
+        "train.total_env_steps=4",
+        "train.run_name=a",
+        "train.eval_episodes=2",
+        "train.eval_before=false",
+    )
     model, tokenizer = tiny_causal_lm("llama", seed=0)
     summary = run_training(config, model=model, tokenizer=tokenizer)
     assert [e["label"] for e in summary["evaluations"]] == ["after"]
     lines = [line for line in capsys.readouterr().out.splitlines() if "success" in line]
-    assert len(lines) == 1 and re.fullmatch(r"success rate: after [\d.]+ \(mean return [-\d.]+, 2 greedy episodes\)", lines[0])
+    assert len(lines) == 1 and re.fullmatch(
+        r"success rate: after [\d.]+ \(mean return [-\d.]+, 2 greedy episodes\)", lines[0]
+    )
 
 
 def test_evaluation_summary_compares_with_the_before_evaluation_only():
     def ev(label, rate):
-        return {"label": label, "success_rate": rate, "episode_return": rate, "episodes": 4.0,
-                "sampled_success_rate": rate / 2, "sampled_episode_return": rate / 2}
+        return {
+            "label": label,
+            "success_rate": rate,
+            "episode_return": rate,
+            "episodes": 4.0,
+            "sampled_success_rate": rate / 2,
+            "sampled_episode_return": rate / 2,
+        }
 
     assert evaluation_summary([], 1.0) == []
     assert evaluation_summary([ev("periodic", 0.25), ev("after", 0.5)], 2.0) == [
@@ -78,9 +102,17 @@ def test_evaluation_summary_compares_with_the_before_evaluation_only():
 
 
 def test_eval_sample_also_evaluates_the_sampled_policy_reproducibly(tmp_path, capsys):
-    config = tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.total_env_steps=8", "train.run_name=s",
-                         "train.eval_episodes=6", "train.eval_before=true", "train.eval_sample=true",
-                         "agent.temperature=3.0")
+    config = tiny_config(
+        tmp_path,
+        "llmgym/Countdown-v0",
+        *COUNTDOWN,
+        "train.total_env_steps=8",
+        "train.run_name=s",
+        "train.eval_episodes=6",
+        "train.eval_before=true",
+        "train.eval_sample=true",
+        "agent.temperature=3.0",
+    )
     trainer = _trainer(config)
     first, second = trainer.evaluate("a"), trainer.evaluate("b")
     trainer.close()
@@ -89,7 +121,9 @@ def test_eval_sample_also_evaluates_the_sampled_policy_reproducibly(tmp_path, ca
     assert all(first[k] == second[k] for k in sampled)
 
     model, tokenizer = tiny_causal_lm("llama", seed=0)
-    again = dataclasses.replace(config, train=dataclasses.replace(config.train, run_name="s2"))  # a new run: a new folder
+    again = dataclasses.replace(
+        config, train=dataclasses.replace(config.train, run_name="s2")
+    )  # a new run: a new folder
     summary = run_training(again, model=model, tokenizer=tokenizer)
     assert all(sampled <= e.keys() for e in summary["evaluations"])
     assert "sampled at temperature 3: before " in capsys.readouterr().out
@@ -99,32 +133,52 @@ def test_eval_sample_also_evaluates_the_sampled_policy_reproducibly(tmp_path, ca
 # with several contexts packed per row. Saving empties that cache (as loading does), so the
 # uninterrupted run writes its checkpoint at step 16 too, as a run that later crashes would have.
 @pytest.mark.parametrize(
-    "model", [[], ["model.lora.r=4", "model.lora.layers=[-1]", "model.trunk_cache_mb=64", "model.row_tokens=512"]],
+    "model",
+    [[], ["model.lora.r=4", "model.lora.layers=[-1]", "model.trunk_cache_mb=64", "model.row_tokens=512"]],
     ids=["full", "lora-top"],
 )
 def test_resume_equals_uninterrupted_training(tmp_path, model):
     base = [*COUNTDOWN, "algorithm.epochs=2", "algorithm.minibatch_size=4", *model]
-    straight = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=32", "train.run_name=a",
-                                    "train.checkpoint_every=16"))
+    straight = _trainer(
+        tiny_config(
+            tmp_path,
+            "llmgym/Countdown-v0",
+            *base,
+            "train.total_env_steps=32",
+            "train.run_name=a",
+            "train.checkpoint_every=16",
+        )
+    )
     straight.train()
     expected = _params(straight)
     straight.close()
 
-    first = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=16", "train.run_name=b"))
+    first = _trainer(
+        tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=16", "train.run_name=b")
+    )
     first.train()
     first.close()
     metrics = tmp_path / "b" / "metrics.jsonl"
     with metrics.open("a") as fh:  # logged by a run killed before its checkpoint at step 24
         fh.write(json.dumps({"kind": "train", "env_steps": 24}) + "\n")
     (tmp_path / "b" / "checkpoints" / ".step-0000000024-tmp-x").mkdir()  # and its half-written checkpoint
-    resumed = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *base, "train.total_env_steps=32",
-                                   f"train.resume={tmp_path / 'b'}"))
+    resumed = _trainer(
+        tiny_config(
+            tmp_path,
+            "llmgym/Countdown-v0",
+            *base,
+            "train.total_env_steps=32",
+            f"train.resume={tmp_path / 'b'}",
+        )
+    )
     assert resumed.algorithm.env_steps == 16
     resumed.train()
     got = _params(resumed)
     resumed.close()
     assert all(torch.allclose(a, b, atol=0, rtol=0) for a, b in zip(expected, got))
-    state = json.loads((tmp_path / "b" / "checkpoints" / "step-0000000032" / "trainer_state.json").read_text())
+    state = json.loads(
+        (tmp_path / "b" / "checkpoints" / "step-0000000032" / "trainer_state.json").read_text()
+    )
     assert state["algorithm"]["env_steps"] == 32
     assert [r["env_steps"] for r in read_metrics(metrics) if r["kind"] == "train"] == [8, 16, 24, 32]
     assert not [p for p in (tmp_path / "b" / "checkpoints").iterdir() if p.name.startswith(".")]
@@ -149,14 +203,19 @@ def _copy(run, tmp_path):
 
 
 def _resume_config(tmp_path, run, *overrides):
-    return tiny_config(tmp_path, "llmgym/Countdown-v0", *SOURCE, "train.run_name=src", f"train.resume={run}", *overrides)
+    return tiny_config(
+        tmp_path, "llmgym/Countdown-v0", *SOURCE, "train.run_name=src", f"train.resume={run}", *overrides
+    )
 
 
 def test_resume_without_the_optimizer_state_is_refused_naming_the_file(trained_run, tmp_path):
     run = _copy(trained_run, tmp_path)
     for step in (8, 16):
         (run / "checkpoints" / f"step-{step:010d}" / "llm" / "updater.pt").unlink()
-    with pytest.raises(CheckpointError, match=r"(?s)step-0000000016/llm/updater.pt is missing.*step-0000000008/llm/updater.pt"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"(?s)step-0000000016/llm/updater.pt is missing.*step-0000000008/llm/updater.pt",
+    ):
         _trainer(_resume_config(tmp_path, run))
 
 
@@ -174,10 +233,17 @@ def test_resume_falls_back_to_the_older_checkpoint_and_trims_the_metrics(trained
 def test_resume_refuses_config_changes_naming_each_old_and_new_value(trained_run, tmp_path):
     run = _copy(trained_run, tmp_path)
     saved = (run / "config.yaml").read_text()
-    changes = {"model.lora.r": (4, 8), "env.num_envs": (2, 4), "train.seed": (0, 1),
-               "algorithm.learning_rate": (0.003, 0.001), "env.id": ("'llmgym/Countdown-v0'", "'llmgym/EchoWord-v0'")}
+    changes = {
+        "model.lora.r": (4, 8),
+        "env.num_envs": (2, 4),
+        "train.seed": (0, 1),
+        "algorithm.learning_rate": (0.003, 0.001),
+        "env.id": ("'llmgym/Countdown-v0'", "'llmgym/EchoWord-v0'"),
+    }
     with pytest.raises(ConfigError) as info:
-        _trainer(_resume_config(tmp_path, run, *(f"{k}={new}".replace("'", "") for k, (_, new) in changes.items())))
+        _trainer(
+            _resume_config(tmp_path, run, *(f"{k}={new}".replace("'", "") for k, (_, new) in changes.items()))
+        )
     for key, (old, new) in changes.items():
         assert f"{key}: {old} -> {new}" in str(info.value)
     assert (run / "config.yaml").read_text() == saved
@@ -190,7 +256,9 @@ def test_resume_accepts_a_longer_run_and_other_harmless_changes(trained_run, tmp
     trainer.close()
     assert trainer.algorithm.env_steps == 16
     [line] = caplog.messages
-    assert "changed settings: train.total_env_steps: 16 -> 24;" in line and "logging.log_every: 1 -> 2" in line
+    assert (
+        "changed settings: train.total_env_steps: 16 -> 24;" in line and "logging.log_every: 1 -> 2" in line
+    )
 
 
 def test_resume_without_checkpoint_is_clear(tmp_path):
@@ -201,14 +269,22 @@ def test_resume_without_checkpoint_is_clear(tmp_path):
 
 def test_an_unknown_env_id_fails_before_the_run_directory_and_the_model(tmp_path):
     config = tiny_config(tmp_path, "llmgym/EchoWrd-v0", "train.run_name=run", "model.name=/no/such/model")
-    with pytest.raises(ConfigError, match=r"'llmgym/EchoWrd-v0' is not a registered.*'llmgym/EchoWord-v0'.*llmgym envs"):
+    with pytest.raises(
+        ConfigError, match=r"'llmgym/EchoWrd-v0' is not a registered.*'llmgym/EchoWord-v0'.*llmgym envs"
+    ):
         Trainer(config)  # a model loaded first would raise ModelNotFoundError
     assert not (tmp_path / "run").exists()
 
 
 def test_evaluate_run_loads_the_checkpoint(tmp_path, tiny_model_dir, capsys):
-    config = tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.total_env_steps=8", "train.run_name=e",
-                         f"model.name={tiny_model_dir}")
+    config = tiny_config(
+        tmp_path,
+        "llmgym/Countdown-v0",
+        *COUNTDOWN,
+        "train.total_env_steps=8",
+        "train.run_name=e",
+        f"model.name={tiny_model_dir}",
+    )
     trainer = Trainer(config)
     trainer.train()
     trainer.close()
@@ -220,10 +296,16 @@ def test_evaluate_run_loads_the_checkpoint(tmp_path, tiny_model_dir, capsys):
 def test_evaluate_run_of_a_config_is_the_untrained_model(tmp_path, tiny_model_dir, capsys):
     from llmgym.evaluation import evaluate
 
-    trainer = Trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.run_name=z", f"model.name={tiny_model_dir}"))
+    trainer = Trainer(
+        tiny_config(
+            tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.run_name=z", f"model.name={tiny_model_dir}"
+        )
+    )
     want = evaluate(trainer.eval_agent, trainer.config, 5, seed=3)  # the model before any update
     trainer.close()
-    result = evaluate_run(tmp_path / "z" / "config.yaml", episodes=5, seed=3)  # a config, not a run: zero-shot
+    result = evaluate_run(
+        tmp_path / "z" / "config.yaml", episodes=5, seed=3
+    )  # a config, not a run: zero-shot
     assert result == want and "zero-shot" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="does not exist and is not the name of a shipped config"):
         evaluate_run(tmp_path / "nowhere.yaml")
@@ -249,13 +331,19 @@ def test_evaluate_reports_the_task_return_without_shaping(tmp_path):
     from llmgym.build import build_agent, build_llm
     from llmgym.evaluation import evaluate
 
-    env = ["env.id=llmgym/BabyAI-Text-GoToRedBallNoDists-v0", "env.max_episode_steps=12", "agent.temperature=100"]
+    env = [
+        "env.id=llmgym/BabyAI-Text-GoToRedBallNoDists-v0",
+        "env.max_episode_steps=12",
+        "agent.temperature=100",
+    ]
     plain = tiny_config(tmp_path, "x", *env)
     shaped = tiny_config(tmp_path, "x", *env, "env.kwargs.reward_shaping=0.5")
     model, tokenizer = tiny_causal_lm("llama", seed=0)
     llm = build_llm(plain, model=model, tokenizer=tokenizer)
     # Near-uniform sampled actions (the same draws in both runs) move the agent, so the shaping is not zero.
-    results = [evaluate(build_agent(config, llm, 2), config, 6, seed=0, greedy=False) for config in (plain, shaped)]
+    results = [
+        evaluate(build_agent(config, llm, 2), config, 6, seed=0, greedy=False) for config in (plain, shaped)
+    ]
     assert results[0] == pytest.approx(results[1])
 
 
@@ -282,17 +370,24 @@ def _resume_at(tmp_path, env_id, base, total, split, anneal_over_total=False):
     Returns:
         The number of updates the resumed run started from.
     """
-    straight = _trainer(tiny_config(tmp_path, env_id, *base, f"train.total_env_steps={total}", "train.run_name=a"))
+    straight = _trainer(
+        tiny_config(tmp_path, env_id, *base, f"train.total_env_steps={total}", "train.run_name=a")
+    )
     straight.train()
     expected = _params(straight)
     straight.close()
-    first = _trainer(tiny_config(tmp_path, env_id, *base, f"train.total_env_steps={split}", "train.run_name=c"))
+    first = _trainer(
+        tiny_config(tmp_path, env_id, *base, f"train.total_env_steps={split}", "train.run_name=c")
+    )
     if anneal_over_total:
         first.algorithm.total_env_steps = total
     first.train()
     first.close()
-    resumed = _trainer(tiny_config(tmp_path, env_id, *base, f"train.total_env_steps={total}",
-                                   f"train.resume={tmp_path / 'c'}"))
+    resumed = _trainer(
+        tiny_config(
+            tmp_path, env_id, *base, f"train.total_env_steps={total}", f"train.resume={tmp_path / 'c'}"
+        )
+    )
     assert resumed.algorithm.env_steps == split
     updates_at_resume = resumed.algorithm.updates
     resumed.train()
@@ -304,8 +399,15 @@ def _resume_at(tmp_path, env_id, base, total, split, anneal_over_total=False):
 
 @pytest.mark.parametrize("algorithm", ["grpo", "rloo"])
 def test_group_baselines_train_through_the_trainer_and_resume_exactly(tmp_path, algorithm):
-    base = ["env.kwargs.words=[banana,dog]", f"algorithm.name={algorithm}", "algorithm.group.size=2", "agent.action_head=false",
-            "algorithm.epochs=2", "algorithm.minibatch_size=4", "algorithm.anneal_lr=true"]
+    base = [
+        "env.kwargs.words=[banana,dog]",
+        f"algorithm.name={algorithm}",
+        "algorithm.group.size=2",
+        "agent.action_head=false",
+        "algorithm.epochs=2",
+        "algorithm.minibatch_size=4",
+        "algorithm.anneal_lr=true",
+    ]
     _resume_at(tmp_path, "llmgym/EchoWord-v0", base, total=16, split=8, anneal_over_total=True)
 
 
@@ -314,16 +416,32 @@ def test_nlpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
     # holds a snapshot that is neither the initial policy nor the checkpointed one, so only a restored
     # snapshot resumes exactly.
     # The adaptive KL weight in the reward changes at every update: the resumed run goes on from the checkpoint's.
-    base = [*TOKEN_TEXTGEN, "algorithm.rollout_steps=2", "algorithm.nlpo.mask_update_interval=2", "algorithm.nlpo.mask_top_p=0.5",
-            "algorithm.epochs=2", "algorithm.minibatch_size=4", "model.lora.r=4", "algorithm.kl.coef=0.5",
-            "algorithm.kl.penalty=reward", "algorithm.kl.controller=adaptive", "algorithm.kl.target=0.001",
-            "algorithm.kl.horizon=8"]
+    base = [
+        *TOKEN_TEXTGEN,
+        "algorithm.rollout_steps=2",
+        "algorithm.nlpo.mask_update_interval=2",
+        "algorithm.nlpo.mask_top_p=0.5",
+        "algorithm.epochs=2",
+        "algorithm.minibatch_size=4",
+        "model.lora.r=4",
+        "algorithm.kl.coef=0.5",
+        "algorithm.kl.penalty=reward",
+        "algorithm.kl.controller=adaptive",
+        "algorithm.kl.target=0.001",
+        "algorithm.kl.horizon=8",
+    ]
     assert _resume_at(tmp_path, "llmgym/TextGen-v0", base, total=40, split=24) == 3
 
 
 def test_trpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
-    base = [*COUNTDOWN, "algorithm.name=trpo", "algorithm.epochs=2", "algorithm.minibatch_size=4", "model.lora.r=4",
-            "algorithm.trpo.max_kl=0.05"]
+    base = [
+        *COUNTDOWN,
+        "algorithm.name=trpo",
+        "algorithm.epochs=2",
+        "algorithm.minibatch_size=4",
+        "model.lora.r=4",
+        "algorithm.trpo.max_kl=0.05",
+    ]
     _resume_at(tmp_path, "llmgym/Countdown-v0", base, total=16, split=8)
     train = [r for r in read_metrics(tmp_path / "a" / "metrics.jsonl") if r["kind"] == "train"]
     assert {"approx_kl", "step_fraction", "policy_improvement", "value_loss"} <= train[-1].keys()
@@ -335,17 +453,28 @@ def test_textgen_evaluations_report_perplexity_under_the_reference_distinct_n_an
     from llmgym.evaluation import evaluate
     from llmgym.report.records import EpisodeRecorder
 
-    config = tiny_config(tmp_path, "llmgym/TextGen-v0", "env.kwargs.datapool=review_openings", "env.kwargs.reward=keywords",
-                         "env.kwargs.reward_kwargs={keywords: [k]}", "agent.type=generative", "agent.max_new_tokens=3",
-                         "model.lora.r=4")
+    config = tiny_config(
+        tmp_path,
+        "llmgym/TextGen-v0",
+        "env.kwargs.datapool=review_openings",
+        "env.kwargs.reward=keywords",
+        "env.kwargs.reward_kwargs={keywords: [k]}",
+        "agent.type=generative",
+        "agent.max_new_tokens=3",
+        "model.lora.r=4",
+    )
     model, tokenizer = tiny_causal_lm("llama", seed=0)
     llm = build_llm(config, model=model, tokenizer=tokenizer)
     recorder = EpisodeRecorder(6, llm.tokenizer)
     sampled = evaluate(build_agent(config, llm, 3), config, 6, seed=0, greedy=False, recorder=recorder)
     # LoRA starts at zero: the policy is its reference, so the reference's perplexity is the sampled tokens' own
-    log_probs = [v for r in recorder.records(0, "x", 0, "sampled") for s in r.steps for v in s.token_log_probs]
+    log_probs = [
+        v for r in recorder.records(0, "x", 0, "sampled") for s in r.steps for v in s.token_log_probs
+    ]
     assert len(log_probs) == 18
-    assert sampled["perplexity_ref"] == pytest.approx(torch.tensor(log_probs).mean().neg().exp().item(), rel=1e-4)
+    assert sampled["perplexity_ref"] == pytest.approx(
+        torch.tensor(log_probs).mean().neg().exp().item(), rel=1e-4
+    )
     assert sampled["kl_ref"] == pytest.approx(0.0, abs=1e-4)
     assert 0 < sampled["distinct-1"] <= 1 and 0 < sampled["distinct-2"] <= 1
     with torch.no_grad():

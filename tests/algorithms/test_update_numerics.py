@@ -21,20 +21,61 @@ RECORD = Path(__file__).with_name("update_numerics.json")
 ECHO = "env.kwargs.words=[banana split,dog,go forward now,cat]"
 
 CASES: dict[str, tuple[str, ...]] = {
-    "ppo_scoring": ("llmgym/EchoWord-v0", ECHO, "algorithm.epochs=2", "algorithm.minibatch_size=8",
-                    "agent.temperature=0.5", "agent.action_head=false", "algorithm.entropy_coef=0.01"),
-    "ppo_scoring_head_kl_early_stop": ("llmgym/Countdown-v0", "algorithm.epochs=4", "algorithm.target_kl=0.0001",
-                                       "agent.action_head=true", "algorithm.gradient_accumulation_steps=2"),
-    "ppo_scoring_ref_kl": ("llmgym/EchoWord-v0", ECHO, "agent.action_head=false", "algorithm.kl.coef=0.1", "model.lora.r=4",
-                           "algorithm.epochs=2"),
+    "ppo_scoring": (
+        "llmgym/EchoWord-v0",
+        ECHO,
+        "algorithm.epochs=2",
+        "algorithm.minibatch_size=8",
+        "agent.temperature=0.5",
+        "agent.action_head=false",
+        "algorithm.entropy_coef=0.01",
+    ),
+    "ppo_scoring_head_kl_early_stop": (
+        "llmgym/Countdown-v0",
+        "algorithm.epochs=4",
+        "algorithm.target_kl=0.0001",
+        "agent.action_head=true",
+        "algorithm.gradient_accumulation_steps=2",
+    ),
+    "ppo_scoring_ref_kl": (
+        "llmgym/EchoWord-v0",
+        ECHO,
+        "agent.action_head=false",
+        "algorithm.kl.coef=0.1",
+        "model.lora.r=4",
+        "algorithm.epochs=2",
+    ),
     "a2c_scoring": ("llmgym/Countdown-v0", "algorithm.name=a2c", "agent.action_head=false"),
-    "ppo_generative": ("llmgym/EchoWord-v0", "env.kwargs.words=[banana,dog]", "agent.type=generative",
-                       "agent.max_new_tokens=3", "algorithm.epochs=2", "algorithm.kl.coef=0.05", "model.lora.r=4"),
-    "a2c_generative": ("llmgym/EchoWord-v0", "env.kwargs.words=[banana,dog]", "agent.type=generative",
-                       "agent.max_new_tokens=3", "algorithm.name=a2c"),
+    "ppo_generative": (
+        "llmgym/EchoWord-v0",
+        "env.kwargs.words=[banana,dog]",
+        "agent.type=generative",
+        "agent.max_new_tokens=3",
+        "algorithm.epochs=2",
+        "algorithm.kl.coef=0.05",
+        "model.lora.r=4",
+    ),
+    "a2c_generative": (
+        "llmgym/EchoWord-v0",
+        "env.kwargs.words=[banana,dog]",
+        "agent.type=generative",
+        "agent.max_new_tokens=3",
+        "algorithm.name=a2c",
+    ),
 }
-STAT_KEYS = ("loss", "policy_loss", "value_loss", "entropy", "kl_ref", "approx_kl", "clip_fraction", "epochs",
-             "advantage_mean", "advantage_std", "return_mean")
+STAT_KEYS = (
+    "loss",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "kl_ref",
+    "approx_kl",
+    "clip_fraction",
+    "epochs",
+    "advantage_mean",
+    "advantage_std",
+    "return_mean",
+)
 
 
 def _run_case(tmp_path, name: str) -> dict[str, float]:

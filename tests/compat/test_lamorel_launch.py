@@ -74,7 +74,9 @@ def test_invalid_seed_is_a_config_error(seed: object, t5_path: Path) -> None:
 
 
 def test_readme_configs_two_machines_join_a_ray_cluster() -> None:
-    config = load_lamorel_config(CONFIGS / "readme_config.yaml")  # machine_rank ???: the script runs on the head
+    config = load_lamorel_config(
+        CONFIGS / "readme_config.yaml"
+    )  # machine_rank ???: the script runs on the head
     settings = parse_lamorel_args(config.lamorel_args)
     assert settings.distributed is not None and settings.distributed.ray_address == "auto"
     assert settings.distributed.llm_processes == 1

@@ -73,7 +73,9 @@ def test_readme_example_runs_and_trains(tiny_path: str) -> None:
 
     updates = [s for s in all_stats if s]
     assert updates and all(torch.isfinite(torch.tensor(s["ppo/loss/total"])) for s in updates)
-    assert agent.sampling == Sampling(temperature=0.9, top_k=0, top_p=0.6)  # LlamaGym's defaults, top_p honoured
+    assert agent.sampling == Sampling(
+        temperature=0.9, top_k=0, top_p=0.6
+    )  # LlamaGym's defaults, top_p honoured
     # TRL's adaptive KL at 0.2 against a frozen copy of the initial weights (TRL's create_reference_model)
     assert updates[0]["objective/kl_coef"] == 0.2 and agent._ppo.kl.coef != 0.2
     assert agent.policy.backend.reference_model is not None
@@ -133,11 +135,7 @@ def blackjack_main(model_name: str) -> list[dict]:  # changed: was `if __name__ 
     HF_TOKEN = os.environ.get("HF_TOKEN")
 
     lora_config = LoraConfig(
-        **{
-            key.split("/")[-1]: value
-            for key, value in hyperparams.items()
-            if key.startswith("lora/")
-        }
+        **{key.split("/")[-1]: value for key, value in hyperparams.items() if key.startswith("lora/")}
     )
     model = AutoModelForCausalLMWithValueHead.from_pretrained(
         pretrained_model_name_or_path=hyperparams["model_name"],
@@ -153,11 +151,7 @@ def blackjack_main(model_name: str) -> list[dict]:  # changed: was `if __name__ 
         model,
         tokenizer,
         device,
-        {
-            key: value
-            for key, value in hyperparams.items()
-            if key.startswith("generate/")
-        },
+        {key: value for key, value in hyperparams.items() if key.startswith("generate/")},
         {
             "batch_size": hyperparams["batch_size"],
             "mini_batch_size": hyperparams["batch_size"],
@@ -210,29 +204,57 @@ def test_8bit_loading_needs_a_gpu(tiny_path: str) -> None:
 
 def test_lora_task_type_and_unsupported_arguments(tiny_path: str) -> None:
     with pytest.raises(ConfigError, match="task_type='CAUSAL_LM'"):
-        AutoModelForCausalLMWithValueHead.from_pretrained(tiny_path, peft_config={"r": 4, "task_type": "SEQ_2_SEQ_LM"})
+        AutoModelForCausalLMWithValueHead.from_pretrained(
+            tiny_path, peft_config={"r": 4, "task_type": "SEQ_2_SEQ_LM"}
+        )
     with pytest.raises(ConfigError, match=r"unsupported arguments \['summary_dropout_prob'\]"):
         AutoModelForCausalLMWithValueHead.from_pretrained(tiny_path, summary_dropout_prob=0.1)
-    wrapped = AutoModelForCausalLMWithValueHead.from_pretrained(tiny_path, peft_config={"r": 4, "bias": "none"})
+    wrapped = AutoModelForCausalLMWithValueHead.from_pretrained(
+        tiny_path, peft_config={"r": 4, "bias": "none"}
+    )
     assert sum(p.requires_grad for p in wrapped.pretrained_model.parameters()) > 0
     assert not all(p.requires_grad for p in wrapped.pretrained_model.parameters())
 
 
 def test_ppo_config_maps_trl_names() -> None:
-    config = PPOConfig.from_dict({"batch_size": 8, "mini_batch_size": 4, "learning_rate": 1e-4, "ppo_epochs": 2,
-                                  "cliprange": 0.1, "vf_coef": 0.5, "log_with": "wandb", "early_stopping": True,
-                                  "target_kl": 0.5})
+    config = PPOConfig.from_dict(
+        {
+            "batch_size": 8,
+            "mini_batch_size": 4,
+            "learning_rate": 1e-4,
+            "ppo_epochs": 2,
+            "cliprange": 0.1,
+            "vf_coef": 0.5,
+            "log_with": "wandb",
+            "early_stopping": True,
+            "target_kl": 0.5,
+        }
+    )
     algorithm = config.algorithm()
     assert (algorithm.minibatch_size, algorithm.learning_rate, algorithm.epochs) == (4, 1e-4, 2)
-    assert (algorithm.ppo.clip_range, algorithm.value_coef, algorithm.target_kl, algorithm.entropy_coef) == (0.1, 0.5, 0.5, 0.0)
+    assert (algorithm.ppo.clip_range, algorithm.value_coef, algorithm.target_kl, algorithm.entropy_coef) == (
+        0.1,
+        0.5,
+        0.5,
+        0.0,
+    )
     assert PPOConfig.from_dict({"batch_size": 8}).algorithm().target_kl is None
     with pytest.raises(ConfigError, match=r"unsupported keys \['batch_sise'\]"):
         PPOConfig.from_dict({"batch_sise": 8})
     # TRL's KL control: beta 0.2, adaptive towards 6 nats per response over a horizon of 10000 turns, in the reward
     kl = PPOConfig.from_dict({"batch_size": 8}).algorithm().kl
     assert (kl.coef, kl.controller, kl.target, kl.horizon, kl.unit, kl.penalty, kl.estimator) == (
-        0.2, "adaptive", 6.0, 10000, "completion", "reward", "k1")
-    kl = PPOConfig.from_dict({"adap_kl_ctrl": False, "init_kl_coef": 0.05, "kl_penalty": "mse"}).algorithm().kl
+        0.2,
+        "adaptive",
+        6.0,
+        10000,
+        "completion",
+        "reward",
+        "k1",
+    )
+    kl = (
+        PPOConfig.from_dict({"adap_kl_ctrl": False, "init_kl_coef": 0.05, "kl_penalty": "mse"}).algorithm().kl
+    )
     assert (kl.coef, kl.controller, kl.estimator) == (0.05, "fixed", "k2")
     assert PPOConfig.from_dict({"init_kl_coef": 0.0}).algorithm().kl.coef == 0.0
     kl = PPOConfig.from_dict({"target": 1.0, "horizon": 100}).algorithm().kl
@@ -246,13 +268,21 @@ def test_ppo_config_maps_trl_names() -> None:
 def test_generation_settings_resolve_what_sampling_uses() -> None:
     from transformers import GenerationConfig
 
-    kwargs, sampling = generation_settings({"generate/max_new_tokens": 8, "generate/do_sample": True}, GenerationConfig(top_p=0.9))
-    assert sampling == Sampling(temperature=1.0, top_k=50, top_p=0.9)  # the model's top_p, transformers' top_k
+    kwargs, sampling = generation_settings(
+        {"generate/max_new_tokens": 8, "generate/do_sample": True}, GenerationConfig(top_p=0.9)
+    )
+    assert sampling == Sampling(
+        temperature=1.0, top_k=50, top_p=0.9
+    )  # the model's top_p, transformers' top_k
     assert kwargs == {"max_new_tokens": 8, "do_sample": True, "temperature": 1.0, "top_k": 50, "top_p": 0.9}
     kwargs, sampling = generation_settings({"max_new_tokens": 8}, GenerationConfig())
     assert sampling is None and kwargs["do_sample"] is False
-    kwargs, sampling = generation_settings({"do_sample": True, "repetition_penalty": 1.2, "min_new_tokens": 2}, GenerationConfig())
-    assert sampling == Sampling(temperature=1.0, top_k=50, top_p=1.0, repetition_penalty=1.2, min_new_tokens=2)
+    kwargs, sampling = generation_settings(
+        {"do_sample": True, "repetition_penalty": 1.2, "min_new_tokens": 2}, GenerationConfig()
+    )
+    assert sampling == Sampling(
+        temperature=1.0, top_k=50, top_p=1.0, repetition_penalty=1.2, min_new_tokens=2
+    )
     assert (kwargs["repetition_penalty"], kwargs["min_new_tokens"]) == (1.2, 2)
     with pytest.raises(ConfigError, match=r"no_repeat_ngram_size=2 \(from generate_config_dict\)"):
         generation_settings({"do_sample": True, "no_repeat_ngram_size": 2}, GenerationConfig())
@@ -271,11 +301,18 @@ class _Words(Agent):
         return response
 
 
-@pytest.mark.parametrize("generate", [{"top_p": 0.5, "temperature": 0.7}, {"repetition_penalty": 1.5, "min_new_tokens": 3}])
+@pytest.mark.parametrize(
+    "generate", [{"top_p": 0.5, "temperature": 0.7}, {"repetition_penalty": 1.5, "min_new_tokens": 3}]
+)
 def test_first_ppo_ratio_is_one_under_top_p(tiny_path: str, generate: dict) -> None:
     torch.manual_seed(0)
-    agent = _Words(tiny_path, tiny_path, "cpu", {"max_new_tokens": 6, "do_sample": True, **generate},
-                   {"batch_size": 4, "mini_batch_size": 4, "ppo_epochs": 1})
+    agent = _Words(
+        tiny_path,
+        tiny_path,
+        "cpu",
+        {"max_new_tokens": 6, "do_sample": True, **generate},
+        {"batch_size": 4, "mini_batch_size": 4, "ppo_epochs": 1},
+    )
     stats = {}
     for turn in range(4):
         agent.act(f"word {turn}")
@@ -283,7 +320,9 @@ def test_first_ppo_ratio_is_one_under_top_p(tiny_path: str, generate: dict) -> N
         stats = agent.terminate_episode()
     # old log-probs and the first minibatch's new ones are both scored under the nucleus sampled from
     assert stats["ppo/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
-    assert stats["ppo/mean_scores"] == pytest.approx(sum(t / 1.5 for t in range(4)) / 4, abs=1e-2)  # r / (3 / 2)
+    assert stats["ppo/mean_scores"] == pytest.approx(
+        sum(t / 1.5 for t in range(4)) / 4, abs=1e-2
+    )  # r / (3 / 2)
 
 
 def test_llamagym_bookkeeping(tiny_path: str) -> None:
@@ -296,7 +335,10 @@ def test_llamagym_bookkeeping(tiny_path: str) -> None:
         warnings.simplefilter("always")
         assert agent.act("obs") is None
     assert "raised ValueError('no')" in str(caught[0].message)
-    assert [m["role"] for m in agent.current_episode_messages] == ["system", "user"]  # as LlamaGym: no reply kept
+    assert [m["role"] for m in agent.current_episode_messages] == [
+        "system",
+        "user",
+    ]  # as LlamaGym: no reply kept
     assert agent.terminate_episode() == {} and agent.current_batch["queries"] == []
 
     words = _Words(tiny_path, tiny_path, "cpu", {"max_new_tokens": 3}, {"batch_size": 100})
@@ -307,7 +349,9 @@ def test_llamagym_bookkeeping(tiny_path: str) -> None:
     messages = list(words.current_episode_messages)
     assert words.terminate_episode() == {}
     rewards = words.current_batch["rewards"]
-    assert rewards == [torch.tensor(1.0 / (len(messages) / 2), dtype=torch.float16)] * 2  # LlamaGym's sparse split
+    assert (
+        rewards == [torch.tensor(1.0 / (len(messages) / 2), dtype=torch.float16)] * 2
+    )  # LlamaGym's sparse split
     query, response = words.current_batch["queries"][0], words.current_batch["responses"][0]
     assert words.tokenizer.decode(query).endswith("<|im_start|>assistant\n") and response.dtype == torch.long
 

@@ -17,10 +17,21 @@ CONFIGS = Path(__file__).parent / "rl4lms_configs"
 CAUSAL = sorted(p.name for p in CONFIGS.glob("*gpt2*.yml"))
 SEQ2SEQ = sorted(p.name for p in CONFIGS.glob("*t5*.yml"))
 SMOKE = [
-    "env.num_envs=2", "env.kwargs.max_tokens=3", "algorithm.rollout_steps=3", "algorithm.minibatch_size=6",
-    "train.total_env_steps=6", "train.eval_every=null", "train.checkpoint_every=null", "train.eval_before=false",
-    "train.eval_episodes=2", "train.eval_num_envs=2", "train.eval_max_samples=2", "logging.progress=false",
-    "logging.plot=false", "agent.max_prompt_tokens=64", "model.forward_batch_size=8",
+    "env.num_envs=2",
+    "env.kwargs.max_tokens=3",
+    "algorithm.rollout_steps=3",
+    "algorithm.minibatch_size=6",
+    "train.total_env_steps=6",
+    "train.eval_every=null",
+    "train.checkpoint_every=null",
+    "train.eval_before=false",
+    "train.eval_episodes=2",
+    "train.eval_num_envs=2",
+    "train.eval_max_samples=2",
+    "logging.progress=false",
+    "logging.plot=false",
+    "agent.max_prompt_tokens=64",
+    "model.forward_batch_size=8",
 ]
 
 
@@ -44,9 +55,16 @@ def test_strict_conversion_names_each_approximate_key(name, tiny_model_dir):
     algorithm = conversion.config["algorithm"]
     assert algorithm["name"] == raw["alg"]["id"]
     per_update = raw["alg"]["args"]["n_steps"] * raw["env"]["n_envs"]
-    assert algorithm["kl"] == {  # RL4LMs' KLController: a per-token reward penalty, 0.1 x the clipped error per update
-        "coef": raw["alg"]["kl_div"]["coeff"], "penalty": "reward", "estimator": "k1", "unit": "token",
-        "controller": "adaptive", "target": raw["alg"]["kl_div"]["target_kl"], "horizon": 10 * per_update,
+    assert algorithm[
+        "kl"
+    ] == {  # RL4LMs' KLController: a per-token reward penalty, 0.1 x the clipped error per update
+        "coef": raw["alg"]["kl_div"]["coeff"],
+        "penalty": "reward",
+        "estimator": "k1",
+        "unit": "token",
+        "controller": "adaptive",
+        "target": raw["alg"]["kl_div"]["target_kl"],
+        "horizon": 10 * per_update,
     }
     assert algorithm["rollout_steps"] == raw["alg"]["args"]["n_steps"]
     assert conversion.config["env"]["kwargs"]["reward"] == raw["reward_fn"]["id"]
@@ -61,10 +79,15 @@ def tiny_t5_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", SEQ2SEQ)
-def test_commongen_t5_configs_train_a_seq2seq_policy_on_fixture_data(name, tiny_t5_dir, tmp_path, monkeypatch):
+def test_commongen_t5_configs_train_a_seq2seq_policy_on_fixture_data(
+    name, tiny_t5_dir, tmp_path, monkeypatch
+):
     data = tmp_path / "commongen"
     data.mkdir()
-    rows = [{"concepts": ["dog", "ball"], "target": "the dog hit the ball."}, {"concepts": ["cat", "box"], "target": "a cat in a box."}]
+    rows = [
+        {"concepts": ["dog", "ball"], "target": "the dog hit the ball."},
+        {"concepts": ["cat", "box"], "target": "a cat in a box."},
+    ]
     for split in ("train", "validation", "test"):
         (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     raw = _load(name)
@@ -75,14 +98,19 @@ def test_commongen_t5_configs_train_a_seq2seq_policy_on_fixture_data(name, tiny_
     raw["train_evaluation"]["metrics"] = [{"id": m} for m in ("rouge", "bleu", "cider", "diversity")]
     conversion = convert_rl4lms_config(raw, approximate=True, model_name=str(tiny_t5_dir))
     model = conversion.config["model"]
-    assert model["model_type"] == "seq2seq" and model["lora"] is None and model["reference_copy"]  # every weight trains
+    assert (
+        model["model_type"] == "seq2seq" and model["lora"] is None and model["reference_copy"]
+    )  # every weight trains
     assert conversion.config["agent"]["max_prompt_tokens"] == raw["env"]["args"]["max_prompt_length"]
     path = tmp_path / "converted.yaml"
     path.write_text(yaml.safe_dump(conversion.config))
     run, last = _train(path, tiny_t5_dir, tmp_path, monkeypatch)
     for split in ("val", "test"):
         assert 0.0 <= last[f"{split}/lexical/rouge_rouge1"] <= 1.0 and f"{split}/lexical/cider" in last
-        rows_out = [json.loads(line) for line in next((run / "predictions").glob(f"after_*_{split}.jsonl")).read_text().splitlines()]
+        rows_out = [
+            json.loads(line)
+            for line in next((run / "predictions").glob(f"after_*_{split}.jsonl")).read_text().splitlines()
+        ]
         assert rows_out[0]["prompt"].startswith("generate a sentence with: ")
     updates = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert any(u["kind"] == "train" and "policy_loss" in u for u in updates)
@@ -112,8 +140,15 @@ def _train(path, tiny_model_dir, tmp_path, monkeypatch, extra=()):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    args = ["train", str(path), f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path}", "train.run_name=run",
-            *SMOKE, *extra]
+    args = [
+        "train",
+        str(path),
+        f"model.name={tiny_model_dir}",
+        f"train.output_dir={tmp_path}",
+        "train.run_name=run",
+        *SMOKE,
+        *extra,
+    ]
     assert main(args) == 0
     run = tmp_path / "run"
     evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -126,7 +161,10 @@ def test_synthetic_configs_train_and_evaluate_splits(name, tiny_model_dir, tmp_p
     run, last = _train(path, tiny_model_dir, tmp_path, monkeypatch)
     for split in ("val", "test"):
         assert 0.0 <= last[f"{split}/synthetic/increasing_numbers_in_text"] <= 1.0
-        rows = [json.loads(line) for line in next((run / "predictions").glob(f"after_*_{split}.jsonl")).read_text().splitlines()]
+        rows = [
+            json.loads(line)
+            for line in next((run / "predictions").glob(f"after_*_{split}.jsonl")).read_text().splitlines()
+        ]
         assert len(rows) == 2 and {"prompt", "completion", "references", "reward"} <= set(rows[0])
         assert rows[0]["prompt"] == "<|endoftext|>"
     assert "synthetic/increasing_numbers_in_text" in capsys.readouterr().out  # the metrics table
@@ -158,9 +196,17 @@ def test_imdb_config_trains_on_fixture_data_with_tiny_models(tiny_model_dir, tmp
 
 def test_llmgym_train_converts_an_rl4lms_file_strictly(tiny_model_dir):
     # every key of the synthetic PPO config, its adaptive KL included, has an exact llmgym equivalent
-    config = load_config(str(CONFIGS / "synthetic_generate_increasing_numbers_gpt2_ppo.yml"), [f"model.name={tiny_model_dir}"])
+    config = load_config(
+        str(CONFIGS / "synthetic_generate_increasing_numbers_gpt2_ppo.yml"), [f"model.name={tiny_model_dir}"]
+    )
     kl = config.algorithm.kl
-    assert (kl.coef, kl.controller, kl.target, kl.unit, kl.penalty) == (0.02, "adaptive", 2.0, "token", "reward")
+    assert (kl.coef, kl.controller, kl.target, kl.unit, kl.penalty) == (
+        0.02,
+        "adaptive",
+        2.0,
+        "token",
+        "reward",
+    )
     assert config.model.reference_copy and config.model.lora is None
     with pytest.raises(ConfigError, match=r"generation_kwargs\.min_length.*approximate"):
         load_config(str(CONFIGS / "imdb_text_continuation_gpt2_ppo.yml"), [f"model.name={tiny_model_dir}"])
@@ -178,8 +224,15 @@ def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsy
     assert "# approximately: alg.policy.args.min_tokens_to_keep" in err
     (tmp_path / "nlpo.yaml").write_text(out)
     config = load_config(str(tmp_path / "nlpo.yaml"))
-    assert (config.algorithm.name, config.algorithm.nlpo.mask_top_p, config.algorithm.nlpo.mask_update_interval) == ("nlpo", 0.9, 5)
-    assert config.train.eval_splits == ["val", "test"] and config.env.kwargs["datapool_kwargs"] == {"seed": 42, "split": "train"}
+    assert (
+        config.algorithm.name,
+        config.algorithm.nlpo.mask_top_p,
+        config.algorithm.nlpo.mask_update_interval,
+    ) == ("nlpo", 0.9, 5)
+    assert config.train.eval_splits == ["val", "test"] and config.env.kwargs["datapool_kwargs"] == {
+        "seed": 42,
+        "split": "train",
+    }
     assert main(["convert", str(CONFIGS.parent / "test_rl4lms.py")]) == 2
 
 
@@ -188,6 +241,12 @@ def test_llmgym_convert_writes_the_output_file(tiny_model_dir, tmp_path):
 
     out = tmp_path / "synthetic.yaml"
     path = CONFIGS / "synthetic_generate_increasing_numbers_gpt2_ppo.yml"
-    assert main(["convert", str(path), "--approximate", "--model", str(tiny_model_dir), "--output", str(out)]) == 0
+    assert (
+        main(["convert", str(path), "--approximate", "--model", str(tiny_model_dir), "--output", str(out)])
+        == 0
+    )
     config = load_config(str(out))
-    assert config.env.kwargs["reward"] == "increasing_numbers" and config.train.eval_metrics[0]["id"] == "increasing_numbers"
+    assert (
+        config.env.kwargs["reward"] == "increasing_numbers"
+        and config.train.eval_metrics[0]["id"] == "increasing_numbers"
+    )

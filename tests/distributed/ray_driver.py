@@ -17,8 +17,12 @@ from llmgym.testing import tiny_causal_lm
 
 def main() -> int:
     model, tokenizer = tiny_causal_lm("llama", seed=0)
-    llm = make_backend(ModelConfig(name="tiny"), model=model, tokenizer=tokenizer,
-                       distributed=DistributedConfig(llm_processes=2, timeout_s=30.0))
+    llm = make_backend(
+        ModelConfig(name="tiny"),
+        model=model,
+        tokenizer=tokenizer,
+        distributed=DistributedConfig(llm_processes=2, timeout_s=30.0),
+    )
     llm.score(["Action:"], [[" go"]])
     node = ray._private.worker._global_node
     pids = [info.process.pid for infos in node.all_processes.values() for info in infos]

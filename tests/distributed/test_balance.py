@@ -22,7 +22,9 @@ def test_placement_device():
 
 @pytest.mark.parametrize(("count", "servers"), [(4, 2), (5, 2), (7, 3), (1, 3), (0, 2)])
 def test_split_contiguous_is_numpys_array_split(count, servers):
-    assert split_contiguous(count, servers) == [chunk.tolist() for chunk in np.array_split(np.arange(count), servers)]
+    assert split_contiguous(count, servers) == [
+        chunk.tolist() for chunk in np.array_split(np.arange(count), servers)
+    ]
 
 
 def test_split_balanced_and_gather():
@@ -60,7 +62,9 @@ def test_context_costs_count_the_context_once_and_each_candidate():
 
 def test_context_costs_in_tokens():
     tokenizer = WordTokenizer()
-    costs = context_costs(["go to the key", "x"], [["turn left", "drop"], ["turn left"]], token_lengths(tokenizer))
+    costs = context_costs(
+        ["go to the key", "x"], [["turn left", "drop"], ["turn left"]], token_lengths(tokenizer)
+    )
     assert costs == [4 + 2 + 1 + 1, 1 + 2 + 1]
     assert sorted(tokenizer.calls) == sorted(["go to the key", "x", "turn left", "drop"])  # each text once
 

@@ -62,8 +62,11 @@ def _build(llm_processes: int, **distributed):
     model, tokenizer = tiny_causal_lm("llama", seed=0)
     heads = {"value": ValueHead(hidden_sizes=(8,)), "boom": Boom(), "stall": Stall()}
     return make_backend(
-        ModelConfig(name="tiny", forward_batch_size=4), heads,
-        PPO(config=OPTIMIZER).updater(), model=model, tokenizer=tokenizer,
+        ModelConfig(name="tiny", forward_batch_size=4),
+        heads,
+        PPO(config=OPTIMIZER).updater(),
+        model=model,
+        tokenizer=tokenizer,
         distributed=DistributedConfig(llm_processes=llm_processes, **{"timeout_s": 30.0, **distributed}),
     )
 
@@ -89,7 +92,10 @@ def test_scores_heads_and_greedy_generations_equal_in_process(pair):
     local, remote = pair
     for got, want in zip(remote.score(CONTEXTS, CANDIDATES), local.score(CONTEXTS, CANDIDATES)):
         torch.testing.assert_close(got, want, atol=TOL, rtol=0)
-    for got, want in zip(remote.forward(["value", "score"], CONTEXTS, CANDIDATES), local.forward(["value", "score"], CONTEXTS, CANDIDATES)):
+    for got, want in zip(
+        remote.forward(["value", "score"], CONTEXTS, CANDIDATES),
+        local.forward(["value", "score"], CONTEXTS, CANDIDATES),
+    ):
         torch.testing.assert_close(got["value"], want["value"], atol=TOL, rtol=0)
         torch.testing.assert_close(got["score"], want["score"], atol=TOL, rtol=0)
     got_gen = remote.generate(CONTEXTS, max_new_tokens=5, do_sample=False)
@@ -101,10 +107,22 @@ def test_scores_heads_and_greedy_generations_equal_in_process(pair):
 def test_each_algorithms_update_equals_in_process(pair):
     local, remote = pair
     updates = list(batches(local.tokenizer))
-    for algorithm in (GRPO(), RLOO(config=AlgorithmConfig(name="rloo"))):  # PPO's server side, their own coefficients
-        updates.append((("loss", "policy_loss"), CANDIDATES, UpdateBatch(
-            objective=algorithm.objective(), policy=CandidatePolicy(temperature=0.7),
-            actions=CandidateActions(CANDIDATES, torch.zeros(len(CONTEXTS), dtype=torch.long)), **common())))
+    for algorithm in (
+        GRPO(),
+        RLOO(config=AlgorithmConfig(name="rloo")),
+    ):  # PPO's server side, their own coefficients
+        updates.append(
+            (
+                ("loss", "policy_loss"),
+                CANDIDATES,
+                UpdateBatch(
+                    objective=algorithm.objective(),
+                    policy=CandidatePolicy(temperature=0.7),
+                    actions=CandidateActions(CANDIDATES, torch.zeros(len(CONTEXTS), dtype=torch.long)),
+                    **common(),
+                ),
+            )
+        )
     for keys, candidates, batch in updates:
         want = local.update(CONTEXTS, candidates, batch=batch)[0]
         results = remote.update(CONTEXTS, candidates, batch=batch)  # check_weights: the servers agree
@@ -116,9 +134,13 @@ def test_each_algorithms_update_equals_in_process(pair):
         _assert_same_weights(local, remote)
     # more servers than contexts: one server has an empty share and still joins the all-reduce, with weight 0
     keys, candidates, batch = updates[0]
-    one = UpdateBatch(objective=batch.objective, policy=batch.policy, minibatches=[[0]],
-                      actions=CandidateActions(CANDIDATES[:1], torch.zeros(1, dtype=torch.long)),
-                      **{k: v[:1] for k, v in common().items() if k != "minibatches"})
+    one = UpdateBatch(
+        objective=batch.objective,
+        policy=batch.policy,
+        minibatches=[[0]],
+        actions=CandidateActions(CANDIDATES[:1], torch.zeros(1, dtype=torch.long)),
+        **{k: v[:1] for k, v in common().items() if k != "minibatches"},
+    )
     local.update(CONTEXTS[:1], CANDIDATES[:1], batch=one)
     assert sorted(r["num_samples"] for r in remote.update(CONTEXTS[:1], CANDIDATES[:1], batch=one)) == [0, 1]
     _assert_same_weights(local, remote)
@@ -128,8 +150,12 @@ def test_nlpo_mask_refresh_reaches_every_server_and_its_updates_equal_in_process
     local, remote = pair
     sampling = Sampling(temperature=0.8, mask_top_p=0.5)
     prompt_ids, action_ids = generated(local.tokenizer)
-    batch = UpdateBatch(objective=NLPO().objective(), policy=TokenPolicy(sampling),
-                        actions=TokenActions(prompt_ids, action_ids), **common())
+    batch = UpdateBatch(
+        objective=NLPO().objective(),
+        policy=TokenPolicy(sampling),
+        actions=TokenActions(prompt_ids, action_ids),
+        **common(),
+    )
     stale = None
     for _ in range(2):  # the second refresh snapshots the weights the first update moved
         local.refresh_mask_policy()
@@ -139,7 +165,9 @@ def test_nlpo_mask_refresh_reaches_every_server_and_its_updates_equal_in_process
         got = remote.token_logprobs(prompt_ids, action_ids, require_grad=False, sampling=sampling)
         for w, g in zip(want, got):
             torch.testing.assert_close(g["logprobs"], w["logprobs"], atol=TOL, rtol=0)
-        if stale is not None:  # a server that missed the refresh would have answered these: the check can fail
+        if (
+            stale is not None
+        ):  # a server that missed the refresh would have answered these: the check can fail
             assert any((s["logprobs"] - w["logprobs"]).abs().max() > 10 * TOL for s, w in zip(stale, want))
         want_stats = local.update(CONTEXTS, None, batch=batch)[0]
         results = remote.update(CONTEXTS, None, batch=batch)
@@ -147,7 +175,9 @@ def test_nlpo_mask_refresh_reaches_every_server_and_its_updates_equal_in_process
             merged = sum(r[key] * r["num_samples"] for r in results) / len(CONTEXTS)
             assert merged == pytest.approx(want_stats[key], abs=TOL), key
         _assert_same_weights(local, remote)
-        stale = local.token_logprobs(prompt_ids, action_ids, require_grad=False, sampling=sampling)  # old snapshot
+        stale = local.token_logprobs(
+            prompt_ids, action_ids, require_grad=False, sampling=sampling
+        )  # old snapshot
 
 
 def _assert_same_weights(local, remote):
@@ -158,7 +188,9 @@ def _assert_same_weights(local, remote):
 
 def test_module_function_exception_names_the_server_and_cause(pair):
     _, remote = pair
-    with pytest.raises(BackendError, match=r"LLM server rank \d \(node .* pid \d+\) raised during forward\(\): KeyError") as info:
+    with pytest.raises(
+        BackendError, match=r"LLM server rank \d \(node .* pid \d+\) raised during forward\(\): KeyError"
+    ) as info:
         remote.forward(["boom"], CONTEXTS, CANDIDATES)
     assert "boom: this head found a bad context" in str(info.value) and "test_ray.py" in str(info.value)
     assert len(remote.score(CONTEXTS[:2], CANDIDATES[:2])) == 2  # not a collective: the servers keep serving
@@ -176,8 +208,11 @@ def test_checkpoint_resumes_bit_identically_on_two_new_servers_whose_hung_call_t
         for p, q in zip(remote.parameters_of(1), resumed.parameters_of(0)):
             assert torch.equal(p, q)
         start = time.monotonic()
-        with pytest.raises(BackendTimeoutError, match=r"LLM server rank \d \(node .* did not answer forward\(\) within "
-                           r"distributed.call_timeout_s=5s"):
+        with pytest.raises(
+            BackendTimeoutError,
+            match=r"LLM server rank \d \(node .* did not answer forward\(\) within "
+            r"distributed.call_timeout_s=5s",
+        ):
             resumed.forward(["stall"], CONTEXTS, CANDIDATES)
         assert time.monotonic() - start < 15
         with pytest.raises(BackendError, match="cannot be used any more"):
@@ -196,14 +231,22 @@ def test_both_policies_re_score_their_actions_on_two_servers(pair):
         episodes = [Episode([decision], [1.0]) for decision in agent.last_decisions]
         return PPO(config=one_step).learn_from_episodes(agent, episodes)
 
-    scoring = ScoringAgent(remote, AgentConfig(use_chat_template=False, temperature=0.7), num_envs=len(CONTEXTS))
+    scoring = ScoringAgent(
+        remote, AgentConfig(use_chat_template=False, temperature=0.7), num_envs=len(CONTEXTS)
+    )
     stats = first_ratio(scoring, [{"valid_actions": c} for c in CANDIDATES])
-    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and stats["approx_kl"] == pytest.approx(0.0, abs=1e-6)
-    generative = GenerativeAgent(remote, AgentConfig(use_chat_template=False, max_new_tokens=3), num_envs=len(CONTEXTS))
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and stats["approx_kl"] == pytest.approx(
+        0.0, abs=1e-6
+    )
+    generative = GenerativeAgent(
+        remote, AgentConfig(use_chat_template=False, max_new_tokens=3), num_envs=len(CONTEXTS)
+    )
     generative.policy = TokenPolicy(Sampling(temperature=0.8, top_p=0.9), max_new_tokens=3).masked(0.5)
     remote.refresh_mask_policy()  # NLPO's mask, the same snapshot on both servers
     stats = first_ratio(generative, [{} for _ in CONTEXTS])
-    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and stats["approx_kl"] == pytest.approx(0.0, abs=1e-5)
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and stats["approx_kl"] == pytest.approx(
+        0.0, abs=1e-5
+    )
 
 
 class RegressionUpdater(BaseUpdater):
@@ -237,11 +280,19 @@ def test_a_lamorel_config_with_two_llm_processes_runs_on_two_ray_servers_like_on
     def caller(servers: int) -> Caller:
         args = {
             "distributed_setup_args": {"n_rl_processes": 1, "n_llm_processes": servers},
-            "llm_args": {"model_type": "causal", "model_path": str(path), "minibatch_size": 4,
-                         "parallelism": {"use_gpu": False}},
+            "llm_args": {
+                "model_type": "causal",
+                "model_path": str(path),
+                "minibatch_size": 4,
+                "parallelism": {"use_gpu": False},
+            },
         }
-        return Caller(args, custom_updater=RegressionUpdater(), custom_model_initializer=FreezeLLM(),
-                      custom_module_functions={"value": ValueHeadModuleFn("causal", True)})
+        return Caller(
+            args,
+            custom_updater=RegressionUpdater(),
+            custom_model_initializer=FreezeLLM(),
+            custom_module_functions={"value": ValueHeadModuleFn("causal", True)},
+        )
 
     local, remote = caller(1), caller(2)
     try:
@@ -256,7 +307,9 @@ def test_a_lamorel_config_with_two_llm_processes_runs_on_two_ray_servers_like_on
         after_remote = remote.custom_module_fns(["value"], contexts=contexts, candidates=candidates)
         for g, w in zip(after_remote, after_local):  # the averaged gradients made the in-process step
             torch.testing.assert_close(g["value"], w["value"], atol=TOL, rtol=0)
-        with pytest.raises(BackendError, match=r"LLM server rank \d .* raised during update\(\): KeyError: 'labels'"):
+        with pytest.raises(
+            BackendError, match=r"LLM server rank \d .* raised during update\(\): KeyError: 'labels'"
+        ):
             remote.update(contexts, candidates)  # an updater's exception names the server
     finally:
         remote.close()
@@ -289,7 +342,9 @@ def test_a_process_without_the_token_cannot_submit_work(runtime):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     code = f"import ray; ray.init(address={runtime.gcs_address!r}); print('SUBMITTED', ray.get(ray.remote(lambda: 1).remote()))"
     try:
-        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=10)
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=10
+        )
         output = done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:  # Ray retries the refused connection for a while
         output = (exc.stdout or b"").decode() + (exc.stderr or b"").decode()
@@ -299,8 +354,13 @@ def test_a_process_without_the_token_cannot_submit_work(runtime):
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_the_driver_stops_every_server_and_ray_process(signum):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    driver = subprocess.Popen([sys.executable, "-m", "tests.distributed.ray_driver"], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, text=True)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.distributed.ray_driver"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         pids = json.loads(driver.stdout.readline())["pids"]  # type: ignore[union-attr]
         assert len(pids) >= 4 and all(_alive(pid) for pid in pids)  # gcs, raylet, ..., 2 servers

@@ -30,7 +30,10 @@ NODE = {"num_cpus": 1, "object_store_memory": 80 * 2**20}
 
 @pytest.fixture(scope="module")
 def cluster():
-    saved = {name: os.environ.pop(name, None) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    saved = {
+        name: os.environ.pop(name, None)
+        for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+    }
     os.environ["RAY_AUTH_MODE"] = "disabled"
     reload_ray_auth()
     started = cluster_utils.Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
@@ -47,8 +50,12 @@ def cluster():
 def _build(distributed: DistributedConfig | None):
     model, tokenizer = tiny_causal_lm("llama", seed=0)
     return make_backend(
-        ModelConfig(name="tiny", forward_batch_size=4), {"value": ValueHead(hidden_sizes=(8,))}, None,
-        model=model, tokenizer=tokenizer, distributed=distributed,
+        ModelConfig(name="tiny", forward_batch_size=4),
+        {"value": ValueHead(hidden_sizes=(8,))},
+        None,
+        model=model,
+        tokenizer=tokenizer,
+        distributed=distributed,
     )
 
 
@@ -69,7 +76,10 @@ def test_one_server_per_node_equals_in_process_and_a_removed_node_is_an_error(cl
         remote = _build(_joining(head.address, allow_unauthenticated_cluster=True))
     try:
         assert {s.node_id for s in remote.servers} == {head.head_node.node_id, second.node_id}
-        for got, want in zip(remote.forward(["value", "score"], CONTEXTS, CANDIDATES), local.forward(["value", "score"], CONTEXTS, CANDIDATES)):
+        for got, want in zip(
+            remote.forward(["value", "score"], CONTEXTS, CANDIDATES),
+            local.forward(["value", "score"], CONTEXTS, CANDIDATES),
+        ):
             torch.testing.assert_close(got["value"], want["value"], atol=1e-4, rtol=0)
             torch.testing.assert_close(got["score"], want["score"], atol=1e-4, rtol=0)
         lost = next(s for s in remote.servers if s.node_id == second.node_id)

@@ -24,8 +24,10 @@ def generic_ids(ids: list[str]) -> list[str]:
     tests/envs/test_textworld.py.
     """
     return [
-        i for i in ids
-        if not i.startswith("llmgym/ScienceWorld-") and (not i.startswith("llmgym/TextWorld-") or i in TEXTWORLD_GENERIC_IDS)
+        i
+        for i in ids
+        if not i.startswith("llmgym/ScienceWorld-")
+        and (not i.startswith("llmgym/TextWorld-") or i in TEXTWORLD_GENERIC_IDS)
     ]
 
 
@@ -35,7 +37,9 @@ SLOW_RESET_IDS = ("llmgym/TextArena-RushHour-v0", "llmgym/TextArena-Sokoban-v0")
 
 #: The ids, in registration order, less the slow suites' (:func:`generic_ids`) and slow resets.
 LLMGYM_IDS: list[str] = [
-    i for i in generic_ids([env_id for env_id in gym.registry if env_id.startswith("llmgym/")]) if i not in SLOW_RESET_IDS
+    i
+    for i in generic_ids([env_id for env_id in gym.registry if env_id.startswith("llmgym/")])
+    if i not in SLOW_RESET_IDS
 ]
 
 

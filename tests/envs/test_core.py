@@ -111,7 +111,9 @@ def test_a_made_env_refuses_to_step_before_reset_and_after_its_episode_ended(env
     terminated = False
     while not terminated:
         *_, terminated, _, _ = env.step(0)
-    with pytest.raises(InputError, match=r"after the episode ended \(terminated=True\).*Fix: call env\.reset\(\)"):
+    with pytest.raises(
+        InputError, match=r"after the episode ended \(terminated=True\).*Fix: call env\.reset\(\)"
+    ):
         env.step(0)
     env.reset()
     env.step(0)
@@ -134,9 +136,15 @@ def test_an_env_that_always_needs_an_extra_names_it(monkeypatch):
         "llmgym/EchoWord-v0",
         "llmgym.envs.synthetic:EchoWordEnv",
         "test double",
-        extras=(EnvExtra("llmgym_no_such_module", "suite"), EnvExtra("sacrebleu", "metrics", "reward", ("bleu",))),
+        extras=(
+            EnvExtra("llmgym_no_such_module", "suite"),
+            EnvExtra("sacrebleu", "metrics", "reward", ("bleu",)),
+        ),
     )
-    assert extras_note(entry) == "needs pip install 'llmgym[suite]'; pip install 'llmgym[metrics]' for reward=bleu"
+    assert (
+        extras_note(entry)
+        == "needs pip install 'llmgym[suite]'; pip install 'llmgym[metrics]' for reward=bleu"
+    )
     monkeypatch.setattr(registration, "ENV_SPECS", (entry,))
     with pytest.raises(MissingDependencyError, match=r"llmgym/EchoWord-v0.*pip install 'llmgym\[suite\]'"):
         check_env_id("llmgym/EchoWord-v0")

@@ -28,9 +28,14 @@ def _actions(env: gym.Env, num_envs: int) -> list[list]:
     space = env.action_space
     if isinstance(space, Discrete):
         return [[int(a) for a in rng.integers(space.n, size=num_envs)] for _ in range(NUM_STEPS)]
-    if env.reset(seed=SEED)[1].get("valid_actions"):  # commands that change with the state: a fraction of their list
+    if env.reset(seed=SEED)[1].get(
+        "valid_actions"
+    ):  # commands that change with the state: a fraction of their list
         return [[float(u) for u in rng.random(size=num_envs)] for _ in range(NUM_STEPS)]
-    return [[TEXTGEN_ACTIONS[int(i)] for i in rng.integers(len(TEXTGEN_ACTIONS), size=num_envs)] for _ in range(NUM_STEPS)]
+    return [
+        [TEXTGEN_ACTIONS[int(i)] for i in rng.integers(len(TEXTGEN_ACTIONS), size=num_envs)]
+        for _ in range(NUM_STEPS)
+    ]
 
 
 def _resolve(action, valid):
@@ -81,7 +86,9 @@ def _vector_traces(envs: gym.vector.VectorEnv, actions: list) -> list[list]:
     traces = [[_unbatch(obs, i)] for i in range(envs.num_envs)]
     for step_actions in actions:
         valid = infos.get("valid_actions", [None] * envs.num_envs)
-        obs, rewards, terminated, truncated, infos = envs.step([_resolve(a, v) for a, v in zip(step_actions, valid)])
+        obs, rewards, terminated, truncated, infos = envs.step(
+            [_resolve(a, v) for a, v in zip(step_actions, valid)]
+        )
         for field in _text_fields(obs):
             assert all(isinstance(text, str) for text in field)
         for i, trace in enumerate(traces):
@@ -94,8 +101,12 @@ VECTOR_ENVS = {
     "make_vec sync": lambda env_id, n: gym.make_vec(env_id, num_envs=n, vectorization_mode="sync"),
     "make_vec async": lambda env_id, n: gym.make_vec(env_id, num_envs=n, vectorization_mode="async"),
     "SyncVectorEnv": lambda env_id, n: SyncVectorEnv([partial(gym.make, env_id)] * n),
-    "AsyncVectorEnv shared": lambda env_id, n: AsyncVectorEnv([partial(gym.make, env_id)] * n, shared_memory=True),
-    "AsyncVectorEnv pipes": lambda env_id, n: AsyncVectorEnv([partial(gym.make, env_id)] * n, shared_memory=False),
+    "AsyncVectorEnv shared": lambda env_id, n: AsyncVectorEnv(
+        [partial(gym.make, env_id)] * n, shared_memory=True
+    ),
+    "AsyncVectorEnv pipes": lambda env_id, n: AsyncVectorEnv(
+        [partial(gym.make, env_id)] * n, shared_memory=False
+    ),
 }
 
 

@@ -10,7 +10,8 @@ from llmgym.errors import InvalidActionError
 from tests.envs._registered import SLOW_RESET_IDS, generic_ids
 
 FAST_IDS = [
-    i for i in generic_ids([i for i, _ in list_envs()])
+    i
+    for i in generic_ids([i for i, _ in list_envs()])
     if ("BabyAI" not in i or i.endswith("GoToLocal-v0")) and i not in SLOW_RESET_IDS
 ]
 _ENVS: dict[str, gym.Env] = {}

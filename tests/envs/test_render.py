@@ -46,11 +46,15 @@ def test_ansi_renders_the_observation_text_and_none_renders_nothing(env_id):
 
 
 @pytest.mark.parametrize("env_id", LLMGYM_IDS)
-@pytest.mark.filterwarnings("ignore:.*not in the possible render_modes:UserWarning")  # gymnasium.make warns first
+@pytest.mark.filterwarnings(
+    "ignore:.*not in the possible render_modes:UserWarning"
+)  # gymnasium.make warns first
 def test_an_unsupported_render_mode_is_a_config_error(env_id):
     require_extras(env_id)
     unsupported = "rgb_array" if "BabyAI" not in env_id else "depth_array"
-    with pytest.raises(ConfigError, match=rf"render_mode='{unsupported}' is not supported by \w+; expected None or one of"):
+    with pytest.raises(
+        ConfigError, match=rf"render_mode='{unsupported}' is not supported by \w+; expected None or one of"
+    ):
         gym.make(env_id, render_mode=unsupported)
 
 
@@ -59,7 +63,9 @@ def test_babyai_renders_minigrid_pictures_too():
     env = gym.make("llmgym/BabyAI-Text-GoToRedBallNoDists-v0", render_mode="rgb_array")
     env.reset(seed=0)
     frame = env.render()
-    assert isinstance(frame, np.ndarray) and frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
+    assert (
+        isinstance(frame, np.ndarray) and frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
+    )
     assert env.unwrapped.render() is not None
 
 

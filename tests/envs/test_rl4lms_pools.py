@@ -41,42 +41,83 @@ def test_imdb_splits_prompts_and_references(tmp_path):
 
 
 def test_commongen_daily_dialog_translation_and_cnn(tmp_path):
-    folder = _write(tmp_path / "cg", "validation", [{"concepts": ["dog", "frisbee"], "target": "A dog catches a frisbee."}])
-    [s] = load_datapool("commongen", split="val", prefix="generate a sentence with: ", concept_end_token=".", data_dir=folder)
-    assert s.prompt == "generate a sentence with: dog frisbee." and s.metadata == {"concepts": ["dog", "frisbee"]}
-    folder = _write(tmp_path / "dd", "train", [{"dialog": ["Hi .", "Hello !", "How are you ?"], "emotion": [0, 4, 0], "act": [1, 2, 3]}])
+    folder = _write(
+        tmp_path / "cg",
+        "validation",
+        [{"concepts": ["dog", "frisbee"], "target": "A dog catches a frisbee."}],
+    )
+    [s] = load_datapool(
+        "commongen", split="val", prefix="generate a sentence with: ", concept_end_token=".", data_dir=folder
+    )
+    assert s.prompt == "generate a sentence with: dog frisbee." and s.metadata == {
+        "concepts": ["dog", "frisbee"]
+    }
+    folder = _write(
+        tmp_path / "dd",
+        "train",
+        [{"dialog": ["Hi .", "Hello !", "How are you ?"], "emotion": [0, 4, 0], "act": [1, 2, 3]}],
+    )
     pool = load_datapool("daily_dialog", split="train", context_size=2, data_dir=folder)
     assert [(s.prompt, s.references, dict(s.metadata)) for s in pool] == [
         ("Hi .<EOU>Hello ! <EOU>", ("How are you ?<EOU>",), {"emotion": [0], "intent": [3]})
     ]
     folder = _write(tmp_path / "wmt", "test", [{"translation": {"en": "Hello", "de": "Hallo"}}])
     for pool_id in ("wmt16", "wmt16newsonly", "iwslt2017en_de", "wmt14_processed_en_de"):
-        [s] = load_datapool(pool_id, split="test", prompt_prefix="translate English to German: ", data_dir=folder)
+        [s] = load_datapool(
+            pool_id, split="test", prompt_prefix="translate English to German: ", data_dir=folder
+        )
         assert (s.prompt, s.references) == ("translate English to German: Hello", ("Hallo",))
-    folder = _write(tmp_path / "cnn", "train", [{"article": "Some news, told here.", "highlights": "News."}] * 3)
-    pool = load_datapool("cnn_daily_mail", split="train", prompt_suffix=" TL;DR:", truncate_article=2, max_size=2, data_dir=folder)
+    folder = _write(
+        tmp_path / "cnn", "train", [{"article": "Some news, told here.", "highlights": "News."}] * 3
+    )
+    pool = load_datapool(
+        "cnn_daily_mail",
+        split="train",
+        prompt_suffix=" TL;DR:",
+        truncate_article=2,
+        max_size=2,
+        data_dir=folder,
+    )
     assert [s.prompt for s in pool] == ["Some news TL;DR:"] * 2
 
 
 def test_totto_linearises_the_highlighted_cells(tmp_path):
     cell = {"column_span": 1, "row_span": 1}
     row = {
-        "table": [[{**cell, "value": "Year", "is_header": True}, {**cell, "value": "Title", "is_header": True}],
-                  [{**cell, "value": "1999", "is_header": False}, {**cell, "value": "Film", "is_header": False}]],
-        "highlighted_cells": [[1, 1]], "table_page_title": "Page", "table_section_title": "Works",
+        "table": [
+            [{**cell, "value": "Year", "is_header": True}, {**cell, "value": "Title", "is_header": True}],
+            [{**cell, "value": "1999", "is_header": False}, {**cell, "value": "Film", "is_header": False}],
+        ],
+        "highlighted_cells": [[1, 1]],
+        "table_page_title": "Page",
+        "table_section_title": "Works",
         "overlap_subset": "True",
-        "sentence_annotations": {k: ["In 1999 the film."] for k in (
-            "original_sentence", "sentence_after_deletion", "sentence_after_ambiguity", "final_sentence")},
+        "sentence_annotations": {
+            k: ["In 1999 the film."]
+            for k in (
+                "original_sentence",
+                "sentence_after_deletion",
+                "sentence_after_ambiguity",
+                "final_sentence",
+            )
+        },
     }
     [s] = load_datapool("totto", split="val", data_dir=_write(tmp_path / "totto", "validation", [row]))
-    assert s.prompt == ("<table> <cell> Film <col_header> Title </col_header> </cell> </table>"
-                        "<page_title> Page </page_title> <section_title> Works </section_title> "
-                        "<table> <cell> Film <col_header> Title </col_header> </cell> </table>")
+    assert s.prompt == (
+        "<table> <cell> Film <col_header> Title </col_header> </cell> </table>"
+        "<page_title> Page </page_title> <section_title> Works </section_title> "
+        "<table> <cell> Film <col_header> Title </col_header> </cell> </table>"
+    )
     assert s.references == ("In 1999 the film.",) and s.metadata["raw_table"]["overlap_subset"] is True
     from llmgym.text_metrics import MetricSpec, compute_metrics
 
-    bleu = compute_metrics([MetricSpec("bleu_totto")], [s.prompt], ["In 1999 the film."], [s.references], [s.metadata])
-    assert bleu["table_to_text/bleu_overall"].corpus == pytest.approx(1.0) and bleu["table_to_text/bleu_non_overlap"].corpus == 0.0
+    bleu = compute_metrics(
+        [MetricSpec("bleu_totto")], [s.prompt], ["In 1999 the film."], [s.references], [s.metadata]
+    )
+    assert (
+        bleu["table_to_text/bleu_overall"].corpus == pytest.approx(1.0)
+        and bleu["table_to_text/bleu_non_overlap"].corpus == 0.0
+    )
 
 
 def test_narrative_qa_crd3_and_dummy(tmp_path):
@@ -93,7 +134,9 @@ def test_narrative_qa_crd3_and_dummy(tmp_path):
     (root / "data" / "cleaned data" / "ep1.json").write_text(json.dumps({"TURNS": turns}))
     [s] = load_datapool("crd3", split="test", data_dir=str(root))
     assert (s.prompt, s.references) == ("A: hi\nB: yo\nA: ", ("go",))
-    assert [s.prompt for s in load_datapool("dummy_pool", split="train", prompt="<|endoftext|>", n_samples=3)] == ["<|endoftext|>"] * 3
+    assert [
+        s.prompt for s in load_datapool("dummy_pool", split="train", prompt="<|endoftext|>", n_samples=3)
+    ] == ["<|endoftext|>"] * 3
 
 
 def test_no_local_copy_and_no_network_names_the_dataset(tmp_path):

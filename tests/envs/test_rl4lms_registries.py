@@ -12,18 +12,63 @@ from llmgym.text_metrics import MetricContext, MetricSpec, compute_metrics, get_
 
 # Copied from allenai/RL4LMs rl4lms/envs/text_generation/registry.py (its three registries).
 RL4LMS_REWARDS = [
-    "increasing_numbers", "sentences_with_dates", "learned_reward", "meteor", "rouge", "bert_score", "bleu", "bleurt",
-    "rouge_combined", "spider", "common_gen_repeat_penalty", "common_gen_repeat_penalty_batched", "parent",
-    "sacre_bleu", "rouge_l_max", "ter", "chrf", "intent_accuracy", "common_gen_preference_model",
+    "increasing_numbers",
+    "sentences_with_dates",
+    "learned_reward",
+    "meteor",
+    "rouge",
+    "bert_score",
+    "bleu",
+    "bleurt",
+    "rouge_combined",
+    "spider",
+    "common_gen_repeat_penalty",
+    "common_gen_repeat_penalty_batched",
+    "parent",
+    "sacre_bleu",
+    "rouge_l_max",
+    "ter",
+    "chrf",
+    "intent_accuracy",
+    "common_gen_preference_model",
 ]
 RL4LMS_METRICS = [
-    "increasing_numbers", "dates", "learned_reward", "meteor", "rouge", "bert_score", "bleu", "bleurt", "diversity",
-    "summaCZS", "summaCConv", "causal_perplexity", "cider", "spice", "parent_totto", "bleu_totto", "rouge_l_max",
-    "sacre_bleu", "ter", "chrf", "intent_accuracy",
+    "increasing_numbers",
+    "dates",
+    "learned_reward",
+    "meteor",
+    "rouge",
+    "bert_score",
+    "bleu",
+    "bleurt",
+    "diversity",
+    "summaCZS",
+    "summaCConv",
+    "causal_perplexity",
+    "cider",
+    "spice",
+    "parent_totto",
+    "bleu_totto",
+    "rouge_l_max",
+    "sacre_bleu",
+    "ter",
+    "chrf",
+    "intent_accuracy",
 ]
 RL4LMS_DATAPOOLS = [
-    "dummy_pool", "imdb", "commongen", "totto", "cnn_daily_mail", "imdb_seq2seq", "narrative_qa", "wmt16",
-    "wmt14_processed_en_de", "wmt16newsonly", "iwslt2017en_de", "crd3", "daily_dialog",
+    "dummy_pool",
+    "imdb",
+    "commongen",
+    "totto",
+    "cnn_daily_mail",
+    "imdb_seq2seq",
+    "narrative_qa",
+    "wmt16",
+    "wmt14_processed_en_de",
+    "wmt16newsonly",
+    "iwslt2017en_de",
+    "crd3",
+    "daily_dialog",
 ]
 
 
@@ -55,7 +100,10 @@ def test_cider_matches_rl4lms_example():
     # RL4LMs' cider.py __main__ example, with its spaCy tokens (identical to ours on these sentences)
     corpus, scores = text_scores.cider_scores(
         ["The dog is the boy's cat.", "A boy is picking apples from trees and put them into bags."],
-        [["The dog is the boy's cat.", "The dog eats the cat of the boy."], ["A boy is picking apples from trees."]],
+        [
+            ["The dog is the boy's cat.", "The dog eats the cat of the boy."],
+            ["A boy is picking apples from trees."],
+        ],
     )
     assert len(scores) == 2 and corpus == pytest.approx(sum(scores) / 2) and scores[0] > scores[1] > 0
 
@@ -64,8 +112,12 @@ def test_synthetic_rewards_and_metrics():
     assert get_reward("increasing_numbers", min_tokens=20)("", "1 2 3 2", []) == pytest.approx(3 / 10)
     assert get_reward("increasing_numbers", min_tokens=2)("", "a 1 2 b", []) == pytest.approx(2 / 4)
     assert get_reward("sentences_with_dates")("", "on 2020-01-31", []) == 1.0
-    values = compute_metrics([MetricSpec("increasing_numbers", {"min_tokens": 20}), MetricSpec("dates")],
-                             ["", ""], ["1 2 3 2", "2020-01-31"], [[], []])
+    values = compute_metrics(
+        [MetricSpec("increasing_numbers", {"min_tokens": 20}), MetricSpec("dates")],
+        ["", ""],
+        ["1 2 3 2", "2020-01-31"],
+        [[], []],
+    )
     assert values["synthetic/increasing_numbers_in_text"].per_sample == (0.3, 0.0)
     assert values["synthetic/dates_in_text"].corpus == 0.5
     prompt = "generate a sentence with: dog frisbee catch."
@@ -81,8 +133,13 @@ def test_metadata_dense_and_batched_rewards_in_textgen():
         seen.append((completion, done, metadata["tag"]))
         return 1.0 if done else 0.1
 
-    env = gym.make("llmgym/TextGen-v0", datapool=[{"prompt": "Say:", "metadata": {"tag": "x"}}],
-                   reward="test_dense_meta", mode="token", max_tokens=2)
+    env = gym.make(
+        "llmgym/TextGen-v0",
+        datapool=[{"prompt": "Say:", "metadata": {"tag": "x"}}],
+        reward="test_dense_meta",
+        mode="token",
+        max_tokens=2,
+    )
     _, info = env.reset(seed=0)
     assert info["metadata"] == {"tag": "x"}
     assert env.step(" a")[1] == pytest.approx(0.1) and env.step(" b")[1] == 1.0
@@ -93,7 +150,9 @@ def test_metadata_dense_and_batched_rewards_in_textgen():
         return [len(c) + m.get("bonus", 0) for c, m in zip(completions, metadata)]
 
     reward = get_reward("test_batched")
-    assert reward.batch(["p", "q", "r"], ["ab", "c", "xyz"], [[], [], []], [{"bonus": 1}, {}, {}], [True, False, True]) == [3.0, 0.0, 3.0]
+    assert reward.batch(
+        ["p", "q", "r"], ["ab", "c", "xyz"], [[], [], []], [{"bonus": 1}, {}, {}], [True, False, True]
+    ) == [3.0, 0.0, 3.0]
     # a reward named as module:function (what a YAML config gives)
     assert get_reward("llmgym.envs.rewards:sentiment")("p", "great", []) == 1.0
     assert get_metric("llmgym.text_metrics:bleu") is get_metric("bleu")
@@ -103,21 +162,40 @@ def test_model_based_rewards_and_metrics_load_tiny_models(tmp_path):
     cls = str(save_tiny_classifier(tmp_path / "cls", num_labels=2))
     intents = str(save_tiny_classifier(tmp_path / "intent", num_labels=4, seed=1))
     reg = str(save_tiny_classifier(tmp_path / "reg", num_labels=1))
-    probs = get_reward("learned_reward", model_name=cls, label_ix=1).batch(["a", "b"], [" good", " bad"], [[], []])
+    probs = get_reward("learned_reward", model_name=cls, label_ix=1).batch(
+        ["a", "b"], [" good", " bad"], [[], []]
+    )
     assert all(0.0 < p < 1.0 for p in probs) and probs[0] != probs[1]
-    metric = compute_metrics([MetricSpec("learned_reward", {"model_name": cls, "label_ix": 1})], ["a", "b"], [" good", " bad"], [[], []])
+    metric = compute_metrics(
+        [MetricSpec("learned_reward", {"model_name": cls, "label_ix": 1})],
+        ["a", "b"],
+        [" good", " bad"],
+        [[], []],
+    )
     assert metric["semantic/learned_automodel_metric"].per_sample == pytest.approx(tuple(probs))
     assert isinstance(get_reward("bleurt", checkpoint=reg)("p", "the cat", ["the cat sat"]), float)
-    assert compute_metrics([MetricSpec("bleurt", {"config_name": reg})], ["p"], ["x"], [["y"]])["semantic/bleurt"].per_sample
+    assert compute_metrics([MetricSpec("bleurt", {"config_name": reg})], ["p"], ["x"], [["y"]])[
+        "semantic/bleurt"
+    ].per_sample
     same = get_reward("bert_score", model_type=cls, num_layers=1)("p", "the cat sat", ["the cat sat"])
     assert same == pytest.approx(1.0, abs=1e-4)
     meta = [{"intent": [1]}, {"intent": [2]}, {"intent": [3]}]
-    acc = compute_metrics([MetricSpec("intent_accuracy", {"model_name": intents})], ["hi <EOU>"] * 3, ["a", "b", "c"], [[]] * 3, meta)
-    reward = get_reward("intent_accuracy", model_name=intents, shape=False).batch(["hi <EOU>"] * 3, ["a", "b", "c"], [[]] * 3, meta)
+    acc = compute_metrics(
+        [MetricSpec("intent_accuracy", {"model_name": intents})],
+        ["hi <EOU>"] * 3,
+        ["a", "b", "c"],
+        [[]] * 3,
+        meta,
+    )
+    reward = get_reward("intent_accuracy", model_name=intents, shape=False).batch(
+        ["hi <EOU>"] * 3, ["a", "b", "c"], [[]] * 3, meta
+    )
     assert acc["intent/accuracy"].per_sample == tuple(reward) and set(reward) <= {0.0, 1.0}
     t5 = str(save_tiny_model(tmp_path / "t5", kind="t5"))
     pref = get_reward("common_gen_preference_model", model_name=t5, concept_penalty_coeff=1.0)
-    full, missing = pref.batch(["", ""], ["dog runs", "dog runs"], [[], []], [{"concepts": ["dog"]}, {"concepts": ["dog", "cat"]}])
+    full, missing = pref.batch(
+        ["", ""], ["dog runs", "dog runs"], [[], []], [{"concepts": ["dog"]}, {"concepts": ["dog", "cat"]}]
+    )
     assert 0.0 < full < 1.0 and missing == pytest.approx(full / 2)
 
 
@@ -127,7 +205,13 @@ def test_perplexity_uses_the_policy_model(tmp_path):
     path = save_tiny_model(tmp_path / "lm", kind="gpt2")
     model = AutoModelForCausalLM.from_pretrained(path)
     spec = [MetricSpec("causal_perplexity", {"tokenizer_id": str(path), "stride": 8})]
-    value = compute_metrics(spec, ["p"], ["x"], [["the cat sat on the mat and more words here"]], context=MetricContext("val", model))
+    value = compute_metrics(
+        spec,
+        ["p"],
+        ["x"],
+        [["the cat sat on the mat and more words here"]],
+        context=MetricContext("val", model),
+    )
     assert value["fluency_metrics/perplexity"].corpus > 1.0
     assert compute_metrics(spec, ["p"], ["x"], [["a"]], context=MetricContext("train", model)) == {}
 
@@ -146,15 +230,28 @@ def test_meteor_needs_wordnet_or_names_the_fix():
 
 def _totto(sentence, overlap):
     cell = {"column_span": 1, "row_span": 1}
-    table = [[{**cell, "value": "Year", "is_header": True}, {**cell, "value": "Title", "is_header": True}],
-             [{**cell, "value": "1999", "is_header": False}, {**cell, "value": "The Matrix", "is_header": False}]]
-    return {"raw_table": {"table": table, "highlighted_cells": [[1, 0], [1, 1]], "table_page_title": "Films",
-                          "table_section_title": "", "table_section_text": "", "overlap_subset": overlap,
-                          "sentence_annotations": [{"final_sentence": sentence}]}}
+    table = [
+        [{**cell, "value": "Year", "is_header": True}, {**cell, "value": "Title", "is_header": True}],
+        [{**cell, "value": "1999", "is_header": False}, {**cell, "value": "The Matrix", "is_header": False}],
+    ]
+    return {
+        "raw_table": {
+            "table": table,
+            "highlighted_cells": [[1, 0], [1, 1]],
+            "table_page_title": "Films",
+            "table_section_title": "",
+            "table_section_text": "",
+            "overlap_subset": overlap,
+            "sentence_annotations": [{"final_sentence": sentence}],
+        }
+    }
 
 
 def test_parent_rewards_faithful_text_over_hallucination():
-    meta = [_totto("The Matrix was released in 1999.", True), _totto("The Matrix was released in 1999.", False)]
+    meta = [
+        _totto("The Matrix was released in 1999.", True),
+        _totto("The Matrix was released in 1999.", False),
+    ]
     texts = ["The Matrix was released in 1999.", "Titanic won eleven awards in 1997."]
     rewards = get_reward("parent").batch(["", ""], texts, [[], []], meta)
     assert rewards[0] > 0.9 and rewards[1] < 0.2

@@ -42,7 +42,9 @@ def _walk_digest(env) -> str:
     obs, info = env.reset(seed=5)
     rng, seen = np.random.default_rng(0), [obs, info["valid_actions"]]
     for _ in range(6):
-        obs, reward, terminated, _, info = env.step(info["valid_actions"][int(rng.integers(len(info["valid_actions"])))])
+        obs, reward, terminated, _, info = env.step(
+            info["valid_actions"][int(rng.integers(len(info["valid_actions"])))]
+        )
         seen += [obs, reward, terminated, info["valid_actions"]]
         if terminated:
             obs, info = env.reset()
@@ -113,7 +115,11 @@ def test_reset_gives_the_task_and_the_room_with_sorted_valid_actions(boil):
     valid = info["valid_actions"]
     assert valid == sorted(set(valid))
     assert set(ALWAYS_VALID) <= set(valid)
-    assert 0 <= info["score"] < 100 and info["success"] is False and info["variation"] in boil.unwrapped.variations
+    assert (
+        0 <= info["score"] < 100
+        and info["success"] is False
+        and info["variation"] in boil.unwrapped.variations
+    )
     assert boil.unwrapped.valid_actions() == valid
 
 
@@ -135,7 +141,9 @@ def test_seeded_resets_and_steps_are_deterministic(boil):
 
 def test_a_fresh_process_plays_the_same_trajectory(boil):
     code = inspect.getsource(_walk_digest).replace("_walk_digest", "walk_digest") + _WALK
-    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    fresh = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert fresh == _walk_digest(boil)
 
 
@@ -227,19 +235,25 @@ def test_splits_select_disjoint_variation_sets(boil, free):
     assert dev == set(env.simulator.get_variations_dev())
     assert train and dev and test and not (train & dev or train & test or dev & test)
     assert {free.reset(seed=s)[1]["variation"] for s in range(6)} <= dev
-    assert set(boil.unwrapped.variations).isdisjoint(json.loads(str(boil.unwrapped.simulator.server.getVariationsDev())))
+    assert set(boil.unwrapped.variations).isdisjoint(
+        json.loads(str(boil.unwrapped.simulator.server.getVariationsDev()))
+    )
 
 
 def _vec_trace(mode: str) -> list:
     # Free text keeps the steps cheap; "focus on air" fails the task, so the env autoresets.
     actions = ["look around", "focus on air", "open door to kitchen", "go to kitchen", "inventory"]
     kwargs = {"free_text_actions": True}
-    with make_vec("llmgym/ScienceWorld-FindPlant-v0", 1, mode, seed=3, env_kwargs=kwargs, num_workers=1) as envs:
+    with make_vec(
+        "llmgym/ScienceWorld-FindPlant-v0", 1, mode, seed=3, env_kwargs=kwargs, num_workers=1
+    ) as envs:
         envs.reset()
         trace = [list(envs.prompts)]
         for action in actions:
             _, rewards, terminated, _, infos = envs.step([action])
-            trace.append((list(envs.prompts), rewards.tolist(), terminated.tolist(), [i.get("episode") for i in infos]))
+            trace.append(
+                (list(envs.prompts), rewards.tolist(), terminated.tolist(), [i.get("episode") for i in infos])
+            )
     return trace
 
 

@@ -53,7 +53,9 @@ def test_valid_actions_where_listed_and_illegal_moves_raise():
     obs, reward, terminated, _, info = env.step("[4]")
     assert "[4]" not in info["valid_actions"] and len(info["valid_actions"]) == 7  # the opponent moved too
     for bad in ("[4]", "[9]", "center please", 3.5):
-        with pytest.raises(InvalidActionError, match=r"not a legal move of TicTacToe-v0.*'\[0\]'|not a legal move"):
+        with pytest.raises(
+            InvalidActionError, match=r"not a legal move of TicTacToe-v0.*'\[0\]'|not a legal move"
+        ):
             env.step(bad)
     assert env.step(0)[4]["valid_actions"] != info["valid_actions"]  # an index into valid_actions works
     hanoi = gym.make("llmgym/TextArena-TowerOfHanoi-v0")
@@ -109,7 +111,9 @@ def test_two_player_agent_side_and_opponent_determinism():
     first = gym.make("llmgym/TextArena-TicTacToe-v0", agent_player=1)
     obs, info = first.reset(seed=5)
     assert len(info["valid_actions"]) == 8 and "Opponent: [" in obs  # the opponent moved first
-    assert _play("llmgym/TextArena-Othello-v0", 1) == _play("llmgym/TextArena-Othello-v0", 1)  # bracket-token opponent
+    assert _play("llmgym/TextArena-Othello-v0", 1) == _play(
+        "llmgym/TextArena-Othello-v0", 1
+    )  # bracket-token opponent
     outcomes = {trace[-1][1:] for trace in (_play("llmgym/TextArena-TicTacToe-v0", s) for s in range(12))}
     assert {reward for reward, *_ in outcomes} >= {1.0, -1.0}
     assert all(success == (reward == 1.0) for reward, terminated, success in outcomes if terminated)

@@ -179,7 +179,9 @@ def test_sync_and_async_vector_envs_give_identical_trajectories():
             for _ in range(25):
                 actions = [c[int(rng.integers(len(c)))] for c in envs.candidates]
                 _, rewards, terminated, truncated, infos = envs.step(actions)
-                trace.append((list(envs.prompts), rewards.tolist(), terminated.tolist(), [i["score"] for i in infos]))
+                trace.append(
+                    (list(envs.prompts), rewards.tolist(), terminated.tolist(), [i["score"] for i in infos])
+                )
             traces.append(trace)
     assert traces[0] == traces[1]
 
@@ -241,7 +243,8 @@ def test_two_processes_generating_at_once_make_one_game_identical_to_another_gen
     )
     env = {**os.environ, games.CACHE_ENV: str(tmp_path)}
     workers = [
-        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)
+        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
     ]
     paths = {worker.communicate(timeout=240)[0].strip() for worker in workers}
     assert [worker.returncode for worker in workers] == [0, 0] and len(paths) == 1
@@ -257,7 +260,10 @@ def test_two_processes_generating_at_once_make_one_game_identical_to_another_gen
 def test_a_failed_generation_is_an_error_with_tw_make_output_and_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv(games.CACHE_ENV, str(tmp_path))
     broken = games.GameFamily("tw-coin_collector", {"level": 0}, 10, "no such level")
-    with pytest.raises(GenerationError, match=r"(?s)tw-make tw-coin_collector with \{'level': 0\}.*Expected level to be within"):
+    with pytest.raises(
+        GenerationError,
+        match=r"(?s)tw-make tw-coin_collector with \{'level': 0\}.*Expected level to be within",
+    ):
         games.game_file("Broken", broken, 0)
     with pytest.raises(ConfigError, match=r"index=8 is out of range"):
         games.game_file("Broken", broken, 8)

@@ -161,7 +161,10 @@ def test_plain_gymnasium_envs_work_too():
 def test_episode_return_leaves_out_shaping_but_step_rewards_keep_it():
     pytest.importorskip("minigrid")
     envs = make_vec(
-        "llmgym/BabyAI-Text-GoToRedBallNoDists-v0", num_envs=1, seed=0, max_episode_steps=4,
+        "llmgym/BabyAI-Text-GoToRedBallNoDists-v0",
+        num_envs=1,
+        seed=0,
+        max_episode_steps=4,
         env_kwargs={"reward_shaping": 0.5},
     )
     envs.reset()
@@ -218,7 +221,10 @@ def test_a_step_that_failed_part_way_names_its_cause_on_the_next_step(failure):
         envs.reset()
         with pytest.raises(Exception, match="fly|kaboom"):
             envs.step(actions)
-        with pytest.raises(InputError, match=rf"the previous step failed \({cause}.*\), maybe after some envs had stepped.*reset\(\)") as info:
+        with pytest.raises(
+            InputError,
+            match=rf"the previous step failed \({cause}.*\), maybe after some envs had stepped.*reset\(\)",
+        ) as info:
             envs.step(actions)
         assert "before reset" not in str(info.value)
         envs.reset()

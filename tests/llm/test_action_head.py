@@ -56,8 +56,11 @@ def test_the_agent_samples_from_the_head_and_stores_that_log_prob(tiny_llama):
     with torch.no_grad():
         head.linear.weight.normal_(0, 0.5)  # a trained-looking head: logits differ from 0.7 * score
     assert policy_logits_key(llm.module_function_keys) == POLICY_KEY
-    agent = ScoringAgent(llm, AgentConfig(system_prompt="", use_chat_template=False, history_length=0, temperature=0.8),
-                         num_envs=3)
+    agent = ScoringAgent(
+        llm,
+        AgentConfig(system_prompt="", use_chat_template=False, history_length=0, temperature=0.8),
+        num_envs=3,
+    )
     infos = [{"valid_actions": [c.strip() for c in cands]} for cands in CANDIDATES]
     agent.act_batch([c.removesuffix(" Action:") for c in CONTEXTS], infos)
     for decision in agent.last_decisions:

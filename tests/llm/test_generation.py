@@ -25,10 +25,14 @@ def llm(request):
 
 def test_raw_logprobs_equal_rescoring(llm):
     torch.manual_seed(0)
-    gens = llm.generate(PROMPTS, max_new_tokens=6, do_sample=True, temperature=0.7, top_p=0.9, num_return_sequences=2)
+    gens = llm.generate(
+        PROMPTS, max_new_tokens=6, do_sample=True, temperature=0.7, top_p=0.9, num_return_sequences=2
+    )
     assert [len(g) for g in gens] == [2, 2, 2]
     flat = [g for group in gens for g in group]
-    rescored = llm.token_logprobs([g.prompt_ids for g in flat], [g.token_ids for g in flat], require_grad=False)
+    rescored = llm.token_logprobs(
+        [g.prompt_ids for g in flat], [g.token_ids for g in flat], require_grad=False
+    )
     for g, r in zip(flat, rescored):
         assert len(g.token_ids) == g.logprobs.shape[0] == g.raw_logprobs.shape[0] > 0
         assert torch.allclose(g.raw_logprobs, r["logprobs"], atol=1e-4)
@@ -89,7 +93,11 @@ def test_generation_errors(tiny_llama):
 
 
 SHARED = "Possible actions of the agent: turn left, turn right, go forward.\nGoal of the agent: go to the red ball\n"
-SHARED_PROMPTS = [SHARED + "You see a wall 2 steps forward\nAction:", SHARED + "You see a red ball 1 step left\nAction:", SHARED + "Action:"]
+SHARED_PROMPTS = [
+    SHARED + "You see a wall 2 steps forward\nAction:",
+    SHARED + "You see a red ball 1 step left\nAction:",
+    SHARED + "Action:",
+]
 
 
 @pytest.mark.parametrize("arch", ["tiny_llama", "tiny_gpt2"])
@@ -102,19 +110,27 @@ def test_packed_prefill_computes_each_prefix_once_and_changes_nothing(arch, requ
     assert len({len(p) for p in prompts}) == 3  # the cache is left-padded
     computed = []
     original = generation.collate_rows
-    monkeypatch.setattr(generation, "collate_rows", lambda rows, *a: computed.append(sum(len(r.input_ids) for r in rows)) or original(rows, *a))
+    monkeypatch.setattr(
+        generation,
+        "collate_rows",
+        lambda rows, *a: computed.append(sum(len(r.input_ids) for r in rows)) or original(rows, *a),
+    )
     batched = llm.generate(SHARED_PROMPTS, max_new_tokens=6, do_sample=False)
     distinct = {tuple(p[: i + 1]) for p in prompts for i in range(len(p) - 1)}
     assert computed == [len(distinct)] and len(distinct) < sum(len(p) - 1 for p in prompts)
     for prompt, group in zip(SHARED_PROMPTS, batched):
-        plain = generation.generate(model, tok, llm.encoder, [prompt], packed_prefill=False, max_new_tokens=6, do_sample=False)[0][0]
+        plain = generation.generate(
+            model, tok, llm.encoder, [prompt], packed_prefill=False, max_new_tokens=6, do_sample=False
+        )[0][0]
         assert group[0].token_ids == plain.token_ids and group[0].prompt_ids == plain.prompt_ids
         assert torch.allclose(group[0].raw_logprobs, plain.raw_logprobs, atol=1e-5)
     torch.manual_seed(0)
     samples = llm.generate(SHARED_PROMPTS[:2], max_new_tokens=5, do_sample=True, num_return_sequences=3)
     assert len(computed) == 2 and all(len(group) == 3 for group in samples)
     flat = [g for group in samples for g in group]
-    rescored = llm.token_logprobs([g.prompt_ids for g in flat], [g.token_ids for g in flat], require_grad=False)
+    rescored = llm.token_logprobs(
+        [g.prompt_ids for g in flat], [g.token_ids for g in flat], require_grad=False
+    )
     for g, r in zip(flat, rescored):
         assert torch.allclose(g.raw_logprobs, r["logprobs"], atol=1e-4)
 
@@ -127,7 +143,9 @@ def test_packed_prefill_skips_one_token_prompts(tiny_llama):
     llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
     prompts = ["a", "a b c d"]
     packed = generation.generate(model, tok, llm.encoder, prompts, max_new_tokens=3, do_sample=False)
-    plain = generation.generate(model, tok, llm.encoder, prompts, packed_prefill=False, max_new_tokens=3, do_sample=False)
+    plain = generation.generate(
+        model, tok, llm.encoder, prompts, packed_prefill=False, max_new_tokens=3, do_sample=False
+    )
     assert [g[0].token_ids for g in packed] == [g[0].token_ids for g in plain]
 
 
@@ -188,7 +206,10 @@ def test_sampling_arguments_out_of_range_are_input_errors(tiny_gpt2, kwargs, pat
         llm.generate(PROMPTS[:1], **kwargs)
 
 
-@given(top_p=st.floats(allow_nan=True, allow_infinity=True), temperature=st.floats(allow_nan=True, allow_infinity=True))
+@given(
+    top_p=st.floats(allow_nan=True, allow_infinity=True),
+    temperature=st.floats(allow_nan=True, allow_infinity=True),
+)
 def test_check_generation_kwargs_accepts_exactly_the_valid_ranges(top_p, temperature):
     from llmgym.llm.validation import check_generation_kwargs
 
@@ -205,12 +226,23 @@ def test_prompt_plus_new_tokens_past_the_window_is_refused_before_allocating(arc
     model, tok = request.getfixturevalue(arch)
     llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
     window = llm.window
-    with pytest.raises(InputError, match=rf"context window of {window} tokens\. Fix: set max_new_tokens to at most"):
+    with pytest.raises(
+        InputError, match=rf"context window of {window} tokens\. Fix: set max_new_tokens to at most"
+    ):
         llm.generate(PROMPTS[:1], max_new_tokens=10**9)  # would reserve a cache of 10**9 positions
     length = len(llm.encoder.encode_contexts(PROMPTS[1:2])[0])
-    with pytest.raises(InputError, match=rf"contexts\[0\] has {length} tokens.*at most {window - length}.*max_context_tokens"):
+    with pytest.raises(
+        InputError, match=rf"contexts\[0\] has {length} tokens.*at most {window - length}.*max_context_tokens"
+    ):
         llm.generate(PROMPTS[1:2], max_new_tokens=window - length + 1)
-    assert len(llm.generate(PROMPTS[1:2], max_new_tokens=window - length, do_sample=False, eos_token_id=-1)[0][0].token_ids) == window - length
+    assert (
+        len(
+            llm.generate(PROMPTS[1:2], max_new_tokens=window - length, do_sample=False, eos_token_id=-1)[0][
+                0
+            ].token_ids
+        )
+        == window - length
+    )
 
 
 def test_empty_context_and_lone_surrogate_are_input_errors(tiny_gpt2):
@@ -226,7 +258,11 @@ def test_empty_context_and_lone_surrogate_are_input_errors(tiny_gpt2):
         llm.score(["a"], [["b", "c\udfff"]])
 
 
-@given(st.lists(st.text(alphabet=st.characters(codec=None, min_codepoint=0xD700, max_codepoint=0xE100)), max_size=4))
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(codec=None, min_codepoint=0xD700, max_codepoint=0xE100)), max_size=4
+    )
+)
 def test_check_contexts_refuses_exactly_the_texts_with_surrogates(contexts):
     from llmgym.llm.validation import check_contexts
 

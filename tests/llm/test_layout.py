@@ -53,7 +53,9 @@ def test_pack_items_shares_prefix_and_locates_every_token():
 
 
 def test_pack_item_keeps_candidate_tails_apart_in_order():
-    item = ItemSpec(context_ids=[1, 2], candidate_ids=[[1, 2, 7, 8], [1, 2, 7, 9], [1, 2, 6]], candidate_starts=[2, 2, 2])
+    item = ItemSpec(
+        context_ids=[1, 2], candidate_ids=[[1, 2, 7, 8], [1, 2, 7, 9], [1, 2, 6]], candidate_starts=[2, 2, 2]
+    )
     row = pack_item(item)
     assert row.input_ids == [1, 2, 7, 8, 7, 9, 6]  # the common prefix, then each tail: 7 not merged
     assert row.parents == [-1, 0, 1, 2, 1, 4, 1]
@@ -63,7 +65,9 @@ def test_pack_item_keeps_candidate_tails_apart_in_order():
 
 def test_pack_items_shares_prefixes_across_items_and_keeps_each_items_order():
     first = ItemSpec(context_ids=[5, 1, 2], candidate_ids=[[5, 1, 2, 3]], candidate_starts=[3])
-    second = ItemSpec(context_ids=[5, 1, 4], candidate_ids=[[5, 1, 4, 3], [5, 1, 4, 6]], candidate_starts=[3, 3])
+    second = ItemSpec(
+        context_ids=[5, 1, 4], candidate_ids=[[5, 1, 4, 3], [5, 1, 4, 6]], candidate_starts=[3, 3]
+    )
     row = pack_items([first, second])
     # 5, 1 shared by both items; then 2 -> 3 and 4 -> {3, 6}
     assert len(row.input_ids) == item_length(first) + item_length(second) - 2 == 7
@@ -140,7 +144,13 @@ _tokens = st.lists(st.integers(1, 4), min_size=1, max_size=6)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(_tokens, st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), max_size=3)), min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.tuples(_tokens, st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), max_size=3)),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_packed_rows_give_every_token_exactly_its_own_sequence(raw):
     items = [ItemSpec(ctx, [ctx + tail for tail in tails], [len(ctx)] * len(tails)) for ctx, tails in raw]
     rows = [pack_items(items), pack_items(items[:1]), pack_item(items[-1])]
@@ -155,12 +165,22 @@ def test_packed_rows_give_every_token_exactly_its_own_sequence(raw):
                 assert [row.position_ids[at] for at in located] == list(range(len(seq)))
         _visible_sets(row, its, batch.pad[r], mask[r])
     # a token is computed once per distinct prefix, whatever the number of items sharing it
-    distinct = {tuple(seq[: i + 1]) for item in items for seq in (item.context_ids, *item.candidate_ids) for i in range(len(seq))}
+    distinct = {
+        tuple(seq[: i + 1])
+        for item in items
+        for seq in (item.context_ids, *item.candidate_ids)
+        for i in range(len(seq))
+    }
     assert len(rows[0].input_ids) == len(distinct)
 
 
 def test_plan_minibatches_bounds_tokens_per_pass():
     lengths = [100, 90, 80, 70, 60, 500]
     plans = plan_minibatches(sizes=[1] * 6, lengths=lengths, minibatch_size=64, max_tokens=200)
-    assert plans == [[5], [0, 1], [2, 3], [4]]  # the 500-token item alone; never more than 200 tokens otherwise
+    assert plans == [
+        [5],
+        [0, 1],
+        [2, 3],
+        [4],
+    ]  # the 500-token item alone; never more than 200 tokens otherwise
     assert plan_minibatches(sizes=[1] * 6, lengths=lengths, minibatch_size=64) == [[5, 0, 1, 2, 3, 4]]

@@ -25,7 +25,9 @@ def _llm(lora: bool = False, **kwargs):
 
 def test_forward_runs_heads_with_scores_in_one_pass(tiny_llama):
     model, tok = tiny_llama
-    llm = LocalLLM(ModelConfig(name="tiny"), {"value": ValueHead(), "logits": LogitsHead(3)}, model=model, tokenizer=tok)
+    llm = LocalLLM(
+        ModelConfig(name="tiny"), {"value": ValueHead(), "logits": LogitsHead(3)}, model=model, tokenizer=tok
+    )
     out = llm.forward(["score", "value", "logits"], CONTEXTS, CANDIDATES)
     scores = llm.score(CONTEXTS, CANDIDATES)
     for o, s in zip(out, scores):
@@ -76,7 +78,14 @@ class LabelUpdater(Updater):
 
 def test_updater_trains_a_head_on_a_toy_labelling_task():
     llm = _llm(module_functions={"label": LogitsHead(2)}, updater=LabelUpdater)
-    contexts = ["You see a red ball", "You see a blue key", "red red red", "blue blue", "a red box", "the blue door"]
+    contexts = [
+        "You see a red ball",
+        "You see a blue key",
+        "red red red",
+        "blue blue",
+        "a red box",
+        "the blue door",
+    ]
     labels = [0, 1, 0, 1, 0, 1]
     losses = [llm.update(contexts, labels=labels)[0]["loss"] for _ in range(30)]
     assert losses[-1] < 0.5 * losses[0]
@@ -86,12 +95,16 @@ def test_updater_trains_a_head_on_a_toy_labelling_task():
 
 def test_lora_trains_only_adapters_and_reference_gives_the_base_model():
     base_model, tok = tiny_causal_lm("llama", seed=1)
-    base_scores = LocalLLM(ModelConfig(name="tiny"), model=base_model, tokenizer=tok).score(CONTEXTS, CANDIDATES)
+    base_scores = LocalLLM(ModelConfig(name="tiny"), model=base_model, tokenizer=tok).score(
+        CONTEXTS, CANDIDATES
+    )
     llm = _llm(lora=True, module_functions={"value": ValueHead()})
     local = llm.backend
     names = [n for n, p in llm.model.named_parameters() if p.requires_grad]
     assert names and all("lora_" in n for n in names)
-    assert {id(p) for p in local.trainable_parameters()} >= {id(p) for p in local.module_functions.parameters()}
+    assert {id(p) for p in local.trainable_parameters()} >= {
+        id(p) for p in local.module_functions.parameters()
+    }
     with torch.no_grad():  # make the adapter do something
         for n, p in llm.model.named_parameters():
             if "lora_B" in n:
@@ -128,14 +141,19 @@ def test_lora_layers_out_of_range_is_a_config_error():
     with pytest.raises(ConfigError, match=r"model.lora.layers contains 2.*\[-2, 1\]"):
         LLM(ModelConfig(name="tiny", lora=LoRAConfig(layers=[2])), model=model, tokenizer=tok)
     with pytest.raises(ConfigError, match="selects no linear module"):
-        LLM(ModelConfig(name="tiny", lora=LoRAConfig(layers=[0], target_modules=["nope"])), model=model, tokenizer=tok)
+        LLM(
+            ModelConfig(name="tiny", lora=LoRAConfig(layers=[0], target_modules=["nope"])),
+            model=model,
+            tokenizer=tok,
+        )
 
 
 def test_reference_needs_an_adapter(tiny_llama):
     model, tok = tiny_llama
-    with pytest.raises(ConfigError, match="model.reference_copy=true .* or train LoRA adapters"), LocalLLM(
-        ModelConfig(name="tiny"), model=model, tokenizer=tok
-    ).reference():
+    with (
+        pytest.raises(ConfigError, match="model.reference_copy=true .* or train LoRA adapters"),
+        LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok).reference(),
+    ):
         pass
 
 
@@ -154,7 +172,9 @@ def test_full_fine_tuning_keeps_a_frozen_copy_of_the_initial_weights_as_referenc
     for t, r, b in zip(tuned, reference, base_scores):
         assert torch.allclose(r, b, atol=1e-5) and not torch.allclose(t, b, atol=1e-3)
     assert not any(p.requires_grad for p in local.reference_model.parameters())
-    assert {id(p) for p in local.trainable_parameters()}.isdisjoint(id(p) for p in local.reference_model.parameters())
+    assert {id(p) for p in local.trainable_parameters()}.isdisjoint(
+        id(p) for p in local.reference_model.parameters()
+    )
 
 
 @pytest.mark.parametrize("lora", [True, False])
@@ -165,7 +185,11 @@ def test_save_load_round_trip(tmp_path, lora):
     llm.save(tmp_path / "ckpt")
     llm.save(tmp_path / "ckpt")  # overwriting is atomic too
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
-        "manifest.json", "meta.json", "modules.safetensors", "updater.pt", "weights.safetensors"
+        "manifest.json",
+        "meta.json",
+        "modules.safetensors",
+        "updater.pt",
+        "weights.safetensors",
     ]
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
     fresh = _llm(lora=lora, module_functions={"value": ValueHead()}, updater=LabelUpdaterForSave)
@@ -173,7 +197,9 @@ def test_save_load_round_trip(tmp_path, lora):
     fresh.load(tmp_path / "ckpt")
     after = fresh.forward(["score", "value"], CONTEXTS, CANDIDATES)
     for a, b in zip(after, before):
-        assert torch.allclose(a["score"], b["score"], atol=1e-6) and torch.allclose(a["value"], b["value"], atol=1e-6)
+        assert torch.allclose(a["score"], b["score"], atol=1e-6) and torch.allclose(
+            a["value"], b["value"], atol=1e-6
+        )
     assert fresh.backend.updater.optimizer.state_dict()["state"]
 
 
@@ -202,11 +228,18 @@ def test_load_rejects_mismatched_checkpoints(tmp_path):
         _llm().load(tmp_path / "missing")
 
 
-@pytest.mark.parametrize(("name", "damage", "match"), [
-    ("updater.pt", lambda p: p.unlink(), "updater.pt is missing"),
-    ("weights.safetensors", lambda p: p.write_bytes(p.read_bytes()[:-8]), "weights.safetensors is corrupted"),
-    ("meta.json", lambda p: p.write_text("{"), "meta.json is corrupted"),
-])
+@pytest.mark.parametrize(
+    ("name", "damage", "match"),
+    [
+        ("updater.pt", lambda p: p.unlink(), "updater.pt is missing"),
+        (
+            "weights.safetensors",
+            lambda p: p.write_bytes(p.read_bytes()[:-8]),
+            "weights.safetensors is corrupted",
+        ),
+        ("meta.json", lambda p: p.write_text("{"), "meta.json is corrupted"),
+    ],
+)
 def test_load_names_a_missing_or_corrupted_file(tmp_path, name, damage, match):
     llm = _llm(lora=True, module_functions={"value": ValueHead()}, updater=LabelUpdaterForSave)
     llm.save(tmp_path / "a")
@@ -218,7 +251,9 @@ def test_load_names_a_missing_or_corrupted_file(tmp_path, name, damage, match):
 def test_load_into_a_differently_shaped_adapter_is_a_checkpoint_error(tmp_path):
     _llm(lora=True, module_functions={"value": ValueHead()}).save(tmp_path / "a")
     model, tok = tiny_causal_lm("llama", seed=1)  # the same base
-    other = LocalLLM(ModelConfig(name="tiny", lora=LoRAConfig(r=2)), {"value": ValueHead()}, model=model, tokenizer=tok)
+    other = LocalLLM(
+        ModelConfig(name="tiny", lora=LoRAConfig(r=2)), {"value": ValueHead()}, model=model, tokenizer=tok
+    )
     with pytest.raises(CheckpointError, match="same model and model.lora settings"):
         other.load(tmp_path / "a")
 
@@ -228,9 +263,13 @@ def test_token_logprobs_with_value_per_token(tiny_llama):
     llm = LocalLLM(ModelConfig(name="tiny"), {"value": ValueHead()}, model=model, tokenizer=tok)
     prompt = tok("Action:")["input_ids"]
     completion = tok(" go forward", add_special_tokens=False)["input_ids"]
-    out = llm.token_logprobs([prompt, prompt], [completion, completion[:1]], keys=["value"], require_grad=False)
+    out = llm.token_logprobs(
+        [prompt, prompt], [completion, completion[:1]], keys=["value"], require_grad=False
+    )
     assert out[0]["logprobs"].shape == (len(completion),) and out[0]["value"].shape == (len(completion),)
-    assert torch.allclose(out[0]["logprobs"].sum(), llm.score(["Action:"], [[" go forward"]])[0][0], atol=1e-5)
+    assert torch.allclose(
+        out[0]["logprobs"].sum(), llm.score(["Action:"], [[" go forward"]])[0][0], atol=1e-5
+    )
     assert torch.allclose(out[1]["value"], out[0]["value"][:1], atol=1e-5)
     # the value at the first completion token is the value of the prompt
     assert torch.allclose(out[0]["value"][0], llm.forward(["value"], ["Action:"])[0]["value"], atol=1e-5)
@@ -271,8 +310,14 @@ def test_context_overflow_truncates_left_or_raises(tiny_llama):
     kept = long_context[-200:]
     ids = tok(kept, add_special_tokens=False, return_offsets_mapping=True)
     start = ids["offset_mapping"][len(ids["input_ids"]) - 16][0]
-    assert torch.allclose(got, LLM(ModelConfig(name="tiny"), model=model, tokenizer=tok).score([kept[start:]], [[" go forward"]])[0], atol=1e-5)
-    strict = LLM(ModelConfig(name="tiny", max_context_tokens=16, context_overflow="error"), model=model, tokenizer=tok)
+    assert torch.allclose(
+        got,
+        LLM(ModelConfig(name="tiny"), model=model, tokenizer=tok).score([kept[start:]], [[" go forward"]])[0],
+        atol=1e-5,
+    )
+    strict = LLM(
+        ModelConfig(name="tiny", max_context_tokens=16, context_overflow="error"), model=model, tokenizer=tok
+    )
     with pytest.raises(InputError, match="max_context_tokens=16"):
         strict.score([long_context], [[" go"]])
     with pytest.raises(InputError, match="model window"):
@@ -309,9 +354,13 @@ def test_forward_batch_tokens_splits_passes_and_keeps_the_scores():
     candidates = [[" left", " right"], [" toggle"], [" pick up", " drop"], [" y"]]
     calls = []
     model.model.register_forward_hook(lambda *_: calls.append(1))
-    whole = LocalLLM(ModelConfig(trunk_cache_mb=0, row_tokens=0), model=model, tokenizer=tok).score(contexts, candidates)
+    whole = LocalLLM(ModelConfig(trunk_cache_mb=0, row_tokens=0), model=model, tokenizer=tok).score(
+        contexts, candidates
+    )
     passes_whole = len(calls)
-    budget = LocalLLM(ModelConfig(trunk_cache_mb=0, row_tokens=0, forward_batch_tokens=1), model=model, tokenizer=tok)
+    budget = LocalLLM(
+        ModelConfig(trunk_cache_mb=0, row_tokens=0, forward_batch_tokens=1), model=model, tokenizer=tok
+    )
     split = budget.score(contexts, candidates)
     assert passes_whole == 1 and len(calls) - passes_whole == 4  # every item over the budget: one pass each
     for a, b in zip(whole, split):

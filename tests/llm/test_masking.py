@@ -60,7 +60,9 @@ def test_masked_logprobs_renormalise_on_the_mask_then_apply_temperature():
 
 def _llm(lora: bool = False) -> LocalLLM:
     model, tok = tiny_causal_lm("llama", seed=0)
-    return LocalLLM(ModelConfig(name="tiny", lora=LoRAConfig(r=4, alpha=8) if lora else None), model=model, tokenizer=tok)
+    return LocalLLM(
+        ModelConfig(name="tiny", lora=LoRAConfig(r=4, alpha=8) if lora else None), model=model, tokenizer=tok
+    )
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
@@ -69,20 +71,31 @@ def test_generation_samples_inside_the_mask_and_token_logprobs_recompute_its_log
     llm.refresh_mask_policy()
     if lora:
         assert llm.mask_policy.params and all("lora_" in name for name in llm.mask_policy.params)
-    with torch.no_grad():  # move the policy away from its snapshot: the mask is the snapshot's, not the policy's
+    with (
+        torch.no_grad()
+    ):  # move the policy away from its snapshot: the mask is the snapshot's, not the policy's
         for p in llm.trainable_parameters():
             p.add_(0.05 * torch.randn_like(p))
     sampling = Sampling(temperature=0.8, mask_top_p=0.5)
     torch.manual_seed(0)
-    gens = [g for group in llm.generate(PROMPTS, max_new_tokens=6, num_return_sequences=2, **sampling.generation_kwargs())
-            for g in group]
+    gens = [
+        g
+        for group in llm.generate(
+            PROMPTS, max_new_tokens=6, num_return_sequences=2, **sampling.generation_kwargs()
+        )
+        for g in group
+    ]
     prompts, completions = [g.prompt_ids for g in gens], [g.token_ids for g in gens]
     special = llm.tokenizer.all_special_ids
     sequences = [p + c[:-1] for p, c in zip(prompts, completions)]
-    logits = llm.mask_policy.last_logits(llm.model, sequences, [len(c) for c in completions], llm.pad_token_id)
+    logits = llm.mask_policy.last_logits(
+        llm.model, sequences, [len(c) for c in completions], llm.pad_token_id
+    )
     masks = [top_p_mask(lg, 0.5, special) for lg in logits]  # the plain masks, without keep_masks' guard
     for g, keep in zip(gens, masks):
-        assert keep[torch.arange(len(g.token_ids)), torch.tensor(g.token_ids)].all()  # every token inside its mask
+        assert keep[
+            torch.arange(len(g.token_ids)), torch.tensor(g.token_ids)
+        ].all()  # every token inside its mask
     assert sum(int(m.sum()) for m in masks) < 0.5 * sum(m.numel() for m in masks)  # the mask does cut
     masked = llm.token_logprobs(prompts, completions, require_grad=False, sampling=sampling)
     unmasked = llm.token_logprobs(prompts, completions, require_grad=False, sampling=sampling.without_mask())
@@ -94,7 +107,9 @@ def test_generation_samples_inside_the_mask_and_token_logprobs_recompute_its_log
 
 def _left_padded(rows, pad):
     width = max(len(r) for r in rows)
-    return torch.tensor([[pad] * (width - len(r)) + r for r in rows]), torch.tensor([width - len(r) for r in rows])
+    return torch.tensor([[pad] * (width - len(r)) + r for r in rows]), torch.tensor(
+        [width - len(r) for r in rows]
+    )
 
 
 def test_the_incremental_mask_equals_the_mask_of_the_whole_rows():
@@ -113,7 +128,9 @@ def test_the_incremental_mask_equals_the_mask_of_the_whole_rows():
         ids = torch.cat([ids, torch.tensor(chosen)[:, None]], dim=1)
     assert incremental._shape == (3, ids.shape[1] - 1) and incremental._cache is not None
     short = [r[:2] for r in rows]
-    fresh = incremental(*_left_padded(short, llm.pad_token_id))  # not an extension of the last rows: from scratch
+    fresh = incremental(
+        *_left_padded(short, llm.pad_token_id)
+    )  # not an extension of the last rows: from scratch
     whole = llm.mask_policy.last_logits(llm.model, short, [1] * 3, llm.pad_token_id)
     assert torch.equal(fresh, top_p_mask(torch.cat(whole), 0.6, special))
 
@@ -165,7 +182,9 @@ def test_keep_masks_keep_the_sampled_token_even_where_rounding_moved_it_out():
     keep = llm.mask_policy.keep_masks(llm.model, [prompt], [[unlikely]], 0.5, llm.pad_token_id)[0]
     plain = top_p_mask(logits[None], 0.5)
     assert keep[0, unlikely] and not plain[0, unlikely]
-    assert torch.equal(keep[0].clone().index_fill_(0, torch.tensor([unlikely]), False), plain[0])  # nothing else added
+    assert torch.equal(
+        keep[0].clone().index_fill_(0, torch.tensor([unlikely]), False), plain[0]
+    )  # nothing else added
 
 
 def test_masked_sampling_without_a_snapshot_names_the_fix(tiny_llama):
@@ -188,19 +207,28 @@ def test_seq2seq_generation_samples_inside_the_decoder_mask_and_token_logprobs_r
     prefixes = [[5, 6], [], [7]]  # a token agent's decoder prefixes: continued after, not scored
     for decoder_prefixes in (None, prefixes):
         torch.manual_seed(0)
-        gens = [g[0] for g in llm.generate(PROMPTS, max_new_tokens=4, decoder_prefixes=decoder_prefixes,
-                                           **sampling.generation_kwargs())]
+        gens = [
+            g[0]
+            for g in llm.generate(
+                PROMPTS, max_new_tokens=4, decoder_prefixes=decoder_prefixes, **sampling.generation_kwargs()
+            )
+        ]
         prompts, completions = [g.prompt_ids for g in gens], [g.token_ids for g in gens]
         firsts = [0] * 3 if decoder_prefixes is None else [len(p) for p in prefixes]
         decoded = completions if decoder_prefixes is None else [p + c for p, c in zip(prefixes, completions)]
-        keep = llm.mask_policy.keep_masks(llm.model, prompts, decoded, 0.5, llm.pad_token_id, tok.all_special_ids, firsts)
+        keep = llm.mask_policy.keep_masks(
+            llm.model, prompts, decoded, 0.5, llm.pad_token_id, tok.all_special_ids, firsts
+        )
         logits = llm.mask_policy.decoder_logits(llm.model, prompts, decoded, firsts, llm.pad_token_id)
         for mask, lg, ids in zip(keep, logits, completions):
             assert mask.shape == (len(ids), lg.shape[-1])
-            assert torch.equal(mask, top_p_mask(lg, 0.5, tok.all_special_ids))  # every sampled token was inside
+            assert torch.equal(
+                mask, top_p_mask(lg, 0.5, tok.all_special_ids)
+            )  # every sampled token was inside
             assert mask.sum(-1).lt(mask.shape[-1]).all()  # and the mask cut something
-        scored = llm.token_logprobs(prompts, completions, require_grad=False, sampling=sampling,
-                                    decoder_prefixes=decoder_prefixes)
+        scored = llm.token_logprobs(
+            prompts, completions, require_grad=False, sampling=sampling, decoder_prefixes=decoder_prefixes
+        )
         for out, gen in zip(scored, gens):
             torch.testing.assert_close(out["logprobs"], gen.logprobs, atol=1e-4, rtol=0)
 

@@ -23,7 +23,9 @@ def _grads_and_block_calls(checkpointing: bool):
     config = ModelConfig(lora=LoRAConfig(r=4), trunk_cache_mb=0, gradient_checkpointing=checkpointing)
     llm = LocalLLM(config, model=model, tokenizer=tok)
     calls = _count_mlp_calls(model.model.layers)
-    out = llm.forward(["score"], ["go to the red ball", "open"], [[" left", " right"], [" door"]], require_grad=True)
+    out = llm.forward(
+        ["score"], ["go to the red ball", "open"], [[" left", " right"], [" door"]], require_grad=True
+    )
     forward_calls = len(calls)
     sum(o["score"].sum() for o in out).backward()
     grads = [p.grad.clone() for p in llm.trainable_parameters()]

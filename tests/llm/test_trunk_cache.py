@@ -14,14 +14,20 @@ from llmgym.llm.trunk_cache import TrunkCache, decoder_blocks, frozen_depth
 from llmgym.llm.updater import Updater
 from llmgym.testing import tiny_causal_lm
 
-CONTEXTS = ["You see a red ball. Action:", "You see a wall. Action:", "Goal: go to the key, it is far away. Action:"]
+CONTEXTS = [
+    "You see a red ball. Action:",
+    "You see a wall. Action:",
+    "Goal: go to the key, it is far away. Action:",
+]
 CANDIDATES = [[" go forward", " turn left"], [" toggle"], [" pick up", " drop", " turn right"]]
 
 
 class Probe(Updater):
     """Computes scores, values, reference scores, token log-probs and gradients inside an update."""
 
-    def perform_update(self, contexts: Any, candidates: Any, _current_batch_ids: Any, **kwargs: Any) -> dict[str, Any]:
+    def perform_update(
+        self, contexts: Any, candidates: Any, _current_batch_ids: Any, **kwargs: Any
+    ) -> dict[str, Any]:
         params = self.llm.trainable_parameters()
         for p in params:
             p.grad = None
@@ -44,8 +50,7 @@ def _llm(arch: str, cache_mb: int, layers: tuple[int, ...] | None = (-1,), row_t
     torch.manual_seed(0)
     lora = LoRAConfig(r=2, layers=list(layers) if layers is not None else None)
     config = ModelConfig(name="tiny", lora=lora, trunk_cache_mb=cache_mb, row_tokens=row_tokens)
-    llm = LLM(config, {"value": ValueHead()}, updater=Probe,
-              model=model, tokenizer=tok)
+    llm = LLM(config, {"value": ValueHead()}, updater=Probe, model=model, tokenizer=tok)
     with torch.no_grad():  # make the adapters do something
         for name, p in llm.model.named_parameters():
             if "lora_B" in name:

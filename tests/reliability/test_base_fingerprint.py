@@ -10,15 +10,22 @@ from llmgym.export import export_run
 from llmgym.testing import save_tiny_model
 from tests.algorithms.helpers import tiny_config
 
-RUN = ["env.kwargs.length=2", "algorithm.rollout_steps=4", "env.num_envs=2", "train.total_env_steps=8",
-       "train.checkpoint_every=null"]
+RUN = [
+    "env.kwargs.length=2",
+    "algorithm.rollout_steps=4",
+    "env.num_envs=2",
+    "train.total_env_steps=8",
+    "train.checkpoint_every=null",
+]
 
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
 def test_a_changed_base_model_of_the_same_architecture_is_refused_naming_both(tmp_path, lora):
     base = save_tiny_model(tmp_path / "base", num_layers=2, seed=0)
     extra = ["model.lora.r=4"] if lora else []
-    config = tiny_config(tmp_path, "llmgym/Countdown-v0", *RUN, *extra, f"model.name={base}", "train.run_name=r")
+    config = tiny_config(
+        tmp_path, "llmgym/Countdown-v0", *RUN, *extra, f"model.name={base}", "train.run_name=r"
+    )
     trainer = Trainer(config)
     trainer.train()
     trainer.close()
@@ -27,8 +34,16 @@ def test_a_changed_base_model_of_the_same_architecture_is_refused_naming_both(tm
     shutil.rmtree(base)
     save_tiny_model(base, num_layers=2, seed=1)  # same name, same architecture, other weights
     pattern = r"(?s)trained from the base model .*base.* \(architecture [0-9a-f]+, weights [0-9a-f]+\).*now .*weights [0-9a-f]+"
-    resume = tiny_config(tmp_path, "llmgym/Countdown-v0", *RUN, *extra, f"model.name={base}", "train.run_name=r",
-                         "train.total_env_steps=12", f"train.resume={run}")
+    resume = tiny_config(
+        tmp_path,
+        "llmgym/Countdown-v0",
+        *RUN,
+        *extra,
+        f"model.name={base}",
+        "train.run_name=r",
+        "train.total_env_steps=12",
+        f"train.resume={run}",
+    )
     with pytest.raises(CheckpointError, match=pattern):
         Trainer(resume)
     with pytest.raises(CheckpointError, match=pattern):

@@ -11,8 +11,14 @@ from llmgym.errors import CheckpointError, ExportError
 from llmgym.export import export_run
 from tests.algorithms.helpers import tiny_config
 
-RUN = ["env.kwargs.length=2", "algorithm.rollout_steps=4", "env.num_envs=2", "train.total_env_steps=16",
-       "train.checkpoint_every=8", "model.lora.r=4"]
+RUN = [
+    "env.kwargs.length=2",
+    "algorithm.rollout_steps=4",
+    "env.num_envs=2",
+    "train.total_env_steps=16",
+    "train.checkpoint_every=8",
+    "model.lora.r=4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +26,11 @@ def trained(tmp_path_factory, tiny_model_dir):
     """Two LoRA runs side by side (checkpoints at 8 and 16 env steps), copied per test."""
     root = tmp_path_factory.mktemp("runs")
     for name in ("run", "other"):
-        trainer = Trainer(tiny_config(root, "llmgym/Countdown-v0", *RUN, f"model.name={tiny_model_dir}",
-                                      f"train.run_name={name}"))
+        trainer = Trainer(
+            tiny_config(
+                root, "llmgym/Countdown-v0", *RUN, f"model.name={tiny_model_dir}", f"train.run_name={name}"
+            )
+        )
         trainer.train()
         trainer.close()
     return root
@@ -41,10 +50,17 @@ def _snapshot(folder):
 @pytest.mark.parametrize("where", ["the run", "its checkpoints", "a checkpoint", "the folder above the run"])
 def test_force_never_replaces_the_run_its_checkpoints_or_a_folder_above(runs, where):
     run = runs / "run"
-    out = {"the run": run, "its checkpoints": run / "checkpoints", "a checkpoint": run / "checkpoints" / "step-0000000016",
-           "the folder above the run": runs}[where]
+    out = {
+        "the run": run,
+        "its checkpoints": run / "checkpoints",
+        "a checkpoint": run / "checkpoints" / "step-0000000016",
+        "the folder above the run": runs,
+    }[where]
     before = _snapshot(runs)
-    with pytest.raises(ExportError, match="--out .* (is|holds|lies inside) .*what is exported|--out .*is not a previous export"):
+    with pytest.raises(
+        ExportError,
+        match="--out .* (is|holds|lies inside) .*what is exported|--out .*is not a previous export",
+    ):
         export_run(run, out, force=True)
     assert _snapshot(runs) == before
     assert (runs / "notes.txt").read_text() == "mine"
@@ -74,10 +90,14 @@ def test_out_dot_is_a_typed_error(runs, tmp_path, monkeypatch, capsys):
     assert list(empty.iterdir()) == []
 
 
-@pytest.mark.parametrize("name", ["../../other/checkpoints/step-0000000016", "ABSOLUTE", "step-0000000016/..", "latest"])
+@pytest.mark.parametrize(
+    "name", ["../../other/checkpoints/step-0000000016", "ABSOLUTE", "step-0000000016/..", "latest"]
+)
 def test_checkpoint_takes_only_a_checkpoint_name_of_the_run(runs, tmp_path, name):
     if name == "ABSOLUTE":
         name = str(runs / "other" / "checkpoints" / "step-0000000016")
-    with pytest.raises(CheckpointError, match=r"--checkpoint .* is not a checkpoint name of .*step-0000000008"):
+    with pytest.raises(
+        CheckpointError, match=r"--checkpoint .* is not a checkpoint name of .*step-0000000008"
+    ):
         export_run(runs / "run", tmp_path / "out", checkpoint=name)
     assert not (tmp_path / "out").exists()

@@ -14,7 +14,9 @@ from llmgym.compat.llamagym import PPOConfig
 from llmgym.errors import ConfigError
 
 
-@pytest.mark.parametrize("key", ["batch_size", "mini_batch_size", "ppo_epochs", "gradient_accumulation_steps"])
+@pytest.mark.parametrize(
+    "key", ["batch_size", "mini_batch_size", "ppo_epochs", "gradient_accumulation_steps"]
+)
 @pytest.mark.parametrize("value", [0, -3, 2.5, "8", True, None])
 def test_ppo_sizes_must_be_positive_integers(key: str, value: Any) -> None:
     with pytest.raises(ConfigError, match=rf"ppo_config_dict\['{key}'\]=.* expected an integer >= 1"):

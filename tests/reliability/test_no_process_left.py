@@ -26,9 +26,26 @@ def test_a_session_that_leaves_a_process_fails_and_the_process_is_killed(tmp_pat
     test_file.write_text(_LEAKY_TEST)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", "-n", "0",
-         "--rootdir", str(tmp_path), str(test_file)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=110,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.conftest",
+            "-n",
+            "0",
+            "--rootdir",
+            str(tmp_path),
+            str(test_file),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
     )
     pid = int((tmp_path / "test_leaky.py.pid").read_text())
     assert not wait_gone([pid], 5), "the fixture did not kill the leftover"

@@ -23,8 +23,14 @@ from llmgym.llm.local import LocalLLM
 from tests.algorithms.helpers import tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = ["env.kwargs.length=2", "algorithm.rollout_steps=4", "env.num_envs=2", "train.total_env_steps=16",
-       "train.checkpoint_every=8", "model.lora.r=4"]
+RUN = [
+    "env.kwargs.length=2",
+    "algorithm.rollout_steps=4",
+    "env.num_envs=2",
+    "train.total_env_steps=16",
+    "train.checkpoint_every=8",
+    "model.lora.r=4",
+]
 HOLD = (
     "import sys, time\nfrom llmgym.run_lock import RunLock\nlock = RunLock.acquire(sys.argv[1])\n"
     "print('held', flush=True)\ntime.sleep(120)\n"
@@ -34,7 +40,9 @@ HOLD = (
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_model_dir):
     root = tmp_path_factory.mktemp("runs")
-    trainer = Trainer(tiny_config(root, "llmgym/Countdown-v0", *RUN, f"model.name={tiny_model_dir}", "train.run_name=r"))
+    trainer = Trainer(
+        tiny_config(root, "llmgym/Countdown-v0", *RUN, f"model.name={tiny_model_dir}", "train.run_name=r")
+    )
     trainer.train()
     trainer.close()
     return root / "r"
@@ -50,7 +58,9 @@ def _advance(run, times):
         state = json.loads(json.dumps(state))
         state["algorithm"]["env_steps"] = steps
         llm = newest / "llm"
-        newest = save_checkpoint(run, steps, lambda tmp, src=llm: shutil.copytree(src, tmp), state, tensors, config_yaml)
+        newest = save_checkpoint(
+            run, steps, lambda tmp, src=llm: shutil.copytree(src, tmp), state, tensors, config_yaml
+        )
 
 
 @pytest.fixture()
@@ -84,10 +94,14 @@ def test_export_of_a_run_still_training_exports_the_newest_complete_checkpoint(t
 def test_a_run_that_keeps_replacing_its_checkpoints_is_named_as_being_written(training, tmp_path):
     training.always = True
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(training.run)], stdout=subprocess.PIPE, text=True, env=env)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(training.run)], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(CheckpointError, match=rf"is being written by process {holder.pid}.*replaced .* while"):
+        with pytest.raises(
+            CheckpointError, match=rf"is being written by process {holder.pid}.*replaced .* while"
+        ):
             export_run(training.run, tmp_path / "export")
     finally:
         holder.kill()

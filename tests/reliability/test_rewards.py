@@ -33,7 +33,9 @@ class BadRewardEnv(gym.Env[str, str]):
         self.action_space = gym.spaces.Text(64)
         self.bad_reward, self.bad_step, self.steps = bad_reward, bad_step, 0
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         self.steps = 0
         return "obs", {"valid_actions": ["a", "b"]}
@@ -54,7 +56,9 @@ def test_env_reward_is_named_at_the_step_it_comes_out(bad: Any) -> None:
     envs.reset(seed=0)
     envs.step(["a", "a"])
     envs.step(["a", "a"])
-    with pytest.raises(InputError, match=rf"reward={re.escape(repr(bad))}.* from env 0 \('{_ID}'\) at step 3"):
+    with pytest.raises(
+        InputError, match=rf"reward={re.escape(repr(bad))}.* from env 0 \('{_ID}'\) at step 3"
+    ):
         envs.step(["a", "b"])
     envs.close()
 
@@ -75,8 +79,14 @@ def test_env_reward_clip_is_opt_in_and_recorded() -> None:
 
 
 def test_async_workers_check_rewards_too() -> None:
-    envs = make_vec(_ID, num_envs=2, vectorization_mode="async", num_workers=2, context="fork",
-                    env_kwargs={"bad_reward": math.nan, "bad_step": 1})
+    envs = make_vec(
+        _ID,
+        num_envs=2,
+        vectorization_mode="async",
+        num_workers=2,
+        context="fork",
+        env_kwargs={"bad_reward": math.nan, "bad_step": 1},
+    )
     try:
         envs.reset(seed=0)
         with pytest.raises(InputError, match=r"reward=nan from env 0 .* at step 1"):
@@ -88,8 +98,16 @@ def test_async_workers_check_rewards_too() -> None:
 def test_run_config_reward_clip_reaches_the_vector_env() -> None:
     from llmgym.build import make_envs
 
-    config = load_config(None, [f"env.id={_ID}", "env.num_envs=1", "env.reward_clip=2", "env.kwargs.bad_step=1",
-                                "env.kwargs.bad_reward=1e38"])
+    config = load_config(
+        None,
+        [
+            f"env.id={_ID}",
+            "env.num_envs=1",
+            "env.reward_clip=2",
+            "env.kwargs.bad_step=1",
+            "env.kwargs.bad_reward=1e38",
+        ],
+    )
     envs = make_envs(config)
     envs.reset(seed=0)
     with pytest.warns(RuntimeWarning):
@@ -113,7 +131,10 @@ def test_bound_keeps_float32_squares_finite() -> None:
 def test_textgen_reward_function_is_named(bad: Any) -> None:
     env = TextGenEnv(["Hello"], reward=lambda prompt, completion, refs: bad)
     env.reset(seed=0)
-    with pytest.raises(InputError, match=r"from reward function '<lambda>' of TextGenEnv at step 1 of the episode on prompt 0"):
+    with pytest.raises(
+        InputError,
+        match=r"from reward function '<lambda>' of TextGenEnv at step 1 of the episode on prompt 0",
+    ):
         env.step(" there")
 
 
@@ -145,8 +166,13 @@ def llamagym_agent(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from transformers import AutoTokenizer
 
     model = AutoModelForCausalLMWithValueHead.from_pretrained(path)
-    return EchoAgent(model, AutoTokenizer.from_pretrained(path), "cpu",
-                     {"max_new_tokens": 2, "do_sample": False}, {"batch_size": 1, "mini_batch_size": 1})
+    return EchoAgent(
+        model,
+        AutoTokenizer.from_pretrained(path),
+        "cpu",
+        {"max_new_tokens": 2, "do_sample": False},
+        {"batch_size": 1, "mini_batch_size": 1},
+    )
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -1e38, 1e5, "1.0", None])
@@ -173,12 +199,24 @@ def test_training_stops_at_the_step_that_returned_nan_not_at_the_update(tmp_path
     from llmgym.testing import tiny_causal_lm
 
     model, tokenizer = tiny_causal_lm("llama", seed=0)
-    config = load_config(None, [
-        f"env.id={_ID}", "env.num_envs=2", "env.kwargs.bad_step=3", f"train.output_dir={tmp_path}", "train.run_name=n",
-        "agent.use_chat_template=false", "agent.history_length=0", "agent.max_prompt_tokens=64",
-        "algorithm.rollout_steps=8", "train.eval_episodes=0", "train.eval_before=false", "logging.progress=false",
-        "logging.plot=false",
-    ])
+    config = load_config(
+        None,
+        [
+            f"env.id={_ID}",
+            "env.num_envs=2",
+            "env.kwargs.bad_step=3",
+            f"train.output_dir={tmp_path}",
+            "train.run_name=n",
+            "agent.use_chat_template=false",
+            "agent.history_length=0",
+            "agent.max_prompt_tokens=64",
+            "algorithm.rollout_steps=8",
+            "train.eval_episodes=0",
+            "train.eval_before=false",
+            "logging.progress=false",
+            "logging.plot=false",
+        ],
+    )
     trainer = Trainer(config, model=model, tokenizer=tokenizer)
     try:
         with pytest.raises(InputError, match=rf"reward=nan from env 0 \('{_ID}'\) at step 3"):

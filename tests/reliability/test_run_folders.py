@@ -13,9 +13,18 @@ from llmgym.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = [
-    "env.id=llmgym/EchoWord-v0", "train.total_env_steps=4", "env.num_envs=2", "algorithm.rollout_steps=2",
-    "algorithm.epochs=1", "algorithm.minibatch_size=4", "train.eval_episodes=0", "train.eval_before=false",
-    "train.checkpoint_every=null", "logging.progress=false", "logging.plot=false", "agent.max_prompt_tokens=256",
+    "env.id=llmgym/EchoWord-v0",
+    "train.total_env_steps=4",
+    "env.num_envs=2",
+    "algorithm.rollout_steps=2",
+    "algorithm.epochs=1",
+    "algorithm.minibatch_size=4",
+    "train.eval_episodes=0",
+    "train.eval_before=false",
+    "train.checkpoint_every=null",
+    "logging.progress=false",
+    "logging.plot=false",
+    "agent.max_prompt_tokens=256",
 ]
 HOLD = (
     "import sys, time\nfrom llmgym.run_lock import RunLock\nlock = RunLock.acquire(sys.argv[1])\n"
@@ -33,14 +42,20 @@ def test_a_run_folder_locked_by_a_live_run_is_refused_at_once_and_a_dead_ones_lo
     run_dir = tmp_path / "same"
     run_dir.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE, text=True, env=env)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert _train(tiny_model_dir, tmp_path, "train.run_name=same") == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"llmgym train: error: run folder {run_dir} is being written by process {holder.pid}")
+        assert err.startswith(
+            f"llmgym train: error: run folder {run_dir} is being written by process {holder.pid}"
+        )
         assert "train.run_name" in err and "Traceback" not in err
-        assert sorted(p.name for p in run_dir.iterdir()) == [".llmgym.lock"]  # nothing written by the refused run
+        assert sorted(p.name for p in run_dir.iterdir()) == [
+            ".llmgym.lock"
+        ]  # nothing written by the refused run
     finally:
         holder.kill()
         holder.wait()
@@ -54,16 +69,26 @@ def test_a_run_folder_locked_by_a_live_run_is_refused_at_once_and_a_dead_ones_lo
 def test_a_new_run_never_writes_into_a_finished_runs_folder(tiny_model_dir, tmp_path, capsys):
     assert _train(tiny_model_dir, tmp_path, "train.run_name=done") == 0
     run_dir = tmp_path / "done"
-    before = {p.relative_to(run_dir): p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file() and p.name != ".llmgym.lock"}
+    before = {
+        p.relative_to(run_dir): p.stat().st_mtime_ns
+        for p in run_dir.rglob("*")
+        if p.is_file() and p.name != ".llmgym.lock"
+    }
     capsys.readouterr()
     assert _train(tiny_model_dir, tmp_path, "train.run_name=done", "train.total_env_steps=2") == 2
     err = capsys.readouterr().err
     assert f"run folder {run_dir} already holds a run" in err and f"train.resume={run_dir}" in err
-    after = {p.relative_to(run_dir): p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file() and p.name != ".llmgym.lock"}
+    after = {
+        p.relative_to(run_dir): p.stat().st_mtime_ns
+        for p in run_dir.rglob("*")
+        if p.is_file() and p.name != ".llmgym.lock"
+    }
     assert after == before  # metrics, config and checkpoints untouched
 
 
-def test_default_run_names_started_in_the_same_second_get_distinct_folders(tiny_model_dir, tmp_path, monkeypatch):
+def test_default_run_names_started_in_the_same_second_get_distinct_folders(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     monkeypatch.setattr(time, "strftime", lambda fmt, *args: "20260101-000000")
     assert _train(tiny_model_dir, tmp_path) == 0
     assert _train(tiny_model_dir, tmp_path) == 0
@@ -93,7 +118,10 @@ def test_default_sweep_names_started_in_the_same_second_get_distinct_folders(tmp
     monkeypatch.setattr(time, "strftime", lambda fmt, *args: "20260101-000000")
     config = load_config(None, [f"train.output_dir={tmp_path}", "env.id=llmgym/EchoWord-v0"])
     first, second = _sweep_dir(config), _sweep_dir(config)
-    assert (first.name, second.name) == ("sweep-EchoWord-v0-20260101-000000", "sweep-EchoWord-v0-20260101-000000-2")
+    assert (first.name, second.name) == (
+        "sweep-EchoWord-v0-20260101-000000",
+        "sweep-EchoWord-v0-20260101-000000-2",
+    )
 
 
 FORK_AND_HOLD = (
@@ -109,7 +137,9 @@ def test_a_forked_worker_that_outlives_the_run_does_not_keep_its_folder_locked(t
     from llmgym.run_lock import RunLock
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = subprocess.Popen([sys.executable, "-c", FORK_AND_HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env)
+    run = subprocess.Popen(
+        [sys.executable, "-c", FORK_AND_HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env
+    )
     worker = int(run.stdout.readline())
     try:
         run.kill()

@@ -17,11 +17,15 @@ from llmgym.stats import MAX_LIST_VALUES, parse_seeds
 
 @pytest.mark.timeout(20)
 def test_huge_seed_range_is_refused_at_once() -> None:
-    with pytest.raises(ConfigError, match=r"--seeds '0-2000000000' lists 2000000001 values, more than the 10000"):
+    with pytest.raises(
+        ConfigError, match=r"--seeds '0-2000000000' lists 2000000001 values, more than the 10000"
+    ):
         parse_seeds("0-2000000000")
     with pytest.raises(ConfigError, match=r"lists 10001 values"):
         parse_seeds(f"0-{MAX_LIST_VALUES - 1},{MAX_LIST_VALUES}")
-    assert len(parse_seeds(f"0-{MAX_LIST_VALUES - 1}")) == MAX_LIST_VALUES  # at the bound, duplicates found fast
+    assert (
+        len(parse_seeds(f"0-{MAX_LIST_VALUES - 1}")) == MAX_LIST_VALUES
+    )  # at the bound, duplicates found fast
 
 
 @pytest.mark.timeout(60)
@@ -31,7 +35,11 @@ def test_cli_sweep_with_a_huge_range_exits_with_the_error_in_bounded_memory(tmp_
 
     proc = subprocess.run(
         [sys.executable, "-m", "llmgym.cli", "sweep", "quickstart", "--seeds", "0-2000000000"],
-        capture_output=True, text=True, cwd=tmp_path, preexec_fn=limit_memory, timeout=50,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        preexec_fn=limit_memory,
+        timeout=50,
     )
     assert proc.returncode != 0
     assert "lists 2000000001 values" in proc.stderr

@@ -47,9 +47,18 @@ gym.register(id="mine/SayYes-v0", entry_point=SayYes)
 
 ENV_ID = "userenvs35:mine/SayYes-v0"
 SMOKE = [
-    "train.total_env_steps=8", "env.num_envs=2", "algorithm.rollout_steps=4", "algorithm.epochs=1",
-    "algorithm.minibatch_size=4", "train.eval_episodes=2", "train.eval_every=null", "train.checkpoint_every=null",
-    "logging.progress=false", "logging.plot=false", "agent.max_prompt_tokens=64", "model.forward_batch_size=8",
+    "train.total_env_steps=8",
+    "env.num_envs=2",
+    "algorithm.rollout_steps=4",
+    "algorithm.epochs=1",
+    "algorithm.minibatch_size=4",
+    "train.eval_episodes=2",
+    "train.eval_every=null",
+    "train.checkpoint_every=null",
+    "logging.progress=false",
+    "logging.plot=false",
+    "agent.max_prompt_tokens=64",
+    "model.forward_batch_size=8",
 ]
 
 
@@ -62,22 +71,47 @@ def user_module(tmp_path):
 
 
 def _cli(args, pythonpath, input_text=None):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(pythonpath)])}
-    return subprocess.run([sys.executable, "-m", "llmgym.cli", *args], capture_output=True, text=True, env=env,
-                          cwd=pythonpath.parent, input=input_text, timeout=240)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_MODE": "disabled",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(pythonpath)]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "llmgym.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=pythonpath.parent,
+        input=input_text,
+        timeout=240,
+    )
 
 
-def test_train_eval_play_and_envs_take_a_module_qualified_id(user_module, tmp_path, tiny_model_dir, monkeypatch, capsys):
+def test_train_eval_play_and_envs_take_a_module_qualified_id(
+    user_module, tmp_path, tiny_model_dir, monkeypatch, capsys
+):
     from llmgym.cli import main
 
-    proc = _cli(["train", f"env.id={ENV_ID}", f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path / 'runs'}",
-                 "train.run_name=mine", *SMOKE], user_module)
+    proc = _cli(
+        [
+            "train",
+            f"env.id={ENV_ID}",
+            f"model.name={tiny_model_dir}",
+            f"train.output_dir={tmp_path / 'runs'}",
+            "train.run_name=mine",
+            *SMOKE,
+        ],
+        user_module,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "runs" / "mine"
     assert (run_dir / "checkpoints" / "latest").is_file()
 
-    monkeypatch.syspath_prepend(str(user_module))  # in-process, as the console script runs it (no second torch import)
+    monkeypatch.syspath_prepend(
+        str(user_module)
+    )  # in-process, as the console script runs it (no second torch import)
     assert main(["eval", str(run_dir), "--episodes", "2"]) == 0, capsys.readouterr().err[-3000:]
     assert f"{ENV_ID}: success rate" in capsys.readouterr().out
 
@@ -95,5 +129,7 @@ def test_a_module_qualified_id_is_checked_by_importing_the_module(user_module, m
     check_env_id(ENV_ID)  # imports the module, which registers the id
     with pytest.raises(ConfigError, match=r"'userenvs35:mine/SayYess-v0'.*Did you mean 'mine/SayYes-v0'"):
         check_env_id("userenvs35:mine/SayYess-v0")
-    with pytest.raises(ConfigError, match=r"module 'no_such_module_35', which cannot be imported.*PYTHONPATH"):
+    with pytest.raises(
+        ConfigError, match=r"module 'no_such_module_35', which cannot be imported.*PYTHONPATH"
+    ):
         check_env_id("no_such_module_35:mine/SayYes-v0")

@@ -21,7 +21,9 @@ class RepeatingEnv(gym.Env[str, str]):
         self.observation_space = gym.spaces.Text(64)
         self.action_space = gym.spaces.Text(64)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         return "obs", {"valid_actions": ["left", "right", "left", "up", "right"]}
 
@@ -31,7 +33,9 @@ class RepeatingEnv(gym.Env[str, str]):
 
 def test_duplicates_are_merged_in_order_with_one_warning() -> None:
     envs = make_vec([RepeatingEnv, RepeatingEnv])
-    with pytest.warns(RuntimeWarning, match=r"env 0 \(RepeatingEnv\) lists the valid actions \['left', 'right'\]"):
+    with pytest.warns(
+        RuntimeWarning, match=r"env 0 \(RepeatingEnv\) lists the valid actions \['left', 'right'\]"
+    ):
         envs.reset(seed=0)
     assert envs.candidates == [["left", "right", "up"]] * 2
     _, _, _, _, infos = envs.step(["left", "up"])

@@ -36,14 +36,20 @@ def test_max_length_is_checked_against_the_window(arch: str, request: pytest.Fix
 def test_t5_lengths_are_capped_before_allocating(tiny_t5: Any, spelling: str) -> None:
     model, tok = tiny_t5
     llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
-    with pytest.raises(InputError, match=rf"more than the {UNBOUNDED_DECODER_CAP} decoder positions allowed by llmgym's cap"):
+    with pytest.raises(
+        InputError, match=rf"more than the {UNBOUNDED_DECODER_CAP} decoder positions allowed by llmgym's cap"
+    ):
         llm.generate(["Hello there"], **{spelling: 10**9})
     old = tok.model_max_length
     tok.model_max_length = 8
     try:
-        with pytest.raises(InputError, match=r"more than the 8 decoder positions allowed by the tokenizer's model_max_length"):
+        with pytest.raises(
+            InputError, match=r"more than the 8 decoder positions allowed by the tokenizer's model_max_length"
+        ):
             llm.generate(["Hello there"], **{spelling: 9 if spelling == "max_new_tokens" else 10})
-        out = llm.generate(["Hello there"], do_sample=False, **{spelling: 8 if spelling == "max_new_tokens" else 9})
+        out = llm.generate(
+            ["Hello there"], do_sample=False, **{spelling: 8 if spelling == "max_new_tokens" else 9}
+        )
         assert 1 <= len(out[0][0].token_ids) <= 8
     finally:
         tok.model_max_length = old

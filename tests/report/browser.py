@@ -17,7 +17,14 @@ import pytest
 BINARIES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 # --no-sandbox: CI and this machine run as root, where Chromium's sandbox refuses to start; the
 # pages loaded are the report files the test just wrote.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run", "--disable-extensions"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--hide-scrollbars",
+    "--no-first-run",
+    "--disable-extensions",
+]
 
 
 def chromium() -> str:
@@ -26,7 +33,9 @@ def chromium() -> str:
         found = shutil.which(name)
         if found:
             return found
-    pytest.skip("no headless Chromium found (tried chromium, chromium-browser, google-chrome): apt-get install chromium")
+    pytest.skip(
+        "no headless Chromium found (tried chromium, chromium-browser, google-chrome): apt-get install chromium"
+    )
 
 
 def url(path: Path, fragment: str = "") -> str:
@@ -37,7 +46,10 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     """One headless Chromium process with its own profile (pytest-xdist workers run them side by side)."""
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         return subprocess.run(
-            [chromium(), *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=120,
+            [chromium(), *FLAGS, f"--user-data-dir={profile}", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
 
 

@@ -11,13 +11,27 @@ from llmgym.report.svg import MAX_LINE_POINTS, Series, line_chart
 
 def run_with_evaluations(count):
     step = StepRecord("obs " * 50, "go", 0.0, 0.1, -0.2, 0.0, ["go", "stop"], [0.8, 0.2], 0)
-    episodes = [EpisodeRecord(i * 10, "periodic", i, 0, 0, "greedy", 0.0, False, 1, [step]) for i in range(count)]
-    records = [{"kind": "eval", "env_steps": i * 10, "success_rate": 0.5, "episode_return": 0.0, "label": "periodic"} for i in range(count)]
-    return RunData("run", report_html.Path("run"), "env:\n  id: x\n", {"env": {"id": "x"}, "agent": {"type": "scoring"}}, records, episodes)
+    episodes = [
+        EpisodeRecord(i * 10, "periodic", i, 0, 0, "greedy", 0.0, False, 1, [step]) for i in range(count)
+    ]
+    records = [
+        {"kind": "eval", "env_steps": i * 10, "success_rate": 0.5, "episode_return": 0.0, "label": "periodic"}
+        for i in range(count)
+    ]
+    return RunData(
+        "run",
+        report_html.Path("run"),
+        "env:\n  id: x\n",
+        {"env": {"id": "x"}, "agent": {"type": "scoring"}},
+        records,
+        episodes,
+    )
 
 
 def embedded_evaluations(page):
-    data = json.loads(re.search(r'<script id="llmgym-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    data = json.loads(
+        re.search(r'<script id="llmgym-data" type="application/json">(.*?)</script>', page, re.S).group(1)
+    )
     return [ep["evaluation"] for ep in data[0]["episodes"]]
 
 

@@ -13,10 +13,20 @@ from llmgym.stats import bootstrap_ci, iqm
 from tests.report.browser import assert_not_blank, attributes, chromium, dump_dom, screenshot
 
 TINY = [
-    "train.total_env_steps=16", "env.num_envs=2", "algorithm.rollout_steps=4", "algorithm.epochs=1",
-    "algorithm.minibatch_size=4", "train.eval_episodes=2", "train.eval_num_envs=2", "logging.progress=false",
-    "agent.max_prompt_tokens=256", "agent.max_new_tokens=4", "model.forward_batch_size=8", "env.max_episode_steps=4",
-    "model.dtype=float32", "train.eval_every=8",
+    "train.total_env_steps=16",
+    "env.num_envs=2",
+    "algorithm.rollout_steps=4",
+    "algorithm.epochs=1",
+    "algorithm.minibatch_size=4",
+    "train.eval_episodes=2",
+    "train.eval_num_envs=2",
+    "logging.progress=false",
+    "agent.max_prompt_tokens=256",
+    "agent.max_new_tokens=4",
+    "model.forward_batch_size=8",
+    "env.max_episode_steps=4",
+    "model.dtype=float32",
+    "train.eval_every=8",
 ]
 SECTIONS = ("curves", "evaluations", "replays", "config")
 
@@ -28,7 +38,15 @@ def _offline(monkeypatch):
 
 
 def train(config, tiny_model_dir, output_dir, capsys, *overrides):
-    args = ["train", config, f"model.name={tiny_model_dir}", f"train.output_dir={output_dir}", "train.run_name=run", *TINY, *overrides]
+    args = [
+        "train",
+        config,
+        f"model.name={tiny_model_dir}",
+        f"train.output_dir={output_dir}",
+        "train.run_name=run",
+        *TINY,
+        *overrides,
+    ]
     assert main(args) == 0, capsys.readouterr().err[-3000:]
     out = capsys.readouterr().out.strip().splitlines()
     run_dir = Path(output_dir) / "run"
@@ -57,7 +75,9 @@ def test_scoring_run_report_replays_the_recorded_probabilities(tiny_model_dir, t
     records = [r for r in everything if r.policy == "greedy"]
     evaluations = sorted({r.evaluation for r in records})
     assert evaluations == [0, 1, 2] and [r.label for r in records[::2]] == ["before", "periodic", "periodic"]
-    assert all(len([r for r in records if r.evaluation == e]) == 2 for e in evaluations)  # eval_episodes=2, default 3
+    assert all(
+        len([r for r in records if r.evaluation == e]) == 2 for e in evaluations
+    )  # eval_episodes=2, default 3
     training = [r for r in everything if r.policy == "training"]
     assert training and all(r.label == "train" and r.seed == -1 and r.episode == 0 for r in training)
     assert len({r.evaluation for r in training}) == len(training)  # at most one per evaluation: sparse
@@ -120,8 +140,19 @@ def test_generative_run_report_shows_the_text_token_log_probs_and_fallback(tiny_
 
 
 def test_three_seed_sweep_report_compares_the_runs_with_the_iqm(tiny_model_dir, tmp_path, capsys):
-    args = ["sweep", "--seeds", "0-2", "--jobs", "2", f"model.name={tiny_model_dir}", f"train.output_dir={tmp_path}",
-            "train.run_name=sw", "env.id=llmgym/EchoWord-v0", *TINY, "logging.plot=false"]
+    args = [
+        "sweep",
+        "--seeds",
+        "0-2",
+        "--jobs",
+        "2",
+        f"model.name={tiny_model_dir}",
+        f"train.output_dir={tmp_path}",
+        "train.run_name=sw",
+        "env.id=llmgym/EchoWord-v0",
+        *TINY,
+        "logging.plot=false",
+    ]
     assert main(args) == 0, capsys.readouterr()
     sweep_dir = tmp_path / "sw"
     out = capsys.readouterr().out.strip().splitlines()
@@ -134,16 +165,40 @@ def test_three_seed_sweep_report_compares_the_runs_with_the_iqm(tiny_model_dir, 
     dom = dump_dom(report, "r=2&e=0&p=1&s=0")
     assert '<section id="compare">' in dom and '<section id="replays">' in dom
     low, high = bootstrap_ci(finals)
-    assert f"over 3 runs: <b>{iqm(finals):.3f}</b>, 95% percentile bootstrap CI [{low:.3f}, {high:.3f}]" in dom
+    assert (
+        f"over 3 runs: <b>{iqm(finals):.3f}</b>, 95% percentile bootstrap CI [{low:.3f}, {high:.3f}]" in dom
+    )
     assert dom.count("<tr><td>seed-") == 3
-    assert re.findall(r'<option value="(\d)"( selected="")?>seed-\d</option>', dom) == [("0", ""), ("1", ""), ("2", ' selected=""')]
-    record = next(r for r in read_episode_records(sweep_dir / "seed-2" / "episodes.jsonl") if r.evaluation == 0 and r.episode == 1)
+    assert re.findall(r'<option value="(\d)"( selected="")?>seed-\d</option>', dom) == [
+        ("0", ""),
+        ("1", ""),
+        ("2", ' selected=""'),
+    ]
+    record = next(
+        r
+        for r in read_episode_records(sweep_dir / "seed-2" / "episodes.jsonl")
+        if r.evaluation == 0 and r.episode == 1
+    )
     assert [float(p) for p in attributes(dom, "cand", "data-prob")] == record.steps[0].probs
     assert_not_blank(screenshot(report, tmp_path / "report_sweep.png", "r=2&e=0&p=1&s=0"))
 
     # llmgym report: runs given one by one, and a clear error for a folder that is no run
-    assert main(["report", str(sweep_dir / "seed-0"), str(sweep_dir / "seed-1"), "--out", str(tmp_path / "two.html")]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(sweep_dir / "seed-0"),
+                str(sweep_dir / "seed-1"),
+                "--out",
+                str(tmp_path / "two.html"),
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip() == f"report: {tmp_path / 'two.html'}"
     assert "over 2 runs" in (tmp_path / "two.html").read_text()
     assert main(["report", str(tmp_path / "missing")]) == 2
-    assert "is neither a run directory (no config.yaml or metrics.jsonl) nor a sweep folder" in capsys.readouterr().err
+    assert (
+        "is neither a run directory (no config.yaml or metrics.jsonl) nor a sweep folder"
+        in capsys.readouterr().err
+    )

@@ -25,15 +25,26 @@ from llmgym.report.records import (
 def scoring_decision(log_probs, index, value=0.5):
     candidates = [f"action {i}" for i in range(len(log_probs))]
     return Decision(
-        prompt="p", prompt_ids=[1], action=candidates[index], response=candidates[index], log_prob=log_probs[index],
-        value=value, choice=CandidateChoice(candidates, index, list(log_probs)),
+        prompt="p",
+        prompt_ids=[1],
+        action=candidates[index],
+        response=candidates[index],
+        log_prob=log_probs[index],
+        value=value,
+        choice=CandidateChoice(candidates, index, list(log_probs)),
     )
 
 
 def generative_decision(text, token_ids, token_log_probs, failed):
     return Decision(
-        prompt="p", prompt_ids=[1], action="stay", response=text, log_prob=float(sum(token_log_probs)), value=0.25,
-        choice=TokenChoice(list(token_ids), list(token_log_probs)), parse_failed=failed,
+        prompt="p",
+        prompt_ids=[1],
+        action="stay",
+        response=text,
+        log_prob=float(sum(token_log_probs)),
+        value=0.25,
+        choice=TokenChoice(list(token_ids), list(token_log_probs)),
+        parse_failed=failed,
     )
 
 
@@ -51,22 +62,35 @@ def test_scoring_steps_hold_every_candidate_probability_and_the_advantages_are_g
         recorder.add_step(0, "you see a ball", scoring_decision(log_probs, 2, value), reward)
     recorder.end_episode(0, seed=7, success=True, terminated=True)
     [record] = recorder.records(env_steps=64, label="periodic", evaluation=3)
-    assert (record.env_steps, record.label, record.evaluation, record.seed, record.length) == (64, "periodic", 3, 7, 3)
+    assert (record.env_steps, record.label, record.evaluation, record.seed, record.length) == (
+        64,
+        "periodic",
+        3,
+        7,
+        3,
+    )
     assert record.episode_return == pytest.approx(1.5) and record.success
     step = record.steps[0]
     # sorted by probability, the chosen one marked
     assert step.candidates == ["action 1", "action 0", "action 2"] and step.chosen == 2
     assert step.probs == pytest.approx([math.exp(log_probs[i]) for i in (1, 0, 2)], rel=1e-3)
     expected, _ = compute_gae(
-        torch.tensor([rewards]).T, torch.tensor([values]).T, torch.tensor([[False, False, True]]).T,
-        torch.tensor([[False, False, True]]).T, torch.tensor([0.6]), 0.9, 0.8,
+        torch.tensor([rewards]).T,
+        torch.tensor([values]).T,
+        torch.tensor([[False, False, True]]).T,
+        torch.tensor([[False, False, True]]).T,
+        torch.tensor([0.6]),
+        0.9,
+        0.8,
     )
     assert [s.advantage for s in record.steps] == pytest.approx(expected[:, 0].tolist(), rel=1e-3)
 
 
 def test_generative_steps_hold_the_text_tokens_log_probs_and_the_fallback_flag():
     recorder = EpisodeRecorder(2, tokenizer=CharTokenizer())
-    recorder.add_step(1, "cards sum to 12", generative_decision("xyz", [0, 1, 2], [-0.5, -1.0, -2.0], True), -1.5)
+    recorder.add_step(
+        1, "cards sum to 12", generative_decision("xyz", [0, 1, 2], [-0.5, -1.0, -2.0], True), -1.5
+    )
     recorder.end_episode(1, seed=3, success=False, terminated=True)
     [record] = recorder.records(0, "before", 0)
     step = record.steps[0]
@@ -133,8 +157,12 @@ def test_rows_and_markdown_show_the_probabilities():
     records = _one_record()
     columns, rows = episode_rows(records)
     row = dict(zip(columns, rows[0]))
-    assert row["observation"] == "you see a red ball" and row["action"] == "action 1" and row["env_steps"] == 32
-    assert row["probabilities"] == "; ".join(f"{c}: {p}" for c, p in zip(records[0].steps[0].candidates, records[0].steps[0].probs))
+    assert (
+        row["observation"] == "you see a red ball" and row["action"] == "action 1" and row["env_steps"] == 32
+    )
+    assert row["probabilities"] == "; ".join(
+        f"{c}: {p}" for c, p in zip(records[0].steps[0].candidates, records[0].steps[0].probs)
+    )
     text = episode_markdown(records[0])
     assert "you see a red ball" in text and "**→** `action 1`" in text and "success" in text
 
@@ -176,8 +204,15 @@ def test_the_training_sampler_records_env_0s_next_whole_episode_after_each_arm()
     decision = scoring_decision([math.log(0.25), math.log(0.75)], 1)
 
     def step(n, done0, reward0=0.0):
-        sampler.on_step(n, [f"o{n}", "other"], [decision, decision], [reward0, 5.0], [done0, True], [False, False],
-                        [{"success": reward0 > 0}, {}])
+        sampler.on_step(
+            n,
+            [f"o{n}", "other"],
+            [decision, decision],
+            [reward0, 5.0],
+            [done0, True],
+            [False, False],
+            [{"success": reward0 > 0}, {}],
+        )
 
     step(2, False)  # not armed: nothing
     sampler.arm(3)
@@ -188,8 +223,17 @@ def test_the_training_sampler_records_env_0s_next_whole_episode_after_each_arm()
     step(12, True)  # done: nothing more until the next arm
     [record] = sampler.take()
     assert sampler.take() == []
-    assert (record.env_steps, record.label, record.evaluation, record.seed, record.policy) == (10, "train", 3, -1, "training")
+    assert (record.env_steps, record.label, record.evaluation, record.seed, record.policy) == (
+        10,
+        "train",
+        3,
+        -1,
+        "training",
+    )
     assert record.length == 2 and record.success and record.episode_return == 1.0
     assert [s.observation for s in record.steps] == ["seen o8", "seen o10"]
     assert record.steps[0].probs == [0.75, 0.25] and record.steps[0].chosen == 0
-    assert [s.advantage for s in record.steps] == [pytest.approx(0.5), pytest.approx(0.5)]  # return 1 - value 0.5
+    assert [s.advantage for s in record.steps] == [
+        pytest.approx(0.5),
+        pytest.approx(0.5),
+    ]  # return 1 - value 0.5

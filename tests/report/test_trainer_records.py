@@ -10,9 +10,19 @@ from llmgym.report.records import EpisodeRecorder, read_episode_records
 from llmgym.testing import tiny_causal_lm
 from tests.algorithms.helpers import tiny_config
 
-RUN = ["env.kwargs.length=2", "algorithm.rollout_steps=4", "env.num_envs=2", "train.total_env_steps=16",
-       "train.checkpoint_every=8", "train.eval_every=8", "train.eval_episodes=3", "logging.record_episodes=2",
-       "logging.report=false", "train.run_name=src", "train.eval_before=true"]
+RUN = [
+    "env.kwargs.length=2",
+    "algorithm.rollout_steps=4",
+    "env.num_envs=2",
+    "train.total_env_steps=16",
+    "train.checkpoint_every=8",
+    "train.eval_every=8",
+    "train.eval_episodes=3",
+    "logging.record_episodes=2",
+    "logging.report=false",
+    "train.run_name=src",
+    "train.eval_before=true",
+]
 
 
 def _trainer(config):
@@ -28,29 +38,49 @@ def test_each_evaluation_records_its_first_episodes_and_a_resume_drops_the_later
     everything = read_episode_records(run / "episodes.jsonl")
     records = [r for r in everything if r.policy == "greedy"]
     assert [(r.env_steps, r.evaluation, r.episode) for r in records] == [
-        (0, 0, 0), (0, 0, 1), (8, 1, 0), (8, 1, 1), (16, 2, 0), (16, 2, 1)
+        (0, 0, 0),
+        (0, 0, 1),
+        (8, 1, 0),
+        (8, 1, 1),
+        (16, 2, 0),
+        (16, 2, 1),
     ]
     # after each evaluation but the last, env 0's next training episode (Countdown: 2 steps; env 0 ends its
     # first episode at vector step 2 of the 4, so the recorded one ends at step 4: 8 env steps later)
     training = [r for r in everything if r.policy == "training"]
-    assert [(r.env_steps, r.evaluation, r.label, r.seed, r.length) for r in training] == [(8, 0, "train", -1, 2), (16, 1, "train", -1, 2)]
+    assert [(r.env_steps, r.evaluation, r.label, r.seed, r.length) for r in training] == [
+        (8, 0, "train", -1, 2),
+        (16, 1, "train", -1, 2),
+    ]
     for record in training:
-        assert [s.action for s in record.steps] and all(math.isclose(sum(s.probs), 1.0, abs_tol=2e-3) for s in record.steps)
+        assert [s.action for s in record.steps] and all(
+            math.isclose(sum(s.probs), 1.0, abs_tol=2e-3) for s in record.steps
+        )
     assert not (run / "report.html").exists()  # logging.report=false
     for record in records:
         assert record.steps and record.length == len(record.steps)
         assert record.episode_return == sum(s.reward for s in record.steps)
         for step in record.steps:
-            assert step.candidates and step.chosen is not None and math.isclose(sum(step.probs), 1.0, abs_tol=2e-3)
+            assert (
+                step.candidates
+                and step.chosen is not None
+                and math.isclose(sum(step.probs), 1.0, abs_tol=2e-3)
+            )
     # a crash after the checkpoint at 8 (its checkpoint at 16 lost): the resumed run records 16 once
     (run / "checkpoints" / "step-0000000016" / "llm" / "updater.pt").write_bytes(b"corrupted")
     resumed = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *RUN, f"train.resume={run}"))
     assert [(r.env_steps, r.policy) for r in read_episode_records(run / "episodes.jsonl")] == [
-        (0, "greedy"), (0, "greedy"), (8, "training"), (8, "greedy"), (8, "greedy")
+        (0, "greedy"),
+        (0, "greedy"),
+        (8, "training"),
+        (8, "greedy"),
+        (8, "greedy"),
     ]
     resumed.train()
     resumed.close()
-    assert [r.to_json() for r in read_episode_records(run / "episodes.jsonl")] == [r.to_json() for r in everything]
+    assert [r.to_json() for r in read_episode_records(run / "episodes.jsonl")] == [
+        r.to_json() for r in everything
+    ]
 
 
 def test_the_recorded_probabilities_are_the_agents_decisions(tmp_path):
@@ -72,7 +102,9 @@ def test_the_recorded_probabilities_are_the_agents_decisions(tmp_path):
     assert len(record.steps) == len(decisions)
     for step, decision in zip(record.steps, decisions):
         probs = dict(zip(step.candidates, step.probs))
-        expected = {c.strip(): math.exp(lp) for c, lp in zip(decision.choice.candidates, decision.choice.log_probs)}
+        expected = {
+            c.strip(): math.exp(lp) for c, lp in zip(decision.choice.candidates, decision.choice.log_probs)
+        }
         assert probs.keys() == expected.keys()
         assert all(math.isclose(probs[c], p, rel_tol=1e-3) for c, p in expected.items())
         assert step.action == decision.action and step.log_prob == float(f"{decision.log_prob:.4g}")

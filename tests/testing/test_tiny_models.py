@@ -12,7 +12,9 @@ def test_tokenizer_round_trips_any_text_with_offsets():
     assert tok.decode(enc["input_ids"]) == text
     assert enc["offset_mapping"][-1][1] == len(text)
     assert tok.eos_token == "<|im_end|>" and tok.padding_side == "left"
-    prompt = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert prompt.endswith("<|im_start|>assistant\n")
 
 

@@ -92,7 +92,9 @@ class LocalLLMFactory:
         config = dataclasses.replace(as_model_config(self.config), device=placement.device)
         model, tokenizer = self.model, self.tokenizer
         if placement.model_parallel:
-            if model is None and config.load_in_4bit:  # quantised weights load straight onto the server's GPUs
+            if (
+                model is None and config.load_in_4bit
+            ):  # quantised weights load straight onto the server's GPUs
                 model, tokenizer = load_model(config, shard=True)
             else:
                 if model is None:
@@ -101,7 +103,12 @@ class LocalLLMFactory:
         elif model is not None:
             model = model.to(placement.device)
         return LocalLLM(
-            config, self.module_functions, self.updater, model=model, tokenizer=tokenizer, collectives=collectives
+            config,
+            self.module_functions,
+            self.updater,
+            model=model,
+            tokenizer=tokenizer,
+            collectives=collectives,
         )
 
 

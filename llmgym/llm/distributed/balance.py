@@ -9,8 +9,14 @@ from typing import Any, TypeVar
 from llmgym.errors import BackendError
 
 __all__ = [
-    "LengthFn", "character_lengths", "token_lengths", "context_costs", "split_balanced", "split_contiguous",
-    "gather_in_order", "share_kwargs",
+    "LengthFn",
+    "character_lengths",
+    "token_lengths",
+    "context_costs",
+    "split_balanced",
+    "split_contiguous",
+    "gather_in_order",
+    "share_kwargs",
 ]
 
 T = TypeVar("T")
@@ -131,7 +137,9 @@ def gather_in_order(shares: Sequence[Sequence[int]], results: Sequence[Sequence[
     out: list[Any] = [None] * total
     for indices, values in zip(shares, results):
         if len(values) != len(indices):
-            raise BackendError(f"an LLM server returned {len(values)} results for {len(indices)} contexts; its backend breaks the one-result-per-context contract")
+            raise BackendError(
+                f"an LLM server returned {len(values)} results for {len(indices)} contexts; its backend breaks the one-result-per-context contract"
+            )
         for index, value in zip(indices, values):
             out[index] = value
     return out

@@ -51,7 +51,11 @@ class ShardedBackend(ABC):
     """
 
     def __init__(
-        self, num_servers: int, config: Any, module_function_keys: Sequence[str], check_weights: bool,
+        self,
+        num_servers: int,
+        config: Any,
+        module_function_keys: Sequence[str],
+        check_weights: bool,
         balance_by_tokens: bool = True,
     ) -> None:
         self._num_servers = num_servers
@@ -106,7 +110,10 @@ class ShardedBackend(ABC):
         return self._split_call("score", contexts, candidates, (), kwargs)
 
     def forward(
-        self, keys: Sequence[str], contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None,
+        self,
+        keys: Sequence[str],
+        contexts: Sequence[str],
+        candidates: Sequence[Sequence[str]] | None = None,
         **kwargs: Any,
     ) -> list[dict[str, Any]]:
         """Run module functions: one dict of outputs per context, in the order given."""
@@ -123,16 +130,24 @@ class ShardedBackend(ABC):
     ) -> list[Any]:
         """Compute per-token log-probabilities of completions given prompts, in the order given."""
         _check_lengths("token_logprobs", prompt_ids, completion_ids, "completion_ids")
-        shares = split_balanced([len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)], self.num_servers)
+        shares = split_balanced(
+            [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)], self.num_servers
+        )
         calls: Calls = {
-            rank: ("token_logprobs", ([list(prompt_ids[i]) for i in idx], [list(completion_ids[i]) for i in idx]), share_kwargs(kwargs, idx))
+            rank: (
+                "token_logprobs",
+                ([list(prompt_ids[i]) for i in idx], [list(completion_ids[i]) for i in idx]),
+                share_kwargs(kwargs, idx),
+            )
             for rank, idx in enumerate(shares)
             if idx
         }
         results = self._request(calls)
         return gather_in_order([shares[r] for r in calls], [results[r] for r in calls], len(prompt_ids))
 
-    def update(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any) -> list[Any]:
+    def update(
+        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
+    ) -> list[Any]:
         """Run the Updater on every server with its share of the batch; one result per server, by rank.
 
         Every server is called, also one with an empty share (it must still join the gradient
@@ -146,7 +161,9 @@ class ShardedBackend(ABC):
         if candidates is not None:
             _check_lengths("update", contexts, candidates)
         if "_current_batch_ids" in kwargs:
-            raise InputError("update(): _current_batch_ids is set by the distributed backend; do not pass it.")
+            raise InputError(
+                "update(): _current_batch_ids is set by the distributed backend; do not pass it."
+            )
         shares = self._shares(contexts, candidates)
         calls: Calls = {
             rank: (
@@ -163,7 +180,9 @@ class ShardedBackend(ABC):
 
     def refresh_mask_policy(self) -> None:
         """Snapshot NLPO's mask policy on every server (their weights are equal, so are the snapshots)."""
-        self._request({rank: ("refresh_mask_policy", (), {}) for rank in range(self.num_servers)}, collective=True)
+        self._request(
+            {rank: ("refresh_mask_policy", (), {}) for rank in range(self.num_servers)}, collective=True
+        )
 
     def save(self, path: str) -> Any:
         """Save the trainable state from server 0 (all servers hold the same weights).
@@ -186,7 +205,9 @@ class ShardedBackend(ABC):
     def parameters_of(self, rank: int) -> list[Any]:
         """CPU copies of the trainable parameters of server ``rank`` (to check they agree)."""
         if not 0 <= rank < self.num_servers:
-            raise InputError(f"parameters_of(rank={rank}): expected a server rank in [0, {self.num_servers}).")
+            raise InputError(
+                f"parameters_of(rank={rank}): expected a server rank in [0, {self.num_servers})."
+            )
         return list(self._request({rank: ("trainable_parameters", (), {})})[rank])
 
     # ----------------------------------------------------------------- dispatch
@@ -229,7 +250,10 @@ class ShardedBackend(ABC):
         prints = self._request({rank: ("fingerprint", (), {}) for rank in range(self.num_servers)})
         first = prints[0]
         for rank in range(1, self.num_servers):
-            if not all(abs(x - y) <= _FINGERPRINT_RTOL * max(1.0, abs(x), abs(y)) for x, y in zip(first, prints[rank])):
+            if not all(
+                abs(x - y) <= _FINGERPRINT_RTOL * max(1.0, abs(x), abs(y))
+                for x, y in zip(first, prints[rank])
+            ):
                 raise BackendError(
                     f"the servers' trainable weights differ after update() (server 0 {first}, server {rank} "
                     f"{prints[rank]}); the Updater must call self.llm.sync_gradients(num_samples) after backward "
@@ -237,7 +261,9 @@ class ShardedBackend(ABC):
                 )
 
 
-def _check_lengths(method: str, first: Sequence[Any], second: Sequence[Any], name: str = "candidates") -> None:
+def _check_lengths(
+    method: str, first: Sequence[Any], second: Sequence[Any], name: str = "candidates"
+) -> None:
     if len(first) != len(second):
         raise InputError(
             f"{method}(): got {len(first)} contexts but {len(second)} {name}; pass one {name} entry per context."

@@ -45,9 +45,15 @@ class RayLLM(ShardedBackend):
         BackendError: When a server fails to start (with its traceback).
     """
 
-    def __init__(self, factory: ServerFactory, config: DistributedConfig, balance_by_tokens: bool = True) -> None:
+    def __init__(
+        self, factory: ServerFactory, config: DistributedConfig, balance_by_tokens: bool = True
+    ) -> None:
         super().__init__(
-            config.llm_processes, factory.config, factory.module_function_keys, config.check_weights, balance_by_tokens
+            config.llm_processes,
+            factory.config,
+            factory.module_function_keys,
+            config.check_weights,
+            balance_by_tokens,
         )
         self.timeout_s = config.timeout_s
         self.call_timeout_s = config.call_timeout_s
@@ -83,8 +89,13 @@ class RayLLM(ShardedBackend):
         actor = ray.remote(LLMServer)
         self._actors = [
             actor.options(
-                num_cpus=config.cpus_per_server, num_gpus=gpus, max_restarts=0, max_task_retries=0,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=rank),
+                num_cpus=config.cpus_per_server,
+                num_gpus=gpus,
+                max_restarts=0,
+                max_task_retries=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self._group, placement_group_bundle_index=rank
+                ),
             ).remote(rank, self.num_servers, config.cpus_per_server, config.timeout_s, self._runtime.private)
             for rank in range(self.num_servers)
         ]
@@ -116,12 +127,19 @@ class RayLLM(ShardedBackend):
         if self._closed:
             raise BackendError("this LLM is closed; create a new LLM to keep going.")
         if self._broken is not None:
-            raise BackendError(f"this LLM cannot be used any more: {self._broken}. Close it and create a new LLM.")
+            raise BackendError(
+                f"this LLM cannot be used any more: {self._broken}. Close it and create a new LLM."
+            )
         method = next(iter(calls.values()))[0] if calls else "nothing"
-        refs = {rank: self._actors[rank].call.remote(name, args, kwargs) for rank, (name, args, kwargs) in calls.items()}
+        refs = {
+            rank: self._actors[rank].call.remote(name, args, kwargs)
+            for rank, (name, args, kwargs) in calls.items()
+        }
         return self._wait(method, refs, collective, deadline_s=None if collective else self.call_timeout_s)
 
-    def _wait(self, method: str, refs: dict[int, Any], fatal: bool, deadline_s: float | None = None) -> dict[int, Any]:
+    def _wait(
+        self, method: str, refs: dict[int, Any], fatal: bool, deadline_s: float | None = None
+    ) -> dict[int, Any]:
         """Results by rank; the first failure is raised at once (``fatal``: and the LLM is unusable after).
 
         With ``deadline_s``, a server that has not answered within that many seconds is a
@@ -181,7 +199,9 @@ class RayLLM(ShardedBackend):
             if self._broken is None:  # a hung or dead server would only make the grace time pass
                 with contextlib.suppress(Exception):
                     ray.wait(
-                        [a.close.remote() for a in self._actors], num_returns=len(self._actors), timeout=_CLOSE_GRACE_S
+                        [a.close.remote() for a in self._actors],
+                        num_returns=len(self._actors),
+                        timeout=_CLOSE_GRACE_S,
                     )
             for actor in self._actors:
                 with contextlib.suppress(Exception):
@@ -226,7 +246,9 @@ def _check_some_node_fits(bundle: dict[str, float]) -> None:
     nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
     if any(all(node.get(key, 0.0) >= amount for key, amount in bundle.items()) for node in nodes):
         return
-    short = [key for key, amount in bundle.items() if max((n.get(key, 0.0) for n in nodes), default=0.0) < amount]
+    short = [
+        key for key, amount in bundle.items() if max((n.get(key, 0.0) for n in nodes), default=0.0) < amount
+    ]
     largest = {key: max((n.get(key, 0.0) for n in nodes), default=0.0) for key in bundle}
     raise PlacementError(
         f"each LLM server needs {bundle} on one node, but no node of the Ray cluster has enough "

@@ -132,7 +132,9 @@ def cluster_requires_token(gcs_address: str, timeout_s: float = 10.0) -> bool:
     env["RAY_AUTH_MODE"] = "disabled"
     command = [sys.executable, "-c", _PROBE, gcs_address, str(max(1.0, timeout_s / 2))]
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
     except subprocess.TimeoutExpired as exc:
         raise BackendError(f"the Ray cluster at {gcs_address} did not answer within {timeout_s:g}s.") from exc
     if "REFUSED" in done.stdout:
@@ -197,7 +199,11 @@ def _join(config: DistributedConfig) -> RayRuntime:
             stacklevel=3,
         )
     try:
-        ray.init(address=gcs_address, logging_level=logging.WARNING, runtime_env={"env_vars": {"PYTHONPATH": _python_path()}})
+        ray.init(
+            address=gcs_address,
+            logging_level=logging.WARNING,
+            runtime_env={"env_vars": {"PYTHONPATH": _python_path()}},
+        )
     except Exception as exc:
         raise BackendError(
             f"could not join the Ray cluster at {gcs_address}: {type(exc).__name__}: {exc}. With token "

@@ -34,8 +34,17 @@ __all__ = ["SERVER_METHODS", "LLMServer", "ServerLocation"]
 #: Backend methods the driver may call on a server.
 SERVER_METHODS = frozenset(
     {
-        "score", "forward", "generate", "update", "token_logprobs", "save", "load", "clear_trunk_cache",
-        "trainable_parameters", "tokenizer", "refresh_mask_policy",
+        "score",
+        "forward",
+        "generate",
+        "update",
+        "token_logprobs",
+        "save",
+        "load",
+        "clear_trunk_cache",
+        "trainable_parameters",
+        "tokenizer",
+        "refresh_mask_policy",
     }
 )
 
@@ -87,7 +96,9 @@ class LLMServer:
         self.timeout = timedelta(seconds=timeout_s)
         context = ray.get_runtime_context()
         gpus = tuple(str(g) for g in context.get_accelerator_ids().get("GPU", []))
-        self.location = ServerLocation(rank, context.get_node_id(), ray.util.get_node_ip_address(), os.getpid(), gpus)
+        self.location = ServerLocation(
+            rank, context.get_node_id(), ray.util.get_node_ip_address(), os.getpid(), gpus
+        )
         self.bind_address = "127.0.0.1" if loopback else self.location.address
         self.backend: Any = None
         self._store: Any = None
@@ -104,7 +115,12 @@ class LLMServer:
         sock = socket.create_server((host, 0), family=socket.AF_INET, backlog=128)
         port = sock.getsockname()[1]
         self._store = dist.TCPStore(
-            host, port, is_master=True, wait_for_workers=False, timeout=self.timeout, master_listen_fd=sock.detach()
+            host,
+            port,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=self.timeout,
+            master_listen_fd=sock.detach(),
         )
         return host, port
 
@@ -147,7 +163,9 @@ class LLMServer:
         if method == "fingerprint":
             return fingerprint(list(self.backend.trainable_parameters()))
         if method not in SERVER_METHODS:
-            raise ValueError(f"unknown LLM server method {method!r}; expected one of {sorted(SERVER_METHODS)}")
+            raise ValueError(
+                f"unknown LLM server method {method!r}; expected one of {sorted(SERVER_METHODS)}"
+            )
         if method == "trainable_parameters":
             return [p.detach().cpu().clone() for p in self.backend.trainable_parameters()]
         if method == "tokenizer":

@@ -9,7 +9,9 @@ of ``sum_t log pi(a_t) - log pi_ref(a_t)`` on the sampled tokens, an unbiased es
 ``KL(pi || pi_ref)``, and the completions' fluency (:mod:`llmgym.algorithms.fluency`): their
 perplexity under the reference and their distinct-2. A trained NLPO policy samples from its mask
 policy's top-p tokens, as in training (the zero-shot row is unmasked). A run's training time is its
-last training record's ``time_s``. The first ``--show`` completions of every policy follow the table.
+last training record's ``time_s``. Runs named ``NAME-sSEED`` are also summarised per setting over
+their seeds: the IQM of the seeds' mean rewards with a bootstrap interval over seeds, and the pooled
+episodes' mean with its interval. The first ``--show`` completions of every policy follow the tables.
 
     llmgym train textgen_ppo train.run_name=tg-ppo        # one run per algorithm, then:
     python benchmarks/textgen_table.py runs/tg-ppo runs/tg-grpo runs/tg-rloo runs/tg-nlpo --episodes 240
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -31,7 +35,7 @@ from llmgym.algorithms.fluency import fluency_metrics
 from llmgym.build import build_agent, build_llm
 from llmgym.checkpoint import latest_checkpoint
 from llmgym.config import Config, load_config
-from llmgym.stats import bootstrap_ci
+from llmgym.stats import bootstrap_ci, iqm
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,33 @@ def sample_policy(
     return rewards, fluency_metrics(llm, agent.policy, decisions, completions, sampled=True), completions
 
 
+def seed_groups(rows: list[PolicyRow]) -> dict[str, list[PolicyRow]]:
+    """The trained rows grouped by setting: the run folder's name without its ``-sN`` seed suffix."""
+    groups: dict[str, list[PolicyRow]] = defaultdict(list)
+    for row in rows:
+        if row.name != "zero-shot":
+            groups[re.sub(r"-s\d+\)$", ")", row.name)].append(row)
+    return dict(groups)
+
+
+def group_line(name: str, rows: list[PolicyRow]) -> str:
+    """A setting over its seeds: the IQM of the seeds' mean rewards with its bootstrap interval over seeds,
+    the pooled episodes' mean with its interval, and the seeds' mean KL, perplexity and distinct-2."""
+    means = [sum(r.rewards) / len(r.rewards) for r in rows]
+    low, high = bootstrap_ci(means, statistic="iqm")
+    pooled = [x for r in rows for x in r.rewards]
+    plow, phigh = bootstrap_ci(pooled, statistic="mean")
+
+    def avg(key: str) -> float:
+        return sum(r.fluency[key] for r in rows) / len(rows)
+
+    return (
+        f"| {name} | {len(rows)} | {iqm(means):.3f} [{low:.3f}, {high:.3f}] | "
+        f"{sum(pooled) / len(pooled):.3f} [{plow:.3f}, {phigh:.3f}] | {avg('kl_ref'):.3f} | "
+        f"{avg('perplexity_ref'):.2f} | {avg('distinct-2'):.3f} |"
+    )
+
+
 def training_seconds(run_dir: Path) -> Optional[float]:
     """The ``time_s`` of the run's last training record, if any."""
     records = [
@@ -150,6 +181,16 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for row in rows:
         print(row.line())
+    groups = {name: rows for name, rows in seed_groups(rows).items() if len(rows) > 1}
+    if groups:
+        print("\nSettings over seeds (runs named NAME-sSEED):")
+        print(
+            "| setting | seeds | IQM of seed means [95% bootstrap CI over seeds] | pooled mean [95% CI] "
+            "| KL | perplexity under reference | distinct-2 |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for name, members in groups.items():
+            print(group_line(name, members))
     print(f"\nThe first {args.show} completions of each policy (the same openings):")
     for row in rows:
         print(f"- {row.name}: " + " | ".join(repr(text) for text in row.completions[: args.show]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -98,3 +99,26 @@ def test_gpu_check_runs_end_to_end_on_cpu():
         "all": "PASS",
     }
     assert re.search(r"PASS quickstart: [\d.]+ env steps/s \(32 env steps\)", proc.stdout)
+
+
+def test_textgen_table_summarises_a_setting_over_its_seeds(monkeypatch):
+    spec = importlib.util.spec_from_file_location("textgen_table", ROOT / "benchmarks" / "textgen_table.py")
+    table = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "textgen_table", table)  # its dataclasses look their module up
+    spec.loader.exec_module(table)
+    fluency = {"kl_ref": 1.0, "perplexity_ref": 4.0, "distinct-2": 0.5}
+    rows = [
+        table.PolicyRow("zero-shot", [0.0, 0.0], fluency, None, []),
+        table.PolicyRow("ppo (kl-s0)", [1.0, 1.0], fluency, 60.0, []),
+        table.PolicyRow("ppo (kl-s1)", [0.0, 0.0], {**fluency, "kl_ref": 3.0}, 60.0, []),
+        table.PolicyRow("ppo (kl-s2)", [0.5, 0.5], fluency, 60.0, []),
+        table.PolicyRow("ppo (warm)", [1.0, 0.0], fluency, 60.0, []),
+    ]
+    groups = table.seed_groups(rows)
+    assert list(groups) == ["ppo (kl)", "ppo (warm)"] and len(groups["ppo (kl)"]) == 3
+    # seed means 1.0, 0.0, 0.5: their IQM (the mean, with fewer than 4) and the pooled mean are 0.5; KL (1 + 3 + 1) / 3
+    line = table.group_line("ppo (kl)", groups["ppo (kl)"])
+    assert (
+        line.startswith("| ppo (kl) | 3 | 0.500 [0.000, 1.000] | 0.500 [")
+        and "| 1.667 | 4.00 | 0.500 |" in line
+    )

@@ -94,10 +94,11 @@ class _Reader:
 
 
 def _eos_token(model_name: str) -> str:
-    import transformers
+    from llmgym.config import ModelConfig
+    from llmgym.llm.models import load_tokenizer
 
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(model_name)
+    try:  # found where llmgym train looks: a folder, a GGUF, the default model's alias, the hub
+        tokenizer = load_tokenizer(ModelConfig(name=model_name))
     except Exception as exc:  # offline, unknown name...
         raise ConfigError(
             f"RL4LMs config: env.args.terminate_on_eos needs the EOS token of tokenizer {model_name!r}, which could not "

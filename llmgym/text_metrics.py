@@ -21,13 +21,13 @@ from typing import Any
 from llmgym.envs import text_scores
 from llmgym.envs.rewards import (
     SPICE_ERROR,
-    import_object,
     increasing_numbers,
     intent_matches,
     sentences_with_dates,
     totto_parent,
 )
 from llmgym.errors import ConfigError, MissingDependencyError
+from llmgym.import_path import import_object
 
 __all__ = [
     "MetricValue",

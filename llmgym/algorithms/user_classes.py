@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from llmgym.errors import ConfigError
+from llmgym.import_path import import_object, is_import_path
 
 __all__ = ["import_class", "is_import_path"]
 
 _T = TypeVar("_T")
-
-
-def is_import_path(spec: str) -> bool:
-    """Whether ``spec`` names a class by import path (``'package.module:ClassName'``)."""
-    module_name, sep, class_name = spec.partition(":")
-    return bool(sep and module_name and class_name)
 
 
 def import_class(spec: str, key: str, base: type[_T], what: str) -> type[_T]:
@@ -33,17 +27,7 @@ def import_class(spec: str, key: str, base: type[_T], what: str) -> type[_T]:
     Raises:
         ConfigError: ``spec`` is not an import path, its import fails, or it is not a subclass of ``base``.
     """
-    if not is_import_path(spec):
-        raise ConfigError(f"{key}={spec!r} must look like 'package.module:ClassName'.")
-    module_name, _, class_name = spec.partition(":")
-    try:
-        found: Any = importlib.import_module(module_name)
-        for part in class_name.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(
-            f"{key}={spec!r} could not be imported ({exc}); give 'package.module:ClassName' of an importable {what}."
-        ) from exc
+    found = import_object(spec, key, f"'package.module:ClassName' of an {what}")
     if not (isinstance(found, type) and issubclass(found, base)):
         raise ConfigError(f"{key}={spec!r} is not an {what}; it is {found!r:.100}.")
     return found

@@ -142,7 +142,7 @@ def load_datapool(
         InputError: If an item is not a prompt, or the pool is empty.
     """
     if isinstance(source, str) and ":" in source and not Path(source).exists():
-        from llmgym.envs.rewards import import_object
+        from llmgym.import_path import import_object
 
         source = import_object(source, "datapool")
     if callable(source):

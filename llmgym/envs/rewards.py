@@ -24,7 +24,6 @@ Shipped, llmgym's: ``exact_match``, ``contains_reference``, ``keywords``, ``leng
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +32,7 @@ from typing import Any, Protocol
 
 from llmgym.envs import text_scores
 from llmgym.errors import ConfigError, InputError, MissingDependencyError
+from llmgym.import_path import import_object
 
 __all__ = [
     "RewardFn",
@@ -41,7 +41,6 @@ __all__ = [
     "register_reward",
     "get_reward",
     "list_rewards",
-    "import_object",
 ]
 
 
@@ -76,29 +75,6 @@ class _Entry:
 
 
 _REWARDS: dict[str, _Entry] = {}
-
-
-def import_object(spec: str, kind: str) -> Any:
-    """Import ``"package.module:attribute"`` (a user's reward, metric or datapool named in YAML).
-
-    Args:
-        spec: ``"module:attribute"`` (dotted attribute paths allowed after the colon).
-        kind: What it is, for the error message (``"reward"``, ``"metric"``, ``"datapool"``).
-
-    Raises:
-        ConfigError: If the module or attribute cannot be imported.
-    """
-    module_name, _, attr = spec.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(
-            f"{kind}={spec!r} could not be imported ({exc}); expected 'package.module:function' importable from "
-            "the current environment."
-        ) from exc
-    return obj
 
 
 def register_reward(

@@ -5,6 +5,7 @@ processes) and sleeps until a signal ends it.
 """
 
 import json
+import signal
 import sys
 import time
 
@@ -16,6 +17,8 @@ from llmgym.testing import tiny_causal_lm
 
 
 def main() -> int:
+    # As a terminal's Ctrl-C finds it: a CI runner's background shell may have left SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     model, tokenizer = tiny_causal_lm("llama", seed=0)
     llm = make_backend(
         ModelConfig(name="tiny"),

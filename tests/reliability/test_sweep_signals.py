@@ -12,8 +12,12 @@ import pytest
 from tests.reliability._process_tools import python, reaped, wait_gone
 
 # `llmgym sweep --seeds 0-2` whose `llmgym train` is a stand-in that prints its pid and trains forever.
+# SIGINT is put back to Python's handler first: a shell that starts a job in the background (as a CI
+# runner may) leaves SIGINT ignored, and Python then installs no KeyboardInterrupt handler; a user's
+# Ctrl-C in a terminal meets a process whose SIGINT is at its default.
 _SWEEP_SCRIPT = """
-import os, sys
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from llmgym import cli, sweep
 child = "import os, time; print('PIDS', os.getpid(), flush=True); time.sleep(300)"
 sweep._train_command = lambda config_path, overrides, seed, run_dir: [sys.executable, "-c", child]

@@ -18,16 +18,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from llmgym.agents.policies import Decision, Policy
+from llmgym.llm.protocols import PolicyLLM
 from llmgym.text_metrics import MetricContext, MetricSpec, compute_metrics
 
 __all__ = ["fluency_metrics"]
 
 
 def fluency_metrics(
-    llm: Any, policy: Policy, decisions: Sequence[Decision], completions: Sequence[str], *, sampled: bool
+    llm: PolicyLLM,
+    policy: Policy,
+    decisions: Sequence[Decision],
+    completions: Sequence[str],
+    *,
+    sampled: bool,
 ) -> dict[str, float]:
     """Perplexity under the reference, distinct-1/2 and (``sampled``) KL to the reference of an evaluation's completions.
 

@@ -357,7 +357,7 @@ class OnPolicyAlgorithm(abc.ABC):
         steps = self.config.rollout_steps * envs.num_envs
         return {"invalid_action_rate": parse_failures / steps, "reward_per_step": reward_sum / steps}
 
-    def kl_penalties(self, llm: Any, policy: Policy, decisions: Sequence[Decision]) -> np.ndarray:
+    def kl_penalties(self, llm: object, policy: Policy, decisions: Sequence[Decision]) -> np.ndarray:
         """``[B]`` rewards added to the decisions for their KL to the reference (``algorithm.kl.penalty: reward``).
 
         One batched reference pass (:meth:`~llmgym.agents.policies.Policy.reference_kl`) measures

@@ -124,9 +124,12 @@ def test_default_sweep_names_started_in_the_same_second_get_distinct_folders(tmp
     )
 
 
+# The worker prints its own pid: os.fork() returns in the child only after llmgym's at-fork hook has
+# closed its copy of the lock's descriptor. (When the parent printed it, a parent killed before the
+# child was first scheduled left the lock held: a race of this test, met once under load.)
 FORK_AND_HOLD = (
     "import os, sys, time\nfrom llmgym.run_lock import RunLock\nlock = RunLock.acquire(sys.argv[1])\npid = os.fork()\n"
-    "if pid == 0:\n    time.sleep(60)\n    os._exit(0)\nprint(pid, flush=True)\ntime.sleep(120)\n"
+    "if pid == 0:\n    print(os.getpid(), flush=True)\n    time.sleep(60)\n    os._exit(0)\ntime.sleep(120)\n"
 )
 
 

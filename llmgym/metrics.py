@@ -234,7 +234,7 @@ def metrics_record(data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(data.get("kind"), str):
         raise ValueError(f"'kind' is {data.get('kind')!r}, expected a string (train or eval)")
     steps = data.get("env_steps")
-    if not _finite(steps) or int(steps) != steps:
+    if not isinstance(steps, (int, float)) or not _finite(steps) or steps != int(steps):
         raise ValueError(f"'env_steps' is {steps!r}, expected an integer")
     if "label" in data and not isinstance(data["label"], str):
         raise ValueError(f"'label' is {data['label']!r}, expected a string")

@@ -53,3 +53,14 @@ def test_out_a_folder_writes_report_html_in_it_and_a_previous_report_is_replaced
     assert main(["report", str(run), "--out", str(folder)]) == 0  # its own previous report: replaced
     assert main(["report", str(run)]) == 0 and is_report(run / REPORT_NAME)  # the default place, twice
     assert main(["report", str(run)]) == 0
+
+
+def test_a_report_of_an_older_llmgym_is_recognised_by_its_footer(tmp_path, capsys):
+    run = write_run(tmp_path / "run")
+    older = tmp_path / "older.html"
+    older.write_text(
+        '<!DOCTYPE html><html><head><style></style></head><body><header><p class="muted">generated '
+        "2026-01-01 00:00:00 by llmgym report</p></header></body></html>"
+    )
+    assert main(["report", str(run), "--out", str(older)]) == 0
+    assert is_report(older) and "generated 2026-01-01" not in older.read_text()

@@ -18,8 +18,8 @@ train: setup
 	$(VENV)/bin/llmgym train quickstart $(ARGS)
 
 lint: setup-dev
-	$(VENV)/bin/ruff check llmgym tests benchmarks examples scripts
-	$(VENV)/bin/ruff format --check llmgym tests benchmarks examples scripts
+	$(VENV)/bin/ruff check llmgym tests benchmarks examples scripts setup.py
+	$(VENV)/bin/ruff format --check llmgym tests benchmarks examples scripts setup.py
 
 typecheck: setup-dev
 	$(VENV)/bin/mypy llmgym

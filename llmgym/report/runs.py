@@ -16,6 +16,7 @@ from typing import Any, Optional
 import yaml
 
 from llmgym.atomic_io import write_atomic_dir
+from llmgym.checkpoint import CHECKPOINTS, is_checkpoint_name
 from llmgym.errors import InputError, RunFileError
 from llmgym.metrics import read_metrics
 from llmgym.report.records import EPISODES_NAME, EpisodeRecord, read_episode_records
@@ -74,6 +75,33 @@ class RunData:
     def evaluations(self) -> list[dict[str, Any]]:
         """The ``kind="eval"`` records."""
         return [r for r in self.records if r.get("kind") == "eval"]
+
+    def unfinished(self) -> Optional[str]:
+        """Why this training run did not finish, or ``None`` (finished, or a ``llmgym eval`` folder).
+
+        A run finished once it reached ``train.total_env_steps``: with evaluations
+        (``train.eval_episodes > 0``), its last one is at or past that budget (the ``after`` one);
+        without, a record or a checkpoint (the final one is saved at the end) is. A run stopped
+        earlier (interrupted, crashed, or still running) has neither.
+        """
+        if self.records and all(r.get("kind") == "eval" and r.get("label") == "eval" for r in self.records):
+            return None  # llmgym eval's folder: one evaluation, no training
+        train = self.config.get("train") or {}
+        total = train.get("total_env_steps")
+        if not isinstance(total, int):
+            return None  # no resolved config: nothing to compare with
+        if train.get("eval_episodes"):
+            evaluated = max((int(r["env_steps"]) for r in self.evaluations), default=None)
+            if evaluated is not None and evaluated >= total:
+                return None
+            where = "no evaluation yet" if evaluated is None else f"last evaluation at {evaluated}"
+            return f"no evaluation after training: the budget is {total} env steps, {where}"
+        steps = [int(r["env_steps"]) for r in self.records if "env_steps" in r]
+        folder = self.path / CHECKPOINTS
+        if folder.is_dir():
+            steps += [int(d.name.split("-")[1]) for d in folder.iterdir() if is_checkpoint_name(d.name)]
+        reached = max(steps, default=0)
+        return None if reached >= total else f"stopped at {reached} of {total} env steps"
 
 
 def is_run(path: Path) -> bool:

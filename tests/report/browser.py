@@ -1,7 +1,7 @@
 """Headless Chromium for the report tests: the DOM after the page's JavaScript ran, and a screenshot.
 
-Debian's ``chromium`` package (``scripts/setup.sh`` installs it where it can); tests skip with a
-message where no binary is found.
+Debian's ``chromium`` package (``scripts/setup-dev.sh``, run by ``make test``, installs it where it can);
+tests skip with a message where no binary is found.
 """
 
 from __future__ import annotations

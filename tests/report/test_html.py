@@ -74,7 +74,7 @@ def test_scoring_run_report_replays_the_recorded_probabilities(tiny_model_dir, t
     everything = read_episode_records(run_dir / "episodes.jsonl")
     records = [r for r in everything if r.policy == "greedy"]
     evaluations = sorted({r.evaluation for r in records})
-    assert evaluations == [0, 1, 2] and [r.label for r in records[::2]] == ["before", "periodic", "periodic"]
+    assert evaluations == [0, 1, 2] and [r.label for r in records[::2]] == ["before", "periodic", "after"]
     assert all(
         len([r for r in records if r.evaluation == e]) == 2 for e in evaluations
     )  # eval_episodes=2, default 3

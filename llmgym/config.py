@@ -634,9 +634,16 @@ class NLPOSection(_Section):
         "The mask policy is a snapshot of the policy, refreshed after every this many updates "
         "(RL4LMs' target_update_iterations; 5 in its IMDB config, 20 in others).",
     )
+    min_tokens_to_keep: int = _f(
+        1,
+        "The mask keeps at least this many of the mask policy's most likely tokens, whatever their "
+        "probability (RL4LMs' min_tokens_to_keep, 100 by default there; converted RL4LMs configs set it); "
+        "1 keeps the top-p set alone.",
+    )
 
     def _check(self) -> None:
         _check_positive(self._section, "mask_update_interval", self.mask_update_interval)
+        _check_positive(self._section, "min_tokens_to_keep", self.min_tokens_to_keep)
         if not 0.0 < self.mask_top_p <= 1.0:
             raise ConfigError(
                 f"{self._section}.mask_top_p={self.mask_top_p!r} must lie in (0, 1]; NLPO uses 0.9."

@@ -536,8 +536,8 @@ class Policy(Protocol):
         """
         ...
 
-    def masked(self, top_p: float) -> Policy:
-        """The policy restricted to the top-p set of the LLM's mask policy at every token (NLPO)."""
+    def masked(self, top_p: float, min_tokens: int = 1) -> Policy:
+        """The policy restricted to the top-p set (at least ``min_tokens``) of the LLM's mask policy at every token (NLPO)."""
         ...
 
 
@@ -786,7 +786,7 @@ class CandidatePolicy:
             kl.float().cpu(), torch.ones(len(decisions), dtype=torch.long), chosen.float().cpu()
         )
 
-    def masked(self, top_p: float) -> Policy:
+    def masked(self, top_p: float, min_tokens: int = 1) -> Policy:
         """Refused: a candidate policy generates no tokens to mask.
 
         Raises:
@@ -1034,10 +1034,17 @@ class TokenPolicy:
         kl = _segment_sums(kl_estimate(sampled, ref_flat, estimator), lengths)
         return ReferenceKL(kl, torch.as_tensor(lengths, dtype=torch.long), _segment_sums(ref_flat, lengths))
 
-    def masked(self, top_p: float) -> TokenPolicy:
+    def masked(self, top_p: float, min_tokens: int = 1) -> TokenPolicy:
         """The same policy with every token restricted to the mask policy's top-p set (NLPO).
 
+        Args:
+            top_p: The mask's mass.
+            min_tokens: The mask policy's most likely tokens kept whatever their mass (RL4LMs' ``min_tokens_to_keep``).
+
         Raises:
-            InputError: ``top_p`` outside ``(0, 1]``.
+            InputError: ``top_p`` outside ``(0, 1]`` or ``min_tokens`` below 1.
         """
-        return replace(self, sampling=replace(self.sampling, mask_top_p=check_mask_top_p(top_p)))
+        return replace(
+            self,
+            sampling=replace(self.sampling, mask_top_p=check_mask_top_p(top_p), mask_min_tokens=min_tokens),
+        )

@@ -278,10 +278,8 @@ def convert_rl4lms_config(
             raise ConfigError(
                 "RL4LMs config: alg.policy.args.mask_type must be 'learned_top_p' (llmgym's NLPO mask)."
             )
-        if pargs.get("min_tokens_to_keep") is not None:
-            approximately(
-                "alg.policy.args.min_tokens_to_keep", "llmgym's top-p mask keeps at least one token"
-            )
+        # RL4LMs' maskable policies keep at least min_tokens_to_keep tokens (default 100)
+        algorithm["nlpo"]["min_tokens_to_keep"] = int(pargs.get("min_tokens_to_keep", 100))
     pargs.done()
     policy.done()
     alg.done()

@@ -221,14 +221,15 @@ def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsy
     assert "alg.kl_div" not in err and "generation_kwargs.min_length" in err
     assert main(["convert", str(path), "--approximate", "--model", str(tiny_model_dir)]) == 0
     out, err = capsys.readouterr()
-    assert "# approximately: alg.policy.args.min_tokens_to_keep" in err
+    assert "min_tokens_to_keep" not in err  # mapped exactly
     (tmp_path / "nlpo.yaml").write_text(out)
     config = load_config(str(tmp_path / "nlpo.yaml"))
     assert (
         config.algorithm.name,
         config.algorithm.nlpo.mask_top_p,
         config.algorithm.nlpo.mask_update_interval,
-    ) == ("nlpo", 0.9, 5)
+        config.algorithm.nlpo.min_tokens_to_keep,
+    ) == ("nlpo", 0.9, 5, 100)
     assert config.train.eval_splits == ["val", "test"] and config.env.kwargs["datapool_kwargs"] == {
         "seed": 42,
         "split": "train",

@@ -374,7 +374,7 @@ def bert_scores(
     num_layers: int | None = None,
     batch_size: int = 64,
 ) -> list[float]:
-    """Per-sample BERTScore F1 (bert-score; the best over a sample's references; 0.0 without references).
+    """Per-sample BERTScore F1 (bert-score; the best over a sample's references; 0.0 without any, or when empty).
 
     Args:
         predictions: The generated texts.
@@ -386,12 +386,15 @@ def bert_scores(
         batch_size: Texts per forward pass.
     """
     _check(predictions, references, "bert_score")
-    scored = [i for i, refs in enumerate(references) if refs]  # a sample without references scores 0.0
+    # ToTTo's test references are [""]: a sample with no non-empty reference, or an empty prediction
+    # (bert-score's own rule), scores 0.0; bert-score cannot encode an empty text with fast tokenizers
+    refs = [[r for r in sample if r.strip()] for sample in references]
+    scored = [i for i, r in enumerate(refs) if r and predictions[i].strip()]
     scores = [0.0] * len(predictions)
     if not scored:
         return scores
     scorer = _bert_scorer(model_type, language, num_layers, batch_size)
-    _, _, f1 = scorer.score([predictions[i] for i in scored], [list(references[i]) for i in scored])
+    _, _, f1 = scorer.score([predictions[i] for i in scored], [refs[i] for i in scored])
     for i, value in zip(scored, f1):
         scores[i] = float(value)
     return scores

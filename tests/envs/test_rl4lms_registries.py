@@ -315,5 +315,10 @@ def test_bert_score_metric_scores_a_split_without_references(tmp_path):
     spec = MetricSpec("bert_score", {"model_type": cls, "num_layers": 1})
     empty = compute_metrics([spec], ["p", "q"], ["a cat", "a dog"], [[], []])
     assert empty["semantic/bert_score"].per_sample == (0.0, 0.0)
-    mixed = compute_metrics([spec], ["p", "q"], ["the cat sat", "a dog"], [["the cat sat"], []])
-    assert mixed["semantic/bert_score"].per_sample == pytest.approx((1.0, 0.0), abs=1e-4)
+    mixed = compute_metrics(
+        [spec],
+        ["p", "q", "r", "s"],
+        ["the cat sat", "a dog", "a dog", ""],
+        [["the cat sat"], [], [""], ["x"]],
+    )  # totto's test references are [""]; an empty completion scores 0 as in bert-score
+    assert mixed["semantic/bert_score"].per_sample == pytest.approx((1.0, 0.0, 0.0, 0.0), abs=1e-4)

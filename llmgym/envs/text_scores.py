@@ -494,9 +494,15 @@ def seq2seq_label_probability(
     neg_id = tokenizer(negative).input_ids[0]
     start = model.config.decoder_start_token_id
     out: list[float] = []
+    # an empty text (a completion of special tokens only) is fed as EOS alone, as T5's tokenizer encodes it;
+    # a tokenizer that adds no EOS would give the encoder no token at all
+    empty = tokenizer.eos_token or tokenizer.pad_token or ""
     for i in range(0, len(texts), batch_size):
         encoded = tokenizer(
-            list(texts[i : i + batch_size]), return_tensors="pt", truncation=True, padding=True
+            [t if t.strip() else empty for t in texts[i : i + batch_size]],
+            return_tensors="pt",
+            truncation=True,
+            padding=True,
         )
         encoded = encoded.to(model.device)
         decoder_ids = torch.full((encoded.input_ids.shape[0], 1), start, device=model.device)

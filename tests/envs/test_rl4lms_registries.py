@@ -322,3 +322,13 @@ def test_bert_score_metric_scores_a_split_without_references(tmp_path):
         [["the cat sat"], [], [""], ["x"]],
     )  # totto's test references are [""]; an empty completion scores 0 as in bert-score
     assert mixed["semantic/bert_score"].per_sample == pytest.approx((1.0, 0.0, 0.0, 0.0), abs=1e-4)
+
+
+def test_preference_model_scores_an_empty_completion(tmp_path):
+    # a completion of special tokens only is empty once they are left out; a tokenizer that adds no EOS gave
+    # the T5 encoder no token at all
+    t5 = str(save_tiny_model(tmp_path / "t5", kind="t5"))
+    args = _yaml("common_gen_t5_ppo_on_supervised.yml")["reward_fn"]["args"]  # device, batch_size, model_type
+    reward = get_reward("common_gen_preference_model", **args, model_name=t5)
+    [empty, full] = reward.batch(["", ""], ["", "dog runs"], [[], []], [{"concepts": ["dog"]}] * 2)
+    assert 0.0 < empty < 1.0 and 0.0 < full < 1.0

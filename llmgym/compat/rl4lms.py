@@ -116,6 +116,32 @@ def _eos_and_special_tokens(model_name: str) -> tuple[str, list[str]]:
     return eos, special
 
 
+def _supervised_refusal(mapping: Mapping[str, Any]) -> str:
+    """What to run instead of an ``alg.id: supervised`` config: ``llmgym sft`` on its own datapool and settings."""
+    pool = mapping.get("datapool") or {}
+    training = (mapping.get("alg") or {}).get("training_args") or {}
+    overrides = [f"env.kwargs.datapool={pool.get('id')}"] + [
+        f"env.kwargs.datapool_kwargs.{key}={value}" for key, value in (pool.get("args") or {}).items()
+    ]
+    options = [f"--learning-rate {training['learning_rate']}"] if "learning_rate" in training else []
+    if "per_device_train_batch_size" in training:
+        options.append(f"--batch-size {training['per_device_train_batch_size']}")
+    seq2seq = (mapping.get("alg") or {}).get("model_type") == "seq2seq"
+    return (
+        "RL4LMs config: alg.id='supervised' is supervised fine-tuning, which llmgym runs with llmgym sft (TRL's "
+        "SFTTrainer on the datapool's references), not llmgym train. Fix: convert an RL config of the same task "
+        "(llmgym convert CFG --approximate --output task.yaml), then run llmgym sft task.yaml "
+        + " ".join(overrides + options)
+        + " --out FOLDER --steps N (RL4LMs counts epochs, llmgym sft steps), and train RL from it with "
+        "model.name=FOLDER (docs/trl.md)."
+        + (
+            " llmgym sft trains causal LMs only: this config's seq2seq model has no llmgym equivalent yet."
+            if seq2seq
+            else ""
+        )
+    )
+
+
 def convert_rl4lms_config(
     mapping: Mapping[str, Any], *, approximate: bool = False, model_name: str | None = None
 ) -> Conversion:
@@ -154,12 +180,7 @@ def convert_rl4lms_config(
     seq2seq = policy_id in _SEQ2SEQ_POLICIES
     algo = alg.get("id")
     if algo == "supervised":
-        raise ConfigError(
-            "RL4LMs config: alg.id='supervised' is supervised fine-tuning, which llmgym runs with llmgym sft "
-            "(TRL's SFTTrainer on the datapool's references), not llmgym train. Fix: convert an RL config of the "
-            "same task (llmgym convert CFG --approximate --output task.yaml), then run llmgym sft task.yaml --out "
-            "FOLDER --steps N, and train RL from it with model.name=FOLDER (docs/trl.md)."
-        )
+        raise ConfigError(_supervised_refusal(mapping))
     if algo not in _SB3:
         raise ConfigError(f"RL4LMs config: alg.id={algo!r} is not supported; expected one of {sorted(_SB3)}.")
     pargs = policy.sub("args")

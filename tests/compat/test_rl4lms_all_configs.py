@@ -186,8 +186,17 @@ def _converted(name: str, models: dict, tmp_path: Path):
 
 @pytest.mark.parametrize("name", SUPERVISED)
 def test_supervised_configs_are_refused_with_the_sft_command(name):
-    with pytest.raises(ConfigError, match=r"alg.id='supervised'.*llmgym sft task.yaml --out FOLDER"):
-        convert_rl4lms_config(_load(name), approximate=True, model_name="unused")
+    raw = _load(name)
+    with pytest.raises(
+        ConfigError, match=r"alg.id='supervised'.*llmgym sft task.yaml env.kwargs.datapool="
+    ) as error:
+        convert_rl4lms_config(raw, approximate=True, model_name="unused")
+    pool = raw["datapool"]["id"]
+    assert f"env.kwargs.datapool={pool} " in str(error.value)  # IMDB's: imdb_seq2seq, the continuation alone
+    assert f"--learning-rate {raw['alg']['training_args']['learning_rate']}" in str(error.value)
+    assert ("seq2seq model has no llmgym equivalent" in str(error.value)) == (
+        raw["alg"]["model_type"] == "seq2seq"
+    )
 
 
 @pytest.mark.parametrize("name", RL)

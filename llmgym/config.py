@@ -430,6 +430,11 @@ class AgentConfig(_Section):
     history_length: int = _f(3, "Past observation/action turns kept in the prompt (0: none).")
     use_chat_template: bool = _f(True, "Render prompts with the tokenizer's chat template when it has one.")
     max_prompt_tokens: int = _f(1024, "Token budget of a prompt; oldest turns are dropped first.")
+    prompt_truncation_side: str = _f(
+        "left",
+        "Token agents with an encoder-decoder model: which end of a prompt over max_prompt_tokens is cut, left "
+        "(its start) or right (its end; RL4LMs' prompt_truncation_side: right). Other agents cut on the left.",
+    )
     temperature: float = _f(
         1.0, "Policy temperature (scoring: softmax over log-probs; generative: sampling)."
     )
@@ -486,6 +491,12 @@ class AgentConfig(_Section):
         _check_choice("agent", "type", self.type, ("scoring", "generative", "token"))
         _check_choice("agent", "invalid_action", self.invalid_action, ("penalty", "error"))
         _check_choice("agent", "score_normalize", self.score_normalize, ("sum", "mean"))
+        _check_choice("agent", "prompt_truncation_side", self.prompt_truncation_side, ("left", "right"))
+        if self.prompt_truncation_side == "right" and self.type != "token":
+            raise ConfigError(
+                f"agent.prompt_truncation_side=right applies to agent.type=token (an encoder-decoder's prompt); "
+                f"agent.type={self.type} cuts prompts on the left. Fix: remove it or use agent.type=token."
+            )
         _check_positive("agent", "history_length", self.history_length, allow_zero=True)
         _check_positive("agent", "max_prompt_tokens", self.max_prompt_tokens)
         _check_positive("agent", "temperature", self.temperature)
@@ -634,9 +645,16 @@ class NLPOSection(_Section):
         "The mask policy is a snapshot of the policy, refreshed after every this many updates "
         "(RL4LMs' target_update_iterations; 5 in its IMDB config, 20 in others).",
     )
+    min_tokens_to_keep: int = _f(
+        1,
+        "The mask keeps at least this many of the mask policy's most likely tokens, whatever their "
+        "probability (RL4LMs' min_tokens_to_keep, 100 by default there; converted RL4LMs configs set it); "
+        "1 keeps the top-p set alone.",
+    )
 
     def _check(self) -> None:
         _check_positive(self._section, "mask_update_interval", self.mask_update_interval)
+        _check_positive(self._section, "min_tokens_to_keep", self.min_tokens_to_keep)
         if not 0.0 < self.mask_top_p <= 1.0:
             raise ConfigError(
                 f"{self._section}.mask_top_p={self.mask_top_p!r} must lie in (0, 1]; NLPO uses 0.9."

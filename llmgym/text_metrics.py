@@ -262,9 +262,11 @@ def rouge_l_max(
 ) -> dict[str, MetricValue]:
     """Best ROUGE-L F over the references, per sample and mean (RL4LMs' ``lexical/rouge_l_max``).
 
-    RL4LMs' py-rouge arguments (``rouge_args``) are accepted; the score is rouge-score's ROUGE-L with stemming.
+    ``rouge_args`` are RL4LMs' py-rouge arguments (:func:`llmgym.envs.text_scores.rouge_l_max_scores`).
     """
-    return _per_sample("lexical/rouge_l_max", text_scores.rouge_l_max_scores(completions, references))
+    return _per_sample(
+        "lexical/rouge_l_max", text_scores.rouge_l_max_scores(completions, references, **rouge_args)
+    )
 
 
 @register_metric("meteor")

@@ -10,7 +10,7 @@ from llmgym.agents.base import BaseAgent
 from llmgym.agents.history import History, PlainTemplate, Prompt
 from llmgym.agents.policies import Decision, TokenChoice, TokenPolicy, decoder_state_values
 from llmgym.envs.core import normalize_action_text
-from llmgym.errors import InvalidActionError
+from llmgym.errors import ConfigError, InvalidActionError
 from llmgym.llm.protocols import PolicyLLM
 from llmgym.llm.sampling import Sampling
 
@@ -168,9 +168,22 @@ class TokenAgent(GenerativeAgent):
     def make_history(self) -> History:
         """The prompt is the observation itself (the text so far), after the system prompt if any.
 
-        With an encoder-decoder model, a :class:`DecoderHistory`: the first observation and the tokens since.
+        With an encoder-decoder model, a :class:`DecoderHistory`: the first observation and the tokens since,
+        the first observation cut on ``agent.prompt_truncation_side`` when over ``agent.max_prompt_tokens``.
+
+        Raises:
+            ConfigError: ``agent.prompt_truncation_side=right`` with a causal model, whose prompt is the
+                text so far: its end is what was just generated.
         """
-        kind = DecoderHistory if is_encoder_decoder(self.llm) else History
+        seq2seq = is_encoder_decoder(self.llm)
+        right = self.config.prompt_truncation_side == "right"
+        if right and not seq2seq:
+            raise ConfigError(
+                "agent.prompt_truncation_side=right cuts the end of an encoder-decoder's prompt; a causal token "
+                "agent's prompt is the text so far, whose end is what it just generated. Fix: "
+                "agent.prompt_truncation_side=left, or an encoder-decoder model."
+            )
+        kind = DecoderHistory if seq2seq else History
         return kind(
             self.llm.tokenizer,
             system_prompt=self.config.system_prompt,
@@ -178,7 +191,7 @@ class TokenAgent(GenerativeAgent):
             max_prompt_tokens=self.config.max_prompt_tokens,
             use_chat_template=False,
             template=PlainTemplate(query="{observation}"),
-            overflow="truncate_left",
+            overflow="truncate_right" if right else "truncate_left",
         )
 
     def act_batch(

@@ -97,7 +97,8 @@ class History:
             when ``False``) use ``template``.
         template: The plain template; defaults to :class:`PlainTemplate`.
         overflow: What to do when the system prompt and the pending observation alone exceed the
-            budget: ``"error"`` raises, ``"truncate_left"`` keeps the end of the observation.
+            budget: ``"error"`` raises, ``"truncate_left"`` keeps the end of the observation,
+            ``"truncate_right"`` its start.
         add_special_tokens: Passed to the tokenizer; ``None`` means ``False`` with a chat template
             (it writes its own special tokens) and ``True`` with the plain template.
 
@@ -132,9 +133,9 @@ class History:
             raise ConfigError(
                 f"max_prompt_tokens={max_prompt_tokens!r} must be a positive int or None (no budget)."
             )
-        if overflow not in ("error", "truncate_left"):
+        if overflow not in ("error", "truncate_left", "truncate_right"):
             raise ConfigError(
-                f"overflow={overflow!r} is not allowed; expected one of ['error', 'truncate_left']."
+                f"overflow={overflow!r} is not allowed; expected one of ['error', 'truncate_left', 'truncate_right']."
             )
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt or None
@@ -357,7 +358,7 @@ class History:
                 )
             raise InputError(
                 f"{size} max_prompt_tokens={self.max_prompt_tokens} can hold; raise agent.max_prompt_tokens, shorten "
-                "the system prompt or observation, or use overflow='truncate_left'."
+                "the system prompt or observation, or use overflow='truncate_left' (or 'truncate_right')."
             )
         empty_ids = self.encode(self._text([], ""))
         if not self._fits(empty_ids):
@@ -366,10 +367,18 @@ class History:
                 f"max_prompt_tokens={self.max_prompt_tokens}; raise agent.max_prompt_tokens or shorten "
                 "the system prompt."
             )
-        # Keep the longest suffix of the observation that fits (smallest cut), within the character bound.
-        kept = observation if limit is None else observation[-limit:]
-        first_cut = 1 if len(kept) == len(observation) else 0
-        found = self._smallest_fitting(first_cut, len(kept) - 1, lambda cut: self._text([], kept[cut:]))
+        # Keep the longest suffix (truncate_left) or prefix (truncate_right) of the observation that fits
+        # (smallest cut), within the character bound.
+        if self.overflow == "truncate_right":
+            kept = observation if limit is None else observation[:limit]
+            first_cut = 1 if len(kept) == len(observation) else 0
+            found = self._smallest_fitting(
+                first_cut, len(kept) - 1, lambda cut: self._text([], kept[: len(kept) - cut])
+            )
+        else:
+            kept = observation if limit is None else observation[-limit:]
+            first_cut = 1 if len(kept) == len(observation) else 0
+            found = self._smallest_fitting(first_cut, len(kept) - 1, lambda cut: self._text([], kept[cut:]))
         _, text, ids = found if found is not None else (len(observation), self._text([], ""), empty_ids)
         return Prompt(text, ids, total, 0, True)
 

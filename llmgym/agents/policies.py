@@ -279,11 +279,14 @@ class TokenChoice:
             shows them); empty when not recorded.
         decoder_prefix: An encoder-decoder model's decoder ids the tokens were generated after (the
             episode's earlier tokens, :attr:`~llmgym.agents.history.Prompt.decoder_ids`); empty otherwise.
+        raw_log_probs: Their log-probs under the model's own distribution (no temperature, top-k,
+            top-p, mask or penalty: ``Generation.raw_logprobs``), the KL's policy side; empty when not recorded.
     """
 
     token_ids: list[int]
     token_log_probs: list[float] = field(default_factory=list)
     decoder_prefix: list[int] = field(default_factory=list)
+    raw_log_probs: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -533,8 +536,8 @@ class Policy(Protocol):
         """
         ...
 
-    def masked(self, top_p: float) -> Policy:
-        """The policy restricted to the top-p set of the LLM's mask policy at every token (NLPO)."""
+    def masked(self, top_p: float, min_tokens: int = 1) -> Policy:
+        """The policy restricted to the top-p set (at least ``min_tokens``) of the LLM's mask policy at every token (NLPO)."""
         ...
 
 
@@ -783,7 +786,7 @@ class CandidatePolicy:
             kl.float().cpu(), torch.ones(len(decisions), dtype=torch.long), chosen.float().cpu()
         )
 
-    def masked(self, top_p: float) -> Policy:
+    def masked(self, top_p: float, min_tokens: int = 1) -> Policy:
         """Refused: a candidate policy generates no tokens to mask.
 
         Raises:
@@ -869,7 +872,9 @@ class TokenPolicy:
                     response=str(text),
                     log_prob=float(gen.logprobs.sum()),
                     value=value,
-                    choice=TokenChoice(list(gen.token_ids), gen.logprobs.tolist(), prefix),
+                    choice=TokenChoice(
+                        list(gen.token_ids), gen.logprobs.tolist(), prefix, gen.raw_logprobs.tolist()
+                    ),
                 )
             )
         return decisions
@@ -906,8 +911,11 @@ class TokenPolicy:
     ) -> PolicyOutputs:
         """Re-score generated sequences on their stored ids (see :meth:`Policy.evaluate`).
 
-        The reference is the model at the same temperature, uncut (:meth:`reference_sampling`).
-        ``contexts`` is unused: the prompts' exact ids travel with the actions.
+        The log-probs (the PPO ratio's) are under :attr:`sampling`, cut as the tokens were drawn. The
+        reference KL compares the policy and the reference under the same uncut distribution
+        (:meth:`reference_sampling`), as RL4LMs measures it: a second policy pass scores the tokens
+        so when :attr:`sampling` cuts (top-k, top-p, NLPO's mask, a penalty), so that the KL is 0
+        while the policy is the reference. ``contexts`` is unused: the prompts' exact ids travel with the actions.
 
         Raises:
             InputError: ``actions`` are chosen candidates.
@@ -934,6 +942,16 @@ class TokenPolicy:
         entropy = torch.stack([-lp.mean() if lp.numel() else lp.new_zeros(()) for lp in token_lp])
         ref_kl = torch.zeros_like(log_probs)
         if with_reference:
+            kl_lp = token_lp
+            if self.sampling != self.reference_sampling():  # the KL's policy side, uncut
+                uncut = llm.token_logprobs(
+                    actions.prompt_ids,
+                    actions.token_ids,
+                    require_grad=require_grad,
+                    sampling=self.reference_sampling(),
+                    **prefixed,
+                )
+                kl_lp = [o["logprobs"] for o in uncut]
             with torch.no_grad(), llm.reference():
                 ref = llm.token_logprobs(
                     actions.prompt_ids,
@@ -942,7 +960,7 @@ class TokenPolicy:
                     sampling=self.reference_sampling(),
                     **prefixed,
                 )
-            flat = torch.cat(token_lp)
+            flat = torch.cat(kl_lp)
             ref_flat = torch.cat([r["logprobs"] for r in ref]).to(flat.device)
             ref_kl = _segment_sums(kl_estimate(flat, ref_flat, kl_estimator), [lp.numel() for lp in token_lp])
         return PolicyOutputs(log_probs, entropy, _values(llm, outputs, log_probs), ref_kl)
@@ -955,9 +973,10 @@ class TokenPolicy:
         return kl_estimate(old.log_probs.detach(), new.log_probs, "k3")
 
     def reference_sampling(self) -> Sampling:
-        """The reference's distribution: the model at :attr:`sampling`'s temperature, without top-k, top-p or mask.
+        """The KL's distribution: the model at :attr:`sampling`'s temperature, without top-k, top-p, mask or penalty.
 
-        Uncut, so every sampled token has a finite log-prob under it (TRL scores its reference likewise).
+        Uncut, so every sampled token has a finite log-prob under it (TRL scores its reference
+        likewise); both sides of the reference KL are scored under it (RL4LMs' raw log-probs at temperature 1).
         """
         return Sampling(temperature=self.sampling.temperature)
 
@@ -966,8 +985,10 @@ class TokenPolicy:
     ) -> ReferenceKL:
         """Per-token KL estimates of the generated tokens to the reference, summed per decision.
 
-        One batched ``token_logprobs`` pass of the reference (``reference=True``) on the stored ids;
-        the policy's side is the log-probs recorded when the tokens were drawn.
+        One batched ``token_logprobs`` pass of the reference (``reference=True``) on the stored ids.
+        Both sides are under :meth:`reference_sampling` (uncut, as RL4LMs' ``raw_log_probs``): the
+        policy's side is the log-probs recorded when the tokens were drawn when :attr:`sampling`
+        cuts nothing, their recorded raw log-probs at temperature 1, else a policy pass (no gradients).
 
         Raises:
             InputError: A decision is not a token choice or did not record its tokens' log-probs.
@@ -980,6 +1001,11 @@ class TokenPolicy:
                 "TokenPolicy.reference_kl needs decisions that recorded their tokens' log-probs (act)."
             )
         kept = [i for i, n in enumerate(lengths) if n > 0]
+        uncut = self.reference_sampling()
+        raw = [d.choice.raw_log_probs for d in decisions if isinstance(d.choice, TokenChoice)]
+        rescore = self.sampling != uncut  # the recorded log-probs are cut: the KL's policy side is not them
+        if rescore and uncut == Sampling() and all(len(r) == n for r, n in zip(raw, lengths)):
+            recorded, rescore = raw, False
         sampled = torch.tensor(list(itertools.chain.from_iterable(recorded)), dtype=torch.float32)
         ref_flat = sampled.clone()
         if kept:
@@ -987,6 +1013,15 @@ class TokenPolicy:
             prefixed: dict[str, Any] = (
                 {} if prefixes is None else {"decoder_prefixes": [prefixes[i] for i in kept]}
             )
+            if rescore:
+                policy_side = llm.token_logprobs(
+                    [actions.prompt_ids[i] for i in kept],
+                    [actions.token_ids[i] for i in kept],
+                    require_grad=False,
+                    sampling=uncut,
+                    **prefixed,
+                )
+                sampled = torch.cat([r["logprobs"] for r in policy_side]).float().cpu()
             ref = llm.token_logprobs(
                 [actions.prompt_ids[i] for i in kept],
                 [actions.token_ids[i] for i in kept],
@@ -999,10 +1034,17 @@ class TokenPolicy:
         kl = _segment_sums(kl_estimate(sampled, ref_flat, estimator), lengths)
         return ReferenceKL(kl, torch.as_tensor(lengths, dtype=torch.long), _segment_sums(ref_flat, lengths))
 
-    def masked(self, top_p: float) -> TokenPolicy:
+    def masked(self, top_p: float, min_tokens: int = 1) -> TokenPolicy:
         """The same policy with every token restricted to the mask policy's top-p set (NLPO).
 
+        Args:
+            top_p: The mask's mass.
+            min_tokens: The mask policy's most likely tokens kept whatever their mass (RL4LMs' ``min_tokens_to_keep``).
+
         Raises:
-            InputError: ``top_p`` outside ``(0, 1]``.
+            InputError: ``top_p`` outside ``(0, 1]`` or ``min_tokens`` below 1.
         """
-        return replace(self, sampling=replace(self.sampling, mask_top_p=check_mask_top_p(top_p)))
+        return replace(
+            self,
+            sampling=replace(self.sampling, mask_top_p=check_mask_top_p(top_p), mask_min_tokens=min_tokens),
+        )

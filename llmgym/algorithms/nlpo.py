@@ -69,7 +69,7 @@ class NLPO(PPO):
         Raises:
             ConfigError: The agent generates no tokens (a scoring agent).
         """
-        agent.policy = agent.policy.masked(self.config.nlpo.mask_top_p)
+        agent.policy = agent.policy.masked(self.config.nlpo.mask_top_p, self.config.nlpo.min_tokens_to_keep)
         agent.llm.refresh_mask_policy()
 
     def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:
@@ -79,7 +79,7 @@ class NLPO(PPO):
             ConfigError: ``policy`` is not masked at ``algorithm.nlpo.mask_top_p`` (the agent was not
                 prepared, or its policy was replaced by an unmasked one).
         """
-        if policy.masked(self.config.nlpo.mask_top_p) != policy:
+        if policy.masked(self.config.nlpo.mask_top_p, self.config.nlpo.min_tokens_to_keep) != policy:
             raise ConfigError(
                 f"NLPO trains the policy masked at algorithm.nlpo.mask_top_p={self.config.nlpo.mask_top_p}, but the actions were "
                 f"sampled from {policy}; build NLPO with the agent (NLPO(agent, envs, config)) or call "

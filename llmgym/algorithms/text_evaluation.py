@@ -3,7 +3,8 @@
 Every sample of a split (``val``, ``test``...) of a datapool env such as ``llmgym/TextGen-v0`` is
 completed by the agent (greedy), the split's texts are scored by the configured
 :mod:`llmgym.text_metrics` metrics (corpus-level), and the prompts, completions, references and
-rewards are saved as one JSONL file per split and evaluation under ``predictions/``.
+rewards, with each metric's per-sample score where it has them (``lexical/rouge_l_max``...), are saved
+as one JSONL file per split and evaluation under ``predictions/``.
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ def evaluate_splits(
         agent: The agent (evaluated greedily).
         config: The run's config (``env`` builds the split's env; ``train.eval_metrics``, ``train.eval_max_samples``).
         splits: The datapool splits to evaluate.
-        run_dir: The run directory; predictions go to ``predictions/{label}_{env_steps}_{split}.jsonl``.
+        run_dir: The run directory; predictions go to ``predictions/{label}_{env_steps}_{split}.jsonl``
+            (one line per sample: prompt, completion, references, reward, metadata and the per-sample
+            metric scores).
         label: The evaluation's label (``before``, ``periodic``, ``after``).
         env_steps: Env steps trained so far.
         model: The policy's ``transformers`` model, for metrics that score with it (perplexity).
@@ -121,6 +124,10 @@ def evaluate_splits(
             [r["metadata"] for r in records],
             context=MetricContext(split, model),
         )
+        for name, value in values.items():  # RL4LMs' per-sample scores, under their metric names
+            if value.per_sample is not None and len(value.per_sample) == len(records):
+                for record, score in zip(records, value.per_sample):
+                    record[name] = score
         path = out_dir / f"{label}_{env_steps}_{split}.jsonl"
         with path.open("w", encoding="utf-8") as fh:
             for record in records:

@@ -457,10 +457,21 @@ class EvalCallback(Callback):
             self._evaluate(algorithm, "after" if last else "periodic")
 
     def on_training_end(self, algorithm: OnPolicyAlgorithm) -> None:
-        """The ``after`` evaluation, unless the last one was at these env steps."""
-        if self.trainer.config.train.eval_episodes and (
-            not self.trainer.evaluations or self.trainer._last_eval_steps != algorithm.env_steps
-        ):
+        """The ``after`` evaluation, unless the last one was at these env steps and covered every split.
+
+        A periodic evaluation covers only the first of ``train.eval_splits``: when it falls on the last
+        update (``eval_every`` divides the total), the final evaluation still runs on all of them, as
+        RL4LMs evaluates val and test after its last iteration.
+        """
+        trainer = self.trainer
+        covered = (
+            bool(trainer.evaluations)
+            and trainer._last_eval_steps == algorithm.env_steps
+            and (
+                len(trainer.config.train.eval_splits) <= 1 or trainer.evaluations[-1].get("label") == "after"
+            )
+        )
+        if trainer.config.train.eval_episodes and not covered:
             self._evaluate(algorithm, "after")
 
 

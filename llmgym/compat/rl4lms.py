@@ -17,6 +17,7 @@ the token agent's :class:`~llmgym.agents.generative.DecoderHistory`).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,7 +94,8 @@ class _Reader:
             )
 
 
-def _eos_token(model_name: str) -> str:
+def _eos_and_special_tokens(model_name: str) -> tuple[str, list[str]]:
+    """The EOS token of the model's tokenizer, and its other special tokens (RL4LMs' decoding skips them)."""
     from llmgym.config import ModelConfig
     from llmgym.llm.models import load_tokenizer
 
@@ -109,7 +111,35 @@ def _eos_token(model_name: str) -> str:
         raise ConfigError(
             f"RL4LMs config: tokenizer {model_name!r} has no eos_token; set env.args.terminate_on_eos: false."
         )
-    return str(tokenizer.eos_token)
+    eos = str(tokenizer.eos_token)
+    special = [str(t) for t in getattr(tokenizer, "all_special_tokens", []) if t and str(t) != eos]
+    return eos, special
+
+
+def _supervised_refusal(mapping: Mapping[str, Any]) -> str:
+    """What to run instead of an ``alg.id: supervised`` config: ``llmgym sft`` on its own datapool and settings."""
+    pool = mapping.get("datapool") or {}
+    training = (mapping.get("alg") or {}).get("training_args") or {}
+    overrides = [f"env.kwargs.datapool={pool.get('id')}"] + [
+        f"env.kwargs.datapool_kwargs.{key}={value}" for key, value in (pool.get("args") or {}).items()
+    ]
+    options = [f"--learning-rate {training['learning_rate']}"] if "learning_rate" in training else []
+    if "per_device_train_batch_size" in training:
+        options.append(f"--batch-size {training['per_device_train_batch_size']}")
+    seq2seq = (mapping.get("alg") or {}).get("model_type") == "seq2seq"
+    return (
+        "RL4LMs config: alg.id='supervised' is supervised fine-tuning, which llmgym runs with llmgym sft (TRL's "
+        "SFTTrainer on the datapool's references), not llmgym train. Fix: convert an RL config of the same task "
+        "(llmgym convert CFG --approximate --output task.yaml), then run llmgym sft task.yaml "
+        + " ".join(overrides + options)
+        + " --out FOLDER --steps N (RL4LMs counts epochs, llmgym sft steps), and train RL from it with "
+        "model.name=FOLDER (docs/trl.md)."
+        + (
+            " llmgym sft trains causal LMs only: this config's seq2seq model has no llmgym equivalent yet."
+            if seq2seq
+            else ""
+        )
+    )
 
 
 def convert_rl4lms_config(
@@ -149,23 +179,26 @@ def convert_rl4lms_config(
         )
     seq2seq = policy_id in _SEQ2SEQ_POLICIES
     algo = alg.get("id")
+    if algo == "supervised":
+        raise ConfigError(_supervised_refusal(mapping))
     if algo not in _SB3:
-        raise ConfigError(
-            f"RL4LMs config: alg.id={algo!r} is not supported; expected one of {sorted(_SB3)} (supervised training: "
-            "use llmgym sft)."
-        )
+        raise ConfigError(f"RL4LMs config: alg.id={algo!r} is not supported; expected one of {sorted(_SB3)}.")
     pargs = policy.sub("args")
     model = model_name or pargs.get("model_name") or tok.get("model_name")
     tok_model = tok.get("model_name", model)
     if model_name is None and tok_model != model:
         raise ConfigError(
-            f"RL4LMs config: tokenizer.model_name={tok_model!r} differs from alg.policy.args.model_name={model!r}; "
-            "llmgym uses the model's own tokenizer."
+            f"RL4LMs config: tokenizer.model_name={tok_model!r} differs from alg.policy.args.model_name={model!r} "
+            "(an *_on_supervised config: RL from a supervised checkpoint of that base model); llmgym uses the "
+            "model's own tokenizer. Fix: name the checkpoint you start from, whose folder holds its tokenizer "
+            "(llmgym train CFG model.name=FOLDER, or llmgym convert CFG --model FOLDER); to make one, run llmgym sft "
+            "on the task (docs/textgen.md, Running an RL4LMs config)."
         )
     if tok.get("padding_side", "left") != "left":
         approximately("tokenizer.padding_side", "llmgym always pads prompts on the left")
-    if tok.get("truncation_side", "left") != "left":
-        approximately("tokenizer.truncation_side", "llmgym truncates prompts on the left")
+    # RL4LMs' env and policy set the tokenizer's truncation side to prompt_truncation_side for every prompt
+    # they encode, and truncate nothing else in RL: tokenizer.truncation_side changes nothing there
+    tok.get("truncation_side")
     tok.get("pad_token_as_eos_token")  # llmgym sets pad = eos when the tokenizer has no pad token
     tok.done()
 
@@ -173,8 +206,7 @@ def convert_rl4lms_config(
     episode_length = int(env_args.get("max_episode_length", 100))
     prompt_length = int(env_args.get("max_prompt_length", 512))
     terminate_on_eos = bool(env_args.get("terminate_on_eos", False))
-    if env_args.get("prompt_truncation_side", "left") != "left":
-        approximately("env.args.prompt_truncation_side", "llmgym truncates prompts on the left")
+    truncation_side = str(env_args.get("prompt_truncation_side", "left"))  # the rollouts' prompts
     start = env_args.get(
         "context_start_token"
     )  # the decoder start of seq2seq policies; causal ones ignore it in RL4LMs too
@@ -198,7 +230,7 @@ def convert_rl4lms_config(
     pool.done()
     reward.done()
     if terminate_on_eos:
-        env_kwargs["eos_token"] = _eos_token(str(model))
+        env_kwargs["eos_token"], env_kwargs["special_tokens"] = _eos_and_special_tokens(str(model))
 
     gen = pargs.sub("generation_kwargs")
     if gen.get("do_sample", True) is not True:
@@ -216,11 +248,23 @@ def convert_rl4lms_config(
             "alg.policy.args.generation_kwargs.max_new_tokens",
             f"episodes end after env.args.max_episode_length={episode_length} tokens",
         )
+    if int(gen.get("num_beams", 1)) != 1:  # 1 in the BART and Blenderbot configs: sampling, no beams
+        approximately("alg.policy.args.generation_kwargs.num_beams", "llmgym samples rollouts, without beams")
     gen.done()
     pargs.get("model_name")
     pargs.get("apply_model_parallel")  # llmgym places the model itself (model.device)
-    if pargs.get("prompt_truncation_side", "left") != "left":
-        approximately("alg.policy.args.prompt_truncation_side", "llmgym truncates prompts on the left")
+    # RL4LMs' env cuts the rollouts' prompts on env.args.prompt_truncation_side, its policy the evaluation's on
+    # alg.policy.args.prompt_truncation_side; llmgym's seq2seq token agent cuts both on agent.prompt_truncation_side
+    if str(pargs.get("prompt_truncation_side", "left")) != truncation_side:
+        approximately(
+            "alg.policy.args.prompt_truncation_side",
+            f"evaluation prompts are cut as the rollouts' are, on the {truncation_side} (env.args.prompt_truncation_side)",
+        )
+    if truncation_side == "right" and not seq2seq:
+        approximately(
+            "env.args.prompt_truncation_side",
+            "llmgym's causal token agent truncates prompts on the left (its prompt grows with what it generates)",
+        )
 
     defaults = _SB3[algo]
     args = alg.sub("args")
@@ -235,6 +279,9 @@ def convert_rl4lms_config(
         "value_coef": float(args.get("vf_coef", 0.5)),
         "max_grad_norm": args.get("max_grad_norm", 0.5),
         "normalize_advantages": bool(args.get("normalize_advantage", defaults["normalize_advantage"])),
+        # RL4LMs' critic is a second copy of the model whose value loss never reaches the policy: llmgym's
+        # critic reads the policy's hidden states, detached so that its loss does not train the policy either
+        "value_head": "detached",
     }
     if algo == "a2c":
         algorithm["minibatch_size"] = n_steps * n_envs
@@ -278,10 +325,8 @@ def convert_rl4lms_config(
             raise ConfigError(
                 "RL4LMs config: alg.policy.args.mask_type must be 'learned_top_p' (llmgym's NLPO mask)."
             )
-        if pargs.get("min_tokens_to_keep") is not None:
-            approximately(
-                "alg.policy.args.min_tokens_to_keep", "llmgym's top-p mask keeps at least one token"
-            )
+        # RL4LMs' maskable policies keep at least min_tokens_to_keep tokens (default 100)
+        algorithm["nlpo"]["min_tokens_to_keep"] = int(pargs.get("min_tokens_to_keep", 100))
     pargs.done()
     policy.done()
     alg.done()
@@ -295,15 +340,31 @@ def convert_rl4lms_config(
     egen = ev.sub("generation_kwargs")
     if egen.get("do_sample"):
         approximately("train_evaluation.generation_kwargs.do_sample", "llmgym evaluates splits greedily")
-    if int(egen.get("num_beams", 1)) != 1:
+    beams = int(egen.get("num_beams", 1))
+    if beams != 1:
         approximately(
             "train_evaluation.generation_kwargs.num_beams",
             "llmgym evaluates with greedy decoding, not beam search",
         )
-    for key in ("min_length", "min_new_tokens", "top_k", "max_new_tokens", "temperature", "top_p"):
-        if egen.get(key) is not None:
+    if egen.get("length_penalty") is not None:  # IWSLT: it acts only on beam search's scores
+        approximately(
+            "train_evaluation.generation_kwargs.length_penalty",
+            "a beam-search score weight; llmgym's greedy evaluation has no beams to weigh",
+        )
+    max_eval = egen.get("max_new_tokens")
+    if max_eval is not None and int(max_eval) != episode_length:
+        approximately(
+            "train_evaluation.generation_kwargs.max_new_tokens",
+            f"evaluation episodes end after env.args.max_episode_length={episode_length} tokens",
+        )
+    egen.get(
+        "temperature"
+    )  # greedy evaluation: the temperature changes no argmax (do_sample is listed above)
+    for key in ("min_length", "min_new_tokens", "top_k", "top_p"):
+        if egen.get(key):
             approximately(
-                f"train_evaluation.generation_kwargs.{key}", "evaluation generates as training does, greedily"
+                f"train_evaluation.generation_kwargs.{key}",
+                "llmgym evaluates splits greedily, without it",
             )
     egen.done()
     ev.done()
@@ -333,12 +394,20 @@ def convert_rl4lms_config(
             "system_prompt": "",
             # a seq2seq decoder holds the generated tokens: the encoder gets the prompt alone
             "max_prompt_tokens": prompt_length if seq2seq else prompt_length + episode_length,
+            "prompt_truncation_side": truncation_side,
             "temperature": temperature,
             "top_k": top_k,
         },
         "algorithm": algorithm,
         "train": train,
     }
+    warnings.warn(
+        f"RL4LMs config: alg.policy.id={policy_id!r} trains a separate copy of the model as its critic; llmgym's "
+        "critic is a value head on the policy's hidden states, detached (algorithm.value_head: detached) so that, "
+        "as in RL4LMs, the value loss does not train the policy. Its features are the policy's, not its own.",
+        UserWarning,
+        stacklevel=2,
+    )
     if approx and not approximate:
         raise ConfigError(
             "RL4LMs config: llmgym does not reproduce exactly "

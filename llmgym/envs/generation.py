@@ -15,7 +15,7 @@ Observation: a dict with ``"text"`` (prompt followed by the completion so far), 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -44,6 +44,9 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         mode: ``"completion"`` (one step) or ``"token"`` (one token per step).
         max_tokens: Steps after which a token-mode episode ends.
         eos_token: Action that ends a token-mode episode (not appended), or ``None``.
+        special_tokens: Texts of special tokens (T5's ``<pad>``...) left out of the completion that the
+            reward scores and ``info["completion"]`` reports, as RL4LMs decodes its completions with
+            ``skip_special_tokens=True``; the observation keeps them (what the model was fed).
         max_completion_chars: Longest accepted completion, in characters.
         datapool_kwargs: Passed to :func:`~llmgym.envs.datapools.load_datapool`.
         render_mode: ``"ansi"`` (:meth:`render` returns the prompt and the completion so far) or
@@ -71,6 +74,7 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         mode: str = "completion",
         max_tokens: int = 32,
         eos_token: str | None = None,
+        special_tokens: Sequence[str] = (),
         max_completion_chars: int = 16384,
         datapool_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,
@@ -89,6 +93,11 @@ class TextGenEnv(TextEnv[dict[str, str]]):
         self.mode = mode
         self.max_tokens = max_tokens
         self.eos_token = eos_token
+        if isinstance(special_tokens, str) or any(not isinstance(t, str) or not t for t in special_tokens):
+            raise ConfigError(
+                f"special_tokens={special_tokens!r} is invalid; expected a list of non-empty strings (e.g. ['<pad>'])."
+            )
+        self.special_tokens = tuple(special_tokens)
         self.max_completion_chars = max_completion_chars
         longest_prompt = max(len(s.prompt) for s in self.samples)
         self.action_space = TextSpace(max_completion_chars, strict=False)
@@ -171,9 +180,10 @@ class TextGenEnv(TextEnv[dict[str, str]]):
             self._completion += text
             done = self.mode == "completion" or self._steps >= self.max_tokens
         info = self._info()
+        scored = self._scored_completion()
         value = self.reward_fn(
             self._sample.prompt,
-            self._completion,
+            scored,
             self._sample.references,
             metadata=self._sample.metadata,
             done=done,
@@ -186,5 +196,12 @@ class TextGenEnv(TextEnv[dict[str, str]]):
             clip_setting="TextGenEnv(reward_clip=...), env.kwargs.reward_clip in a run config",
         )
         if done:
-            info["completion"] = self._completion
+            info["completion"] = scored
         return self._obs(), reward, done, False, info
+
+    def _scored_completion(self) -> str:
+        """The completion without the special tokens' texts (what the reward and the metrics see)."""
+        text = self._completion
+        for token in self.special_tokens:
+            text = text.replace(token, "")
+        return text

@@ -353,9 +353,33 @@ def bleu(prompt: str, completion: str, references: Sequence[str]) -> float:
 
 
 @register_reward("sacre_bleu")
-def sacre_bleu(prompt: str, completion: str, references: Sequence[str], **sacrebleu_args: Any) -> float:
-    """Sacrebleu's BLEU of the completion in [0, 1]; extra arguments go to sacrebleu (RL4LMs' ``sacre_bleu``)."""
-    return text_scores.sacrebleu_corpus([completion], [references], **sacrebleu_args)
+def sacre_bleu(
+    prompt: str,
+    completion: str,
+    references: Sequence[str],
+    *,
+    tokenize: str | None = None,
+    lowercase: bool = False,
+    smooth_method: str = "exp",
+    smooth_value: float | None = None,
+    force: bool = False,
+    use_effective_order: bool = False,
+) -> float:
+    """Sacrebleu's BLEU of the completion in [0, 1] (RL4LMs' ``sacre_bleu``).
+
+    The arguments are those of HF's ``sacrebleu`` metric, which RL4LMs passes them to (e.g. its
+    dialog and IWSLT configs' ``tokenize: intl``); ``tokenize=None`` is sacrebleu's default (``13a``).
+    """
+    args: dict[str, Any] = {
+        "lowercase": lowercase,
+        "smooth_method": smooth_method,
+        "smooth_value": smooth_value,
+        "force": force,
+        "use_effective_order": use_effective_order,
+    }
+    if tokenize is not None:
+        args["tokenize"] = tokenize
+    return text_scores.sacrebleu_corpus([completion], [references], **args)
 
 
 @register_reward("chrf")
@@ -413,9 +437,41 @@ def rouge_combined(
 
 
 @register_reward("rouge_l_max")
-def rouge_l_max(prompt: str, completion: str, references: Sequence[str]) -> float:
-    """The best ROUGE-L F over the references (RL4LMs' ``rouge_l_max``)."""
-    return text_scores.rouge_l_max_scores([completion], [references])[0]
+def rouge_l_max(
+    prompt: str,
+    completion: str,
+    references: Sequence[str],
+    *,
+    limit_length: bool = True,
+    length_limit: int = 665,
+    length_limit_type: str = "bytes",
+    alpha: float = 0.5,
+    stemming: bool = True,
+    max_n: int | None = None,
+    apply_avg: Any = True,
+    apply_best: Any = False,
+    weight_factor: float = 1.0,
+    ensure_compatibility: Any = True,
+) -> float:
+    """The best ROUGE-L F over the references (RL4LMs' ``rouge_l_max``).
+
+    The arguments are py-rouge's, as NarrativeQA's configs give them; what each does is
+    :func:`llmgym.envs.text_scores.rouge_l_max_scores`'s.
+    """
+    return text_scores.rouge_l_max_scores(
+        [completion],
+        [references],
+        limit_length=limit_length,
+        length_limit=length_limit,
+        length_limit_type=length_limit_type,
+        alpha=alpha,
+        stemming=stemming,
+        max_n=max_n,
+        apply_avg=apply_avg,
+        apply_best=apply_best,
+        weight_factor=weight_factor,
+        ensure_compatibility=ensure_compatibility,
+    )[0]
 
 
 @register_reward("meteor")

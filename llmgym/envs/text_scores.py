@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llmgym.errors import InputError, MissingDependencyError, require
+from llmgym.errors import ConfigError, InputError, MissingDependencyError, require
 
 __all__ = [
     "bleu_corpus",
@@ -122,9 +122,9 @@ def ter_corpus(predictions: Sequence[str], references: Refs) -> float:
 
 
 @functools.lru_cache(maxsize=8)
-def _rouge_scorer(rouge_types: tuple[str, ...]) -> Any:
+def _rouge_scorer(rouge_types: tuple[str, ...], use_stemmer: bool = True) -> Any:
     rouge_scorer: Any = require("rouge_score.rouge_scorer", "metrics", "ROUGE")
-    return rouge_scorer.RougeScorer(list(rouge_types), use_stemmer=True)
+    return rouge_scorer.RougeScorer(list(rouge_types), use_stemmer=use_stemmer)
 
 
 def rouge_scores(
@@ -147,9 +147,65 @@ def rouge_scores(
     return scores
 
 
-def rouge_l_max_scores(predictions: Sequence[str], references: Refs) -> list[float]:
-    """Per-sample ROUGE-L F-measure, the best over the references (RL4LMs' ``rouge_l_max``, NarrativeQA)."""
-    return rouge_scores(predictions, references, "rougeL", use_single_ref=False)
+def _limited(text: str, length_limit: int, length_limit_type: str) -> str:
+    """py-rouge's truncation: the first ``length_limit`` words or bytes of a text."""
+    if length_limit_type == "words":
+        return " ".join(text.split()[:length_limit])
+    return text.encode("utf-8")[:length_limit].decode("utf-8", errors="ignore")
+
+
+def rouge_l_max_scores(
+    predictions: Sequence[str],
+    references: Refs,
+    *,
+    limit_length: bool = True,
+    length_limit: int = 665,
+    length_limit_type: str = "bytes",
+    alpha: float = 0.5,
+    stemming: bool = True,
+    max_n: int | None = None,
+    apply_avg: Any = True,
+    apply_best: Any = False,
+    weight_factor: float = 1.0,
+    ensure_compatibility: Any = True,
+) -> list[float]:
+    """Per-sample ROUGE-L F, the best over the references, with py-rouge's arguments (RL4LMs' ``rouge_l_max``).
+
+    RL4LMs builds py-rouge's ``Rouge(metrics=["rouge-l"], **args)`` and scores each reference alone.
+    The arguments that change ROUGE-L are honoured with py-rouge's defaults: ``limit_length``,
+    ``length_limit`` and ``length_limit_type`` (``"words"`` or ``"bytes"``) truncate the prediction and
+    the reference, ``alpha`` weighs F as ``P * R / ((1 - alpha) * P + alpha * R)``, ``stemming``
+    stems (Porter). The others are accepted and change nothing here: ``max_n`` picks ROUGE-N's n,
+    ``weight_factor`` is ROUGE-W's, ``apply_avg``/``apply_best`` aggregate several references (RL4LMs
+    passes one at a time), ``ensure_compatibility`` picks py-rouge's stemmer variant.
+    LCS and tokens are rouge-score's (lower-cased alphanumeric words).
+
+    Raises:
+        ConfigError: If ``length_limit_type`` is not ``"words"`` or ``"bytes"``, or ``alpha`` is outside [0, 1].
+    """
+    _check(predictions, references, "rouge_l_max")
+    if limit_length and length_limit_type not in ("words", "bytes"):
+        raise ConfigError(
+            f"rouge_l_max: length_limit_type={length_limit_type!r} is unknown; expected 'words' or 'bytes'."
+        )
+    if not 0.0 <= float(alpha) <= 1.0:
+        raise ConfigError(f"rouge_l_max: alpha={alpha!r} is out of range; expected a number in [0, 1].")
+    limit = bool(limit_length) and int(length_limit) > 0
+    scorer = _rouge_scorer(("rougeL",), bool(stemming))
+    scores = []
+    for pred, refs in zip(predictions, references):
+        if limit:
+            pred = _limited(pred, int(length_limit), length_limit_type)
+        best = 0.0
+        for ref in refs:
+            if limit:
+                ref = _limited(ref, int(length_limit), length_limit_type)
+            score = scorer.score(ref, pred)["rougeL"]
+            p, r = float(score.precision), float(score.recall)
+            if p > 0.0 and r > 0.0:
+                best = max(best, p * r / ((1 - alpha) * p + alpha * r))
+        scores.append(best)
+    return scores
 
 
 _WORD_TOKENIZER: Any = None
@@ -318,7 +374,7 @@ def bert_scores(
     num_layers: int | None = None,
     batch_size: int = 64,
 ) -> list[float]:
-    """Per-sample BERTScore F1 (bert-score; the best over a sample's references).
+    """Per-sample BERTScore F1 (bert-score; the best over a sample's references; 0.0 without any, or when empty).
 
     Args:
         predictions: The generated texts.
@@ -330,11 +386,18 @@ def bert_scores(
         batch_size: Texts per forward pass.
     """
     _check(predictions, references, "bert_score")
-    if not predictions:
-        return []
+    # ToTTo's test references are [""]: a sample with no non-empty reference, or an empty prediction
+    # (bert-score's own rule), scores 0.0; bert-score cannot encode an empty text with fast tokenizers
+    refs = [[r for r in sample if r.strip()] for sample in references]
+    scored = [i for i, r in enumerate(refs) if r and predictions[i].strip()]
+    scores = [0.0] * len(predictions)
+    if not scored:
+        return scores
     scorer = _bert_scorer(model_type, language, num_layers, batch_size)
-    _, _, f1 = scorer.score(list(predictions), [list(r) for r in references])
-    return [float(x) for x in f1]
+    _, _, f1 = scorer.score([predictions[i] for i in scored], [refs[i] for i in scored])
+    for i, value in zip(scored, f1):
+        scores[i] = float(value)
+    return scores
 
 
 @functools.lru_cache(maxsize=4)
@@ -431,9 +494,15 @@ def seq2seq_label_probability(
     neg_id = tokenizer(negative).input_ids[0]
     start = model.config.decoder_start_token_id
     out: list[float] = []
+    # an empty text (a completion of special tokens only) is fed as EOS alone, as T5's tokenizer encodes it;
+    # a tokenizer that adds no EOS would give the encoder no token at all
+    empty = tokenizer.eos_token or tokenizer.pad_token or ""
     for i in range(0, len(texts), batch_size):
         encoded = tokenizer(
-            list(texts[i : i + batch_size]), return_tensors="pt", truncation=True, padding=True
+            [t if t.strip() else empty for t in texts[i : i + batch_size]],
+            return_tensors="pt",
+            truncation=True,
+            padding=True,
         )
         encoded = encoded.to(model.device)
         decoder_ids = torch.full((encoded.input_ids.shape[0], 1), start, device=model.device)

@@ -21,7 +21,13 @@ from llmgym.llm.collectives import Collectives, SingleProcess
 from llmgym.llm.fingerprint import base_fingerprint
 from llmgym.llm.generation import Generation, MaskFactory, eos_token_ids, generate
 from llmgym.llm.layout import ItemSpec, plan_minibatches
-from llmgym.llm.masking import DecoderIncrementalMask, IncrementalMask, MaskPolicy, check_mask_top_p
+from llmgym.llm.masking import (
+    DecoderIncrementalMask,
+    IncrementalMask,
+    MaskPolicy,
+    check_mask_min_tokens,
+    check_mask_top_p,
+)
 from llmgym.llm.memory import enable_gradient_checkpointing, trunk_cache_bytes
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, load_mask_policy, save_llm_state
@@ -261,14 +267,14 @@ class LocalLLM:
         """Token ids the NLPO mask always keeps (the tokenizer's special tokens, EOS among them, as RL4LMs)."""
         return [int(i) for i in getattr(self.tokenizer, "all_special_ids", [])]
 
-    def _mask_keep(self, top_p: float) -> MaskFactory:
+    def _mask_keep(self, top_p: float, min_tokens: int) -> MaskFactory:
         """For ``generate``: per call, the ``[R, V]`` tokens the mask policy keeps after each row so far."""
         special, pad = self._special_ids(), self.pad_token_id
         if self.is_seq2seq:
             return lambda prompts: DecoderIncrementalMask(
-                self.mask_policy, self.model, top_p, special, pad, prompts
+                self.mask_policy, self.model, top_p, special, pad, prompts, min_tokens
             )
-        return lambda prompts: IncrementalMask(self.mask_policy, self.model, top_p, special, pad)
+        return lambda prompts: IncrementalMask(self.mask_policy, self.model, top_p, special, pad, min_tokens)
 
     def _trunk_partition(self, items: Sequence[ItemSpec]) -> list[list[int]]:
         """Item indices in groups of passes: items the frozen-trunk cache holds apart from the others.
@@ -464,6 +470,7 @@ class LocalLLM:
                         self.pad_token_id,
                         self._special_ids(),
                         firsts[start : start + size],
+                        sampling.mask_min_tokens,
                     )
                 ]
         seen = None
@@ -520,7 +527,8 @@ class LocalLLM:
         """Sample continuations of all contexts in one batched call (see :func:`~llmgym.llm.generation.generate`).
 
         ``mask_top_p=p < 1`` (NLPO, from :meth:`~llmgym.llm.sampling.Sampling.generation_kwargs`)
-        restricts every token to the mask policy's top-p set (:meth:`refresh_mask_policy`).
+        restricts every token to the mask policy's top-p set (:meth:`refresh_mask_policy`), with at
+        least its ``mask_min_tokens`` most likely tokens.
         ``decoder_prefixes`` (seq2seq models): per context, decoder ids to continue after.
 
         Raises:
@@ -529,6 +537,7 @@ class LocalLLM:
         self._check_open()
         contexts = check_contexts(contexts)
         mask_top_p = check_mask_top_p(generation_kwargs.pop("mask_top_p", 1.0))
+        mask_min_tokens = check_mask_min_tokens(generation_kwargs.pop("mask_min_tokens", 1))
         if not contexts:
             return []
         if self.config.generation_engine == "vllm":
@@ -539,7 +548,7 @@ class LocalLLM:
                 )
             return self._vllm_generate(contexts, generation_kwargs)
         if mask_top_p < 1.0:
-            generation_kwargs["logits_mask"] = self._mask_keep(mask_top_p)
+            generation_kwargs["logits_mask"] = self._mask_keep(mask_top_p, mask_min_tokens)
         with self.autocast():
             return generate(self.model, self.tokenizer, self.encoder, contexts, **generation_kwargs)
 

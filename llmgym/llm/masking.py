@@ -31,6 +31,7 @@ __all__ = [
     "MaskLogitsProcessor",
     "MaskPolicy",
     "check_mask_top_p",
+    "check_mask_min_tokens",
     "top_p_mask",
 ]
 
@@ -46,19 +47,38 @@ def check_mask_top_p(top_p: float) -> float:
     return float(top_p)
 
 
+def check_mask_min_tokens(min_tokens: int) -> int:
+    """``min_tokens`` (NLPO's ``min_tokens_to_keep``) as an int >= 1.
+
+    Raises:
+        InputError: On a value below 1 (or not an int).
+    """
+    if isinstance(min_tokens, bool) or not isinstance(min_tokens, int) or min_tokens < 1:
+        raise InputError(
+            f"mask_min_tokens={min_tokens!r} must be an int >= 1 (RL4LMs' min_tokens_to_keep is 100; 1 keeps only "
+            "the top-p set)."
+        )
+    return min_tokens
+
+
 def top_p_mask(
-    mask_logits: torch.Tensor, top_p: float, always_keep: Sequence[int] | torch.Tensor = ()
+    mask_logits: torch.Tensor,
+    top_p: float,
+    always_keep: Sequence[int] | torch.Tensor = (),
+    min_tokens: int = 1,
 ) -> torch.Tensor:
     """The smallest set of most likely tokens whose mask-policy probability reaches ``top_p``.
 
     Tokens are sorted by probability (descending); a token is kept while the mass of the tokens
-    before it is below ``top_p``, so the most likely token is always kept. As RL4LMs, the
-    ``always_keep`` ids (special tokens such as EOS) are kept whatever their probability.
+    before it is below ``top_p``, and the ``min_tokens`` most likely are kept whatever their mass
+    (RL4LMs' ``min_tokens_to_keep``, 100 by default there). As RL4LMs, the ``always_keep`` ids
+    (special tokens such as EOS) are kept whatever their probability.
 
     Args:
         mask_logits: ``[N, V]`` logits of the mask policy.
         top_p: Mass to reach, in ``(0, 1]`` (1 keeps every token).
         always_keep: Token ids kept in every row (a list, or a long tensor already on the device).
+        min_tokens: The most likely tokens always kept (>= 1).
 
     Returns:
         ``[N, V]`` bool, True for the tokens kept.
@@ -71,7 +91,7 @@ def top_p_mask(
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
     keep_sorted = mass_before < top_p
-    keep_sorted[..., 0] = True
+    keep_sorted[..., : max(1, min_tokens)] = True
     keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
     if isinstance(always_keep, torch.Tensor):
         keep[..., always_keep.to(keep.device, non_blocking=True)] = True
@@ -211,6 +231,7 @@ class MaskPolicy:
         pad_token_id: int,
         always_keep: Sequence[int] = (),
         starts: Sequence[int] | None = None,
+        min_tokens: int = 1,
     ) -> list[torch.Tensor]:
         """The mask of every completion token: the top-p tokens the snapshot allowed where it was sampled.
 
@@ -223,6 +244,7 @@ class MaskPolicy:
             always_keep: Token ids kept in every mask (special tokens).
             starts: Per completion, the first token masked: the tokens before it are a prefix the
                 completion was generated after (a token-level agent's decoder prefix); ``None``: 0.
+            min_tokens: The most likely tokens every mask keeps (``algorithm.nlpo.min_tokens_to_keep``).
 
         Returns:
             ``B`` bool tensors ``[T_i, V]`` for the ``T_i`` masked tokens of each completion, in
@@ -242,7 +264,7 @@ class MaskPolicy:
             if not tokens:
                 masks.append(torch.zeros(0, 0, dtype=torch.bool))
                 continue
-            mask = top_p_mask(lg, top_p, always_keep)
+            mask = top_p_mask(lg, top_p, always_keep, min_tokens)
             # A sampled token was inside the mask it was drawn from; recomputed in another batch (other
             # padding, no KV cache), a token at the top-p boundary can round out of it, which would make
             # its log-prob -inf. Keeping it is a no-op whenever the rounding agrees.
@@ -267,14 +289,22 @@ class IncrementalMask:
         top_p: The mask's mass.
         always_keep: Token ids kept in every mask (special tokens).
         pad_token_id: Id written on the padding positions.
+        min_tokens: The most likely tokens every mask keeps.
     """
 
     def __init__(
-        self, policy: MaskPolicy, model: Any, top_p: float, always_keep: Sequence[int], pad_token_id: int
+        self,
+        policy: MaskPolicy,
+        model: Any,
+        top_p: float,
+        always_keep: Sequence[int],
+        pad_token_id: int,
+        min_tokens: int = 1,
     ) -> None:
         self.policy = policy
         self.model = model
         self.top_p = check_mask_top_p(top_p)
+        self.min_tokens = min_tokens
         self.always_keep = list(always_keep)
         self.pad_token_id = pad_token_id
         self._shape: tuple[int, int] | None = None
@@ -325,7 +355,7 @@ class IncrementalMask:
             self._always = torch.tensor(self.always_keep, dtype=torch.long).to(
                 logits.device, non_blocking=True
             )
-        return top_p_mask(logits, self.top_p, self._always)
+        return top_p_mask(logits, self.top_p, self._always, self.min_tokens)
 
 
 class DecoderIncrementalMask:
@@ -342,6 +372,7 @@ class DecoderIncrementalMask:
         always_keep: Token ids kept in every mask (special tokens).
         pad_token_id: Id written on the padding positions.
         prompts: The encoder token ids of ``generate``'s rows (one per row, sampled sequences repeated).
+        min_tokens: The most likely tokens every mask keeps.
     """
 
     def __init__(
@@ -352,10 +383,12 @@ class DecoderIncrementalMask:
         always_keep: Sequence[int],
         pad_token_id: int,
         prompts: Sequence[Sequence[int]],
+        min_tokens: int = 1,
     ) -> None:
         self.policy = policy
         self.model = model
         self.top_p = check_mask_top_p(top_p)
+        self.min_tokens = min_tokens
         self.always_keep = list(always_keep)
         self.encoder = _left_padded(prompts, pad_token_id, input_device(model))
         self._shape: tuple[int, int] | None = None
@@ -390,7 +423,7 @@ class DecoderIncrementalMask:
             self._always = torch.tensor(self.always_keep, dtype=torch.long).to(
                 logits.device, non_blocking=True
             )
-        return top_p_mask(logits, self.top_p, self._always)
+        return top_p_mask(logits, self.top_p, self._always, self.min_tokens)
 
 
 class MaskLogitsProcessor(LogitsProcessor):

@@ -50,6 +50,8 @@ class Sampling:
         repetition_penalty: Divide the logit of every token already seen (prompt and completion so
             far) by it, multiply it when negative (CTRL's penalty, transformers'; 1: none).
         min_new_tokens: EOS is forbidden before this many generated tokens (0: never).
+        mask_min_tokens: NLPO: the mask keeps at least this many of the mask policy's most likely
+            tokens (RL4LMs' ``min_tokens_to_keep``; 1: the top-p set alone).
 
     Raises:
         InputError: On a value out of range.
@@ -61,6 +63,7 @@ class Sampling:
     mask_top_p: float = 1.0
     repetition_penalty: float = 1.0
     min_new_tokens: int = 0
+    mask_min_tokens: int = 1
 
     def __post_init__(self) -> None:
         names = ("temperature", "top_k", "top_p", "mask_top_p", "repetition_penalty", "min_new_tokens")
@@ -85,6 +88,14 @@ class Sampling:
         ):
             raise InputError(
                 f"min_new_tokens={self.min_new_tokens!r} must be an int >= 0 (0: EOS allowed from the start)."
+            )
+        if (
+            isinstance(self.mask_min_tokens, bool)
+            or not isinstance(self.mask_min_tokens, int)
+            or self.mask_min_tokens < 1
+        ):
+            raise InputError(
+                f"mask_min_tokens={self.mask_min_tokens!r} must be an int >= 1 (1: the mask's top-p set alone)."
             )
         object.__setattr__(self, "temperature", float(self.temperature))
         object.__setattr__(self, "top_k", int(self.top_k))
@@ -115,7 +126,7 @@ class Sampling:
 
     def without_mask(self) -> Sampling:
         """The same temperature, top-k and top-p without the mask policy's restriction."""
-        return replace(self, mask_top_p=1.0)
+        return replace(self, mask_top_p=1.0, mask_min_tokens=1)
 
     def generation_kwargs(self) -> dict[str, Any]:
         """The ``generate`` arguments that sample from this distribution (``mask_top_p`` when masked)."""
@@ -127,6 +138,8 @@ class Sampling:
         }
         if self.is_masked:
             kwargs["mask_top_p"] = self.mask_top_p
+            if self.mask_min_tokens > 1:
+                kwargs["mask_min_tokens"] = self.mask_min_tokens
         return {**kwargs, **self.history_kwargs()}
 
     def history_kwargs(self) -> dict[str, Any]:

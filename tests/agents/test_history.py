@@ -199,3 +199,24 @@ def test_budget_respected_newest_kept_ids_exact(turns, pending, max_turns, budge
         play(wider, turns, pending)
         assert len(wider.render().token_ids) > budget
     assert h.check_prefix_stable(p)
+
+
+def test_truncate_right_keeps_the_start_of_the_observation():
+    # RL4LMs' prompt_truncation_side: right (CNN/DM, NarrativeQA, IWSLT, CommonGen T5 configs): the start is kept
+    obs = "question: who met bob? context: " + "alice met bob in town. " * 20
+    h = History(
+        TOK,
+        max_turns=0,
+        max_prompt_tokens=12,
+        use_chat_template=False,
+        template=PlainTemplate(query="{observation}"),
+        overflow="truncate_right",
+    )
+    h.add_observation(obs)
+    p = h.render()
+    assert p.observation_truncated and 0 < len(p.token_ids) <= 12 and obs.startswith(p.text)
+    assert p.text.startswith("question: who")
+    with pytest.raises(ConfigError, match="prompt_truncation_side=right applies to agent.type=token"):
+        AgentConfig(type="generative", prompt_truncation_side="right")
+    with pytest.raises(ConfigError, match="prompt_truncation_side"):
+        AgentConfig(type="token", prompt_truncation_side="middle")

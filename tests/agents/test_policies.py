@@ -213,3 +213,21 @@ def test_seq2seq_token_agent_feeds_the_prompt_to_the_encoder_and_its_tokens_to_t
     assert values[0] == pytest.approx(agent.last_decisions[0].value, abs=1e-5)
     agent.observe([0.0, 0.0], [True, False], [False, False])
     assert agent.histories[0].decoder_ids == [] and len(agent.histories[1].decoder_ids) == 4
+
+
+def test_a_seq2seq_token_agent_cuts_an_overlong_prompt_on_the_configured_side():
+    llm = _t5()
+    long_prompt = "question: who met bob? context: " + "alice met bob in town. " * 30
+    prompts = {}
+    for side in ("left", "right"):
+        config = AgentConfig(
+            type="token", use_chat_template=False, max_prompt_tokens=10, prompt_truncation_side=side
+        )
+        agent = TokenAgent(llm, config, num_envs=1, seed=0)
+        agent.act_batch([long_prompt], [{}])
+        prompts[side] = agent.last_decisions[0].prompt
+    assert long_prompt.startswith(prompts["right"]) and long_prompt.endswith(prompts["left"])
+    with pytest.raises(ConfigError, match="prompt_truncation_side=right cuts the end of an encoder-decoder"):
+        TokenAgent(
+            _llm(False), AgentConfig(type="token", use_chat_template=False, prompt_truncation_side="right")
+        )

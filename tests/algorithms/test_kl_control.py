@@ -238,3 +238,40 @@ def test_full_fine_tuning_penalises_the_kl_to_a_frozen_copy_of_the_initial_weigh
     assert first["kl_ref"] == pytest.approx(0.0, abs=1e-5)  # the policy starts at the reference
     assert second["kl_ref"] > 1e-4  # one update moved the weights, not the copy's
     assert all(torch.equal(p, reference[name]) for name, p in llm.backend.reference_model.named_parameters())
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        ("agent.top_k=3",),
+        ("algorithm.name=nlpo", "algorithm.nlpo.mask_top_p=0.3"),
+    ],
+    ids=["top_k", "nlpo_mask"],
+)
+@pytest.mark.parametrize("penalty", ["reward", "loss"])
+def test_the_kl_is_zero_at_update_one_under_top_k_and_nlpo_mask(tmp_path, cut, penalty):
+    # RL4LMs measures log pi_raw - log pi_ref (raw_log_probs): the sampling cut (top-k, NLPO's mask) is not on
+    # the KL's policy side, so while the policy is the reference the KL is 0 (before: 0.061 nats/token at top_k 20)
+    config = tiny_config(
+        tmp_path,
+        "llmgym/EchoWord-v0",
+        ECHO,
+        "agent.type=generative",
+        "agent.max_new_tokens=3",
+        "algorithm.rollout_steps=2",
+        "algorithm.epochs=1",
+        "algorithm.kl.coef=0.3",
+        f"algorithm.kl.penalty={penalty}",
+        "algorithm.kl.estimator=k1",
+        "model.reference_copy=true",
+        *cut,
+    )
+    llm, envs, agent, algorithm = build(config)
+    algorithm.collect_rollout()
+    cut_sums = [d.log_prob for d in agent.last_decisions]
+    raw_sums = [sum(d.choice.raw_log_probs) for d in agent.last_decisions]
+    # the ratio's log-probs are the cut distribution's: higher than the model's own where the cut renormalised
+    assert any(c > r + 1e-3 for c, r in zip(cut_sums, raw_sums))
+    first = algorithm.update()
+    envs.close()
+    assert first["kl_ref"] == pytest.approx(0.0, abs=1e-4)

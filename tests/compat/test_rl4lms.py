@@ -14,8 +14,9 @@ from llmgym.errors import ConfigError
 from llmgym.testing import save_tiny_classifier
 
 CONFIGS = Path(__file__).parent / "rl4lms_configs"
-CAUSAL = sorted(p.name for p in CONFIGS.glob("*gpt2*.yml"))
-SEQ2SEQ = sorted(p.name for p in CONFIGS.glob("*t5*.yml"))
+# RL from the base models (the *_supervised and *_on_supervised configs: tests/compat/test_rl4lms_all_configs.py)
+CAUSAL = sorted(p.name for p in CONFIGS.glob("*gpt2*.yml") if not p.name.endswith("supervised.yml"))
+SEQ2SEQ = ["common_gen_t5_nlpo.yml", "common_gen_t5_ppo.yml"]
 SMOKE = [
     "env.num_envs=2",
     "env.kwargs.max_tokens=3",
@@ -102,6 +103,12 @@ def test_commongen_t5_configs_train_a_seq2seq_policy_on_fixture_data(
         model["model_type"] == "seq2seq" and model["lora"] is None and model["reference_copy"]
     )  # every weight trains
     assert conversion.config["agent"]["max_prompt_tokens"] == raw["env"]["args"]["max_prompt_length"]
+    # RL4LMs decodes with skip_special_tokens=True: the env leaves the tokenizer's special tokens out of the score
+    assert "<pad>" in conversion.config["env"]["kwargs"]["special_tokens"]
+    assert (
+        conversion.config["env"]["kwargs"]["eos_token"]
+        not in conversion.config["env"]["kwargs"]["special_tokens"]
+    )
     path = tmp_path / "converted.yaml"
     path.write_text(yaml.safe_dump(conversion.config))
     run, last = _train(path, tiny_t5_dir, tmp_path, monkeypatch)
@@ -123,7 +130,25 @@ def test_unknown_keys_are_refused_by_path(tiny_model_dir):
         convert_rl4lms_config(raw, approximate=True, model_name=str(tiny_model_dir))
     raw = _load("synthetic_generate_increasing_numbers_gpt2_ppo.yml")
     raw["alg"]["id"] = "supervised"
-    with pytest.raises(ConfigError, match="alg.id='supervised'"):
+    with pytest.raises(ConfigError, match="alg.id='supervised' is supervised fine-tuning.*llmgym sft"):
+        convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
+
+
+def test_an_on_supervised_config_says_which_model_to_name():
+    raw = _load("dialog_gpt2_ppo_on_supervised.yml")  # tokenizer gpt2, policy a fine-tuned checkpoint of it
+    with pytest.raises(ConfigError, match=r"on_supervised.*Fix: name the checkpoint.*model\.name=FOLDER"):
+        convert_rl4lms_config(raw)
+
+
+def test_num_beams_one_and_eval_beam_settings(tiny_model_dir):
+    raw = _load("synthetic_generate_increasing_numbers_gpt2_ppo.yml")
+    raw["alg"]["policy"]["args"]["generation_kwargs"]["num_beams"] = (
+        1  # as RL4LMs' BART and Blenderbot configs
+    )
+    raw["train_evaluation"]["generation_kwargs"] = {"num_beams": 1, "max_new_tokens": 20}
+    assert not convert_rl4lms_config(raw, model_name=str(tiny_model_dir)).approximations  # both no-ops
+    raw["train_evaluation"]["generation_kwargs"] = {"num_beams": 5, "length_penalty": 0.6}  # IWSLT's
+    with pytest.raises(ConfigError, match=r"num_beams.*length_penalty: a beam-search score weight"):
         convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
 
 
@@ -155,7 +180,7 @@ def _train(path, tiny_model_dir, tmp_path, monkeypatch, extra=()):
     return run, [e for e in evals if e["kind"] == "eval"][-1]
 
 
-@pytest.mark.parametrize("name", [n for n in CAUSAL if n.startswith("synthetic")])
+@pytest.mark.parametrize("name", [n for n in CAUSAL if n.startswith("synthetic_generate_increasing")])
 def test_synthetic_configs_train_and_evaluate_splits(name, tiny_model_dir, tmp_path, monkeypatch, capsys):
     path = _write_converted(_load(name), tmp_path, tiny_model_dir)
     run, last = _train(path, tiny_model_dir, tmp_path, monkeypatch)
@@ -221,14 +246,15 @@ def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsy
     assert "alg.kl_div" not in err and "generation_kwargs.min_length" in err
     assert main(["convert", str(path), "--approximate", "--model", str(tiny_model_dir)]) == 0
     out, err = capsys.readouterr()
-    assert "# approximately: alg.policy.args.min_tokens_to_keep" in err
+    assert "min_tokens_to_keep" not in err  # mapped exactly
     (tmp_path / "nlpo.yaml").write_text(out)
     config = load_config(str(tmp_path / "nlpo.yaml"))
     assert (
         config.algorithm.name,
         config.algorithm.nlpo.mask_top_p,
         config.algorithm.nlpo.mask_update_interval,
-    ) == ("nlpo", 0.9, 5)
+        config.algorithm.nlpo.min_tokens_to_keep,
+    ) == ("nlpo", 0.9, 5, 100)
     assert config.train.eval_splits == ["val", "test"] and config.env.kwargs["datapool_kwargs"] == {
         "seed": 42,
         "split": "train",
@@ -262,3 +288,32 @@ def test_the_default_model_alias_gives_its_eos_token():
     raw = _load("synthetic_generate_increasing_numbers_gpt2_ppo.yml")
     conversion = convert_rl4lms_config(raw, model_name="SmolLM2-135M-Instruct")
     assert conversion.config["env"]["kwargs"]["eos_token"] == "<|im_end|>"
+
+
+def test_final_evaluation_covers_test_when_eval_every_divides_the_run(tiny_model_dir, tmp_path, monkeypatch):
+    # RL4LMs' shipped lengths all end on an eval_every boundary: the last periodic evaluation (val only) fell on
+    # the last update and the final one, which covers test, was skipped
+    path = _write_converted(
+        _load("synthetic_generate_increasing_numbers_gpt2_ppo.yml"), tmp_path, tiny_model_dir
+    )
+    run, last = _train(path, tiny_model_dir, tmp_path, monkeypatch, extra=["train.eval_every=6"])
+    evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [e["label"] for e in evals if e["kind"] == "eval"] == ["periodic", "after"]
+    assert "test/synthetic/increasing_numbers_in_text" in last
+    # each prediction line carries RL4LMs' per-sample metric scores, under the metric's name
+    for split in ("val", "test"):
+        rows = [
+            json.loads(line)
+            for line in (run / "predictions" / f"after_6_{split}.jsonl").read_text().splitlines()
+        ]
+        assert all(0.0 <= r["synthetic/increasing_numbers_in_text"] <= 1.0 for r in rows)
+        mean = sum(r["synthetic/increasing_numbers_in_text"] for r in rows) / len(rows)
+        assert mean == pytest.approx(last[f"{split}/synthetic/increasing_numbers_in_text"])
+
+
+def test_the_critic_difference_is_printed(tiny_model_dir):
+    # RL4LMs' actor-critic policies keep a separate value model: llmgym says what it does instead
+    raw = _load("synthetic_generate_increasing_numbers_gpt2_ppo.yml")
+    with pytest.warns(UserWarning, match="separate copy of the model as its critic.*value_head: detached"):
+        conversion = convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
+    assert conversion.config["algorithm"]["value_head"] == "detached"

@@ -148,3 +148,18 @@ def test_reset_index_option_and_bad_mode():
         env.reset(options={"index": 5})
     with pytest.raises(ConfigError, match="mode"):
         TextGenEnv(["a"], mode="words")
+
+
+def test_special_tokens_are_left_out_of_the_scored_completion():
+    # RL4LMs decodes completions with skip_special_tokens=True: a sampled T5 <pad> never reaches the reward
+    sample = Sample("Capital of France:", (" Paris",))
+    env = TextGenEnv(
+        [sample], reward="exact_match", mode="token", max_tokens=5, eos_token="</s>", special_tokens=["<pad>"]
+    )
+    env.reset(seed=0)
+    steps = [env.step(tok) for tok in [" Par", "<pad>", "is", "</s>"]]
+    obs, reward, done, _, info = steps[-1]
+    assert (reward, done, info["completion"]) == (1.0, True, " Paris")
+    assert obs["completion"] == " Par<pad>is"  # the observation keeps what the model was fed
+    with pytest.raises(ConfigError, match="special_tokens"):
+        TextGenEnv([sample], special_tokens="<pad>")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gymnasium as gym
 import pytest
 
 from llmgym.envs import get_reward, list_datapools, list_rewards, register_reward, text_scores
-from llmgym.errors import MissingDependencyError
+from llmgym.errors import ConfigError, MissingDependencyError
 from llmgym.testing import save_tiny_classifier, save_tiny_model
 from llmgym.text_metrics import MetricContext, MetricSpec, compute_metrics, get_metric, list_text_metrics
 
@@ -262,3 +264,71 @@ def test_parent_rewards_faithful_text_over_hallucination():
     # table-entailed words not in the reference still count for precision: PARENT, not BLEU
     partial = get_reward("parent").batch([""], ["Films: The Matrix, 1999."], [[]], meta[:1])[0]
     assert partial > get_reward("bleu")("", "Films: The Matrix, 1999.", ["The Matrix was released in 1999."])
+
+
+# ---------------------------------------------------------------- RL4LMs' own arguments, from its task YAMLs
+_CONFIGS = Path(__file__).parents[1] / "compat" / "rl4lms_configs"
+
+
+def _yaml(name):
+    import yaml
+
+    return yaml.safe_load((_CONFIGS / name).read_text())
+
+
+def test_sacre_bleu_reward_takes_the_dialog_configs_arguments():
+    args = next(
+        m["args"]
+        for m in _yaml("dialog_gpt2_ppo.yml")["train_evaluation"]["metrics"]
+        if m["id"] == "sacre_bleu"
+    )
+    assert args == {"tokenize": "intl"}
+    reward = get_reward("sacre_bleu", **args)  # before: every call passed metadata/done on to sacrebleu
+    assert reward("p", "the cat sat on the mat", ["the cat sat on the mat"]) == pytest.approx(1.0)
+    assert reward("p", "a dog", ["the cat sat on the mat"], metadata={"x": 1}) == pytest.approx(0.0)
+
+
+def test_rouge_l_max_takes_narrative_qas_py_rouge_arguments():
+    raw = _yaml("narrative_qa_t5_ppo.yml")
+    reward = get_reward("rouge_l_max", **raw["reward_fn"]["args"])  # before: a TypeError
+    words = [f"w{i}" for i in range(100)]
+    reference = " ".join(words)
+    longer = " ".join(words + [f"x{i}" for i in range(100)])
+    assert reward("p", longer, ["other words", reference]) == pytest.approx(1.0)  # 100 words kept of each
+    assert get_reward("rouge_l_max", limit_length=False)("p", longer, [reference]) == pytest.approx(2 / 3)
+    # alpha weighs precision and recall as py-rouge does: P*R / ((1 - a) P + a R), here P = 0.5 at a = 1
+    assert get_reward("rouge_l_max", limit_length=False, alpha=1.0)(
+        "p", longer, [reference]
+    ) == pytest.approx(0.5)
+    metric_args = next(m["args"] for m in raw["train_evaluation"]["metrics"] if m["id"] == "rouge_l_max")
+    values = compute_metrics(
+        [MetricSpec("rouge_l_max", metric_args)], ["p", "q"], [longer, "x"], [[reference], []]
+    )
+    assert values["lexical/rouge_l_max"].per_sample == pytest.approx((1.0, 0.0))
+    with pytest.raises(ConfigError, match="length_limit_type='lines'"):
+        get_reward("rouge_l_max", length_limit_type="lines")("p", "a", ["a"])
+
+
+def test_bert_score_metric_scores_a_split_without_references(tmp_path):
+    # totto's test split has no references; RL4LMs' configs ask bert_score with language: en
+    cls = str(save_tiny_classifier(tmp_path / "cls", num_labels=2))
+    spec = MetricSpec("bert_score", {"model_type": cls, "num_layers": 1})
+    empty = compute_metrics([spec], ["p", "q"], ["a cat", "a dog"], [[], []])
+    assert empty["semantic/bert_score"].per_sample == (0.0, 0.0)
+    mixed = compute_metrics(
+        [spec],
+        ["p", "q", "r", "s"],
+        ["the cat sat", "a dog", "a dog", ""],
+        [["the cat sat"], [], [""], ["x"]],
+    )  # totto's test references are [""]; an empty completion scores 0 as in bert-score
+    assert mixed["semantic/bert_score"].per_sample == pytest.approx((1.0, 0.0, 0.0, 0.0), abs=1e-4)
+
+
+def test_preference_model_scores_an_empty_completion(tmp_path):
+    # a completion of special tokens only is empty once they are left out; a tokenizer that adds no EOS gave
+    # the T5 encoder no token at all
+    t5 = str(save_tiny_model(tmp_path / "t5", kind="t5"))
+    args = _yaml("common_gen_t5_ppo_on_supervised.yml")["reward_fn"]["args"]  # device, batch_size, model_type
+    reward = get_reward("common_gen_preference_model", **args, model_name=t5)
+    [empty, full] = reward.batch(["", ""], ["", "dog runs"], [[], []], [{"concepts": ["dog"]}] * 2)
+    assert 0.0 < empty < 1.0 and 0.0 < full < 1.0

@@ -255,3 +255,32 @@ def test_the_snapshot_is_saved_and_loaded_with_the_weights(tmp_path):
     loaded = other.mask_policy.params or {}
     assert sorted(loaded) == sorted(snapshot) and all(torch.equal(loaded[k], snapshot[k]) for k in snapshot)
     assert not all(torch.equal(a, b) for a, b in zip(snapshot.values(), other.trainable_parameters()))
+
+
+def test_min_tokens_to_keep_keeps_the_mask_policys_most_likely_tokens():
+    # RL4LMs' maskable policies keep min_tokens_to_keep (100 by default) whatever their mass
+    assert top_p_mask(PROBS.log(), 0.3, min_tokens=3).tolist() == [
+        [True, True, True, False],
+        [True, True, False, True],
+    ]
+    with pytest.raises(InputError, match="mask_min_tokens=0"):
+        Sampling(mask_top_p=0.9, mask_min_tokens=0)
+    llm = _llm()
+    llm.refresh_mask_policy()
+    narrow, wide = Sampling(mask_top_p=0.05), Sampling(mask_top_p=0.05, mask_min_tokens=100)
+    assert wide.generation_kwargs()["mask_min_tokens"] == 100
+    torch.manual_seed(0)
+    gens = [g for group in llm.generate(PROMPTS, max_new_tokens=5, **wide.generation_kwargs()) for g in group]
+    prompts, completions = [g.prompt_ids for g in gens], [g.token_ids for g in gens]
+    scored = llm.token_logprobs(prompts, completions, require_grad=False, sampling=wide)
+    for g, s in zip(gens, scored):  # generate and the update's re-scoring agree on the wider mask
+        torch.testing.assert_close(s["logprobs"], g.logprobs, atol=1e-5, rtol=0)
+    masks = llm.mask_policy.keep_masks(
+        llm.model, prompts, completions, 0.05, llm.pad_token_id, llm.tokenizer.all_special_ids, min_tokens=100
+    )
+    assert all((m.sum(-1) >= 100).all() for m in masks)
+    cut = llm.token_logprobs(prompts, completions, require_grad=False, sampling=narrow)
+    # a 100-token mask spreads the mass the 1-token top-p set put on one token
+    assert (
+        sum(float(c["logprobs"].sum()) for c in cut) > sum(float(s["logprobs"].sum()) for s in scored) + 1.0
+    )

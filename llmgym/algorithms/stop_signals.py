@@ -105,6 +105,7 @@ class SignalStop:
         self._restore_point: Any = None
         self._abandonable = False
         self._previous: dict[int, _Handler] = {}
+        self._pid = os.getpid()
 
     def __enter__(self) -> SignalStop:
         if threading.current_thread() is not threading.main_thread():
@@ -155,6 +156,10 @@ class SignalStop:
 
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
         del frame
+        if os.getpid() != self._pid:  # a process forked while training: the signal's default action
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         name = signal.Signals(signum).name
         if signum in self._checkpoint_signals:
             self.checkpoint_requested = True

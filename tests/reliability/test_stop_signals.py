@@ -10,7 +10,6 @@ weights of the uninterrupted run.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -117,15 +116,9 @@ def _stop(tmp_path: Path, model_dir: Path, phase: str, hit: int, sig: int, *extr
         env=env,
         start_new_session=True,
     )
-    lines: list[str] = []
     with reaped(proc, []):
         assert proc.stdout is not None and proc.stdin is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("PAUSED"):
-                break
-        else:
-            raise AssertionError(f"the child ended (status {proc.wait()}) before pausing:\n{''.join(lines)}")
+        lines = _read_until(proc, "PAUSED")
         if sig == signal.SIGINT:
             os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C
         else:
@@ -172,3 +165,53 @@ def test_sigterm_after_the_first_update_resumes_with_the_resume_flag(tmp_path, t
     assert "finishing the update in progress" in output
     assert cli.main(["train", *_args(tiny_model_dir, tmp_path, "r"), "--resume"]) == 0
     _assert_same_run(tmp_path / "r", uninterrupted)
+
+
+@pytest.mark.timeout(300)
+def test_sigusr1_writes_a_checkpoint_after_the_step_and_training_goes_on(
+    tmp_path, tiny_model_dir, uninterrupted
+):
+    status, output = _stop(tmp_path, tiny_model_dir, "update", 1, signal.SIGUSR1)
+    assert status == 0, output
+    assert "SIGUSR1: writing a checkpoint after the step in progress; training goes on" in output
+    run = tmp_path / "r"
+    kept = sorted(p.name for p in (run / "checkpoints").glob("step-*"))
+    assert kept == ["step-0000000008", "step-0000000024"]  # the signal's and the final one
+    state, _ = load_trainer_state(run / "checkpoints" / "step-0000000008")
+    assert [e["env_steps"] for e in state["evaluations"]] == [8.0]  # written after the step's evaluation
+    _assert_same_run(run, uninterrupted)
+
+
+@pytest.mark.timeout(300)
+def test_a_second_ctrl_c_stops_at_once_without_a_checkpoint(tmp_path, tiny_model_dir):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, "update", "1", *_args(tiny_model_dir, tmp_path, "r")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    with reaped(proc, []):
+        assert proc.stdout is not None
+        lines = _read_until(proc, "PAUSED")
+        os.killpg(proc.pid, signal.SIGINT)  # the update is paused: the first Ctrl-C waits for its end
+        lines += _read_until(proc, "llmgym: SIGINT: finishing the update in progress")
+        os.killpg(proc.pid, signal.SIGINT)
+        lines += proc.stdout.read().splitlines(keepends=True)
+        assert proc.wait(timeout=120) == 130, "".join(lines)
+    assert "SIGINT again: stopping at once" in "".join(lines)
+    assert not (tmp_path / "r" / "checkpoints").exists()
+
+
+def _read_until(proc: subprocess.Popen, prefix: str) -> list[str]:
+    """The child's output lines up to the first that starts with ``prefix``."""
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith(prefix):
+            return lines
+    raise AssertionError(f"the child ended (status {proc.wait()}) before {prefix!r}:\n{''.join(lines)}")

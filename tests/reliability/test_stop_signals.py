@@ -215,3 +215,31 @@ def _read_until(proc: subprocess.Popen, prefix: str) -> list[str]:
         if line.startswith(prefix):
             return lines
     raise AssertionError(f"the child ended (status {proc.wait()}) before {prefix!r}:\n{''.join(lines)}")
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(600)
+def test_with_two_ray_servers_a_stopped_run_checkpoints_the_servers_and_resumes(tmp_path, tiny_model_dir):
+    # Two uninterrupted 2-server runs of this config already differ from the first update on (seen on
+    # 2026-12-07: grad_norm 1.80 vs 1.89), so this compares with the stopped run itself, not with another run.
+    pytest.importorskip("ray")
+    servers = "distributed.llm_processes=2"
+    status, output = _stop(tmp_path, tiny_model_dir, "update", 1, signal.SIGTERM, servers)
+    assert status == 143, output
+    run = tmp_path / "r"
+    checkpoint = latest_checkpoint(run)  # verified against its manifest
+    assert checkpoint.name == "step-0000000008"
+    written = _weights(run)
+    before = _metrics(run)
+    assert [r["env_steps"] for r in before] == [8]
+    assert cli.main(["train", *_args(tiny_model_dir, tmp_path, "r", servers), "--resume"]) == 0
+    after = _metrics(run)
+    assert after[:1] == before and [(r["kind"], r["env_steps"]) for r in after] == [
+        ("train", 8),
+        ("eval", 8),  # the evaluation the stop abandoned
+        ("train", 16),
+        ("eval", 16),
+        ("train", 24),
+        ("eval", 24),
+    ]
+    assert written and all(tensors for tensors in written.values())

@@ -91,18 +91,20 @@ class TrainerSnapshot:
         env_steps: Env steps at that moment.
         state: The JSON trainer state, without the algorithm's ``action_log``.
         tensors: RNG and generator states.
-        action_log: The algorithm's action log (the live list).
+        action_log: The algorithm's action log (the live list; ``None`` when its state has none).
         action_log_length: Its length at that moment.
     """
 
     env_steps: int
     state: dict[str, Any]
     tensors: dict[str, torch.Tensor]
-    action_log: list[Any]
+    action_log: Optional[list[Any]]
     action_log_length: int
 
     def trainer_state(self) -> dict[str, Any]:
         """The trainer state as a checkpoint stores it."""
+        if self.action_log is None:
+            return self.state
         algorithm = {**self.state["algorithm"], "action_log": self.action_log[: self.action_log_length]}
         return {**self.state, "algorithm": algorithm}
 
@@ -112,7 +114,8 @@ class Trainer:
 
     Args:
         config: The run config.
-        run_dir: Run directory; default ``train.output_dir/train.run_name`` (or ``train.resume``).
+        run_dir: Run directory; default ``train.output_dir/train.run_name`` (or the folder
+            ``train.resume`` names; with ``train.resume=auto``, ``train.output_dir/train.run_name``).
         model: Optional prebuilt model (tests); loaded from ``config.model`` otherwise.
         tokenizer: Its tokenizer.
 
@@ -223,7 +226,7 @@ class Trainer:
         """The trainer's state now (counters, RNG states, env replay log, evaluations), without the LLM's."""
         rng_json, rng_tensors = capture_rng_state()
         algorithm = self.algorithm.state_dict()
-        action_log = algorithm.pop("action_log")
+        action_log = algorithm.pop("action_log", None)
         state = {
             "algorithm": algorithm,
             "rng": rng_json,
@@ -236,7 +239,7 @@ class Trainer:
             json.loads(json.dumps(state, default=_jsonable)),
             tensors,
             action_log,
-            len(action_log),
+            len(action_log) if action_log is not None else 0,
         )
 
     def save(self, snapshot: Optional[TrainerSnapshot] = None) -> Path:

@@ -10,8 +10,9 @@ folder fsynced, and renamed; ``RUN_DIR/checkpoints/latest`` (a one-line text fil
 atomically afterwards. A crash at any point thus leaves the previous checkpoint intact and pointed
 to; :func:`clean_crash_leftovers` removes the temporary folders such a crash leaves behind.
 
-The two most recent checkpoints are kept (``keep=2``), so when ``latest`` fails verification
-(a missing or corrupted file), :func:`latest_checkpoint` falls back to the older one with a warning.
+The most recent checkpoints are kept (``train.keep_checkpoints``, 2 by default), so when ``latest``
+fails verification (a missing or corrupted file), :func:`latest_checkpoint` falls back to the newest
+older one with a warning.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "check_resume_config",
     "save_checkpoint",
     "latest_checkpoint",
+    "has_checkpoint",
     "read_latest_checkpoint",
     "is_checkpoint_name",
     "load_trainer_state",
@@ -290,7 +292,7 @@ def save_checkpoint(
         trainer_state: JSON-serialisable trainer state (counters, RNG, env replay state).
         trainer_tensors: Tensors of the trainer state (RNG states), saved with ``torch.save``.
         config_yaml: The resolved config as YAML text.
-        keep: Number of most recent checkpoints kept (2 or more keeps a fallback).
+        keep: Number of most recent checkpoints kept (2 or more keeps a fallback; ``train.keep_checkpoints``).
 
     Returns:
         The checkpoint folder.
@@ -363,6 +365,12 @@ def _candidates(root: Path) -> tuple[list[Path], list[str]]:
             f"checkpoint {root / name} named by {pointer} does not exist"
         ]
     return [root / name] + [p for p in steps[::-1] if p.name < name], []
+
+
+def has_checkpoint(run_dir: str | Path) -> bool:
+    """Whether a run folder holds checkpoints (``checkpoints/latest`` or a ``step-N`` folder), complete or not."""
+    root = Path(run_dir) / CHECKPOINTS
+    return (root / LATEST).is_file() or bool(_step_dirs(root))
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path:
@@ -523,6 +531,8 @@ RESUME_SAFE_KEYS = (
     "train.eval_before",
     "train.eval_sample",
     "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.checkpoint_signals",
     "logging",
     "distributed.ray_address",
     "distributed.timeout_s",

@@ -63,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("config", nargs="?", help=_CONFIG_HELP)
     train.add_argument("overrides", nargs="*", help="dotted overrides such as train.seed=3")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="train.resume=auto: resume the run named train.run_name if it holds a checkpoint, else start it "
+        "(a requeued scheduler job reruns the same command; docs/runs.md)",
+    )
 
     sft = sub.add_parser(
         "sft",
@@ -520,15 +526,33 @@ def _quiet_third_party_output() -> None:
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
-def _cmd_train(config_arg: str | None, overrides: list[str]) -> int:
-    from llmgym.config import load_config
+def _cmd_train(config_arg: str | None, overrides: list[str], resume: bool = False) -> int:
+    """``llmgym train``; a run stopped by a signal exits with ``128 + signum`` once its checkpoint is written."""
+    from llmgym.config import AUTO_RESUME, load_config
     from llmgym.requirements import check_requirements
 
-    config = load_config(*_split_config_arg(config_arg, overrides))
+    config_arg, overrides = _split_config_arg(config_arg, overrides)
+    if resume:
+        given = [o for o in overrides if o.startswith("train.resume=")]
+        if given:
+            raise InputError(
+                f"--resume is train.resume=auto, and {given[-1]} was given too; keep one of them."
+            )
+        overrides = [*overrides, f"train.resume={AUTO_RESUME}"]
+    config = load_config(config_arg, overrides)
     check_requirements(config)  # before torch is imported, the model loads or the run directory exists
-    from llmgym.algorithms.trainer import run_training
+    from llmgym.algorithms.trainer import TrainingStopped, run_training
 
-    run_training(config)
+    try:
+        run_training(config)
+    except TrainingStopped as stopped:
+        run_dir = stopped.checkpoint.parent.parent
+        print(
+            f"llmgym train: {stopped}. Resume it with the same command and train.resume={run_dir} "
+            "(or --resume, with the same train.run_name).",
+            file=sys.stderr,
+        )
+        return stopped.exit_status
     return 0
 
 
@@ -559,7 +583,7 @@ def _run(argv: list[str]) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
     if args.command == "train":
-        return _cmd_train(args.config, args.overrides)
+        return _cmd_train(args.config, args.overrides, args.resume)
     if args.command == "sft":
         return _cmd_sft(args)
     if args.command == "sweep":
@@ -600,7 +624,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Every :class:`~llmgym.errors.LLMGymError` (bad input, unknown env, missing extra...) ends the
     command with one line on stderr, ``llmgym COMMAND: error: MESSAGE``, and exit status 2 (as
-    argparse's usage errors); Ctrl-C exits with 130.
+    argparse's usage errors); Ctrl-C exits with 130. ``llmgym train`` stopped by SIGTERM or SIGINT
+    writes a checkpoint first and exits with ``128 + signum`` (143, 130); see docs/runs.md.
     """
     _quiet_third_party_output()
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -57,7 +57,14 @@ __all__ = [
     "save_config",
     "config_to_dict",
     "iter_field_help",
+    "AUTO_RESUME",
+    "CHECKPOINT_SIGNAL_NAMES",
 ]
+
+#: ``train.resume=auto``: resume ``train.output_dir/train.run_name`` when it holds a checkpoint, else start it.
+AUTO_RESUME = "auto"
+#: The signals ``train.checkpoint_signals`` may name (SIGTERM and SIGINT always stop the run).
+CHECKPOINT_SIGNAL_NAMES = ("SIGUSR1", "SIGUSR2", "SIGHUP")
 
 
 def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" reads best at call sites
@@ -801,8 +808,24 @@ class TrainConfig(_Section):
     eval_max_samples: Optional[int] = _f(
         None, "Evaluate at most this many samples of each eval split; null: all."
     )
-    checkpoint_every: Optional[int] = _f(None, "Checkpoint every this many env steps; null only at the end.")
-    resume: Optional[str] = _f(None, "Run directory to resume from (its latest checkpoint).")
+    checkpoint_every: Optional[int] = _f(
+        1024,
+        "Checkpoint every this many env steps (a schedule in env steps, not minutes, keeps a run reproducible), "
+        "and at the end; null only at the end.",
+    )
+    keep_checkpoints: int = _f(
+        2, "Checkpoints kept in the run folder (older ones are deleted); 2 or more keeps one to fall back to."
+    )
+    checkpoint_signals: list[str] = _f(
+        ["SIGUSR1"],
+        "Signals on which the run writes a checkpoint after the step in progress and goes on training (any of "
+        f"{list(CHECKPOINT_SIGNAL_NAMES)}; [] for none). SIGTERM and SIGINT always checkpoint and stop the run.",
+    )
+    resume: Optional[str] = _f(
+        None,
+        "Run directory to resume from (its latest checkpoint), or auto: resume train.output_dir/train.run_name "
+        "when it holds a checkpoint, else start it (a requeued scheduler job reruns the same command).",
+    )
 
     def _check(self) -> None:
         _check_positive("train", "total_env_steps", self.total_env_steps)
@@ -810,6 +833,14 @@ class TrainConfig(_Section):
         _check_positive("train", "eval_episodes", self.eval_episodes, allow_zero=True)
         _check_positive("train", "eval_num_envs", self.eval_num_envs)
         _check_positive("train", "checkpoint_every", self.checkpoint_every)
+        _check_positive("train", "keep_checkpoints", self.keep_checkpoints)
+        for name in self.checkpoint_signals:
+            _check_choice("train", "checkpoint_signals", name, CHECKPOINT_SIGNAL_NAMES)
+        if self.resume == AUTO_RESUME and not self.run_name:
+            raise ConfigError(
+                "train.resume=auto resumes the run named by train.run_name, which is null (each run would get a new "
+                "name). Fix: set train.run_name=NAME, the same on every requeue of a job (e.g. its job id)."
+            )
         _check_positive("train", "eval_max_samples", self.eval_max_samples)
         for i, spec in enumerate(self.eval_metrics):
             if not isinstance(spec.get("id"), str) or set(spec) - {"id", "args"}:

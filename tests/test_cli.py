@@ -96,6 +96,13 @@ def test_bad_override_is_a_clear_error_not_a_traceback():
     assert "Did you mean 'algorithm.learning_rate'" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_train_resume_flag_is_train_resume_auto_and_not_both():
+    proc = run("train", CONFIGS[0], "--resume", "train.resume=runs/x", check=False)
+    assert proc.returncode == 2 and "--resume is train.resume=auto" in proc.stderr
+    proc = run("train", CONFIGS[0], "--resume", check=False)  # auto needs the run's name
+    assert proc.returncode == 2 and "train.resume=auto" in proc.stderr and "train.run_name" in proc.stderr
+
+
 def test_play_reads_actions_from_stdin():
     out = run("play", "llmgym/EchoWord-v0", "--seed", "0", input_text="0\n").stdout
     assert "Say the word" in out and "episode over" in out

@@ -64,6 +64,9 @@ def test_wrong_type_names_key():
         ("distributed.rl_processes=2", r"rl_processes=2"),
         ("train.total_env_steps=0", r"total_env_steps=0 must be > 0"),
         ("agent.score_normalize=max", r"agent\.score_normalize='max'.*mean"),
+        ("train.keep_checkpoints=0", r"train\.keep_checkpoints=0 must be > 0"),
+        ("train.checkpoint_signals=[SIGTERM]", r"checkpoint_signals='SIGTERM'.*SIGUSR1"),
+        ("train.resume=auto", r"train\.resume=auto.*train\.run_name=NAME"),
     ],
 )
 def test_out_of_range_values(override, pattern):

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
 import torch
@@ -23,11 +27,13 @@ import yaml
 from llmgym.algorithms.callbacks import Callback
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.registry import algorithm_class
+from llmgym.algorithms.stop_signals import SignalStop, StopRequest, TrainingStopped
 from llmgym.build import build_agent, build_llm, env_instructions, make_envs, seed_everything
 from llmgym.checkpoint import (
     capture_rng_state,
     check_resume_config,
     clean_crash_leftovers,
+    has_checkpoint,
     latest_checkpoint,
     load_checkpoint_config,
     load_trainer_state,
@@ -35,7 +41,7 @@ from llmgym.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from llmgym.config import Config, config_to_dict, load_config, save_config
+from llmgym.config import AUTO_RESUME, Config, config_to_dict, load_config, save_config
 from llmgym.envs.registration import check_env_id
 from llmgym.errors import CheckpointError, ConfigError
 from llmgym.evaluation import eval_width, evaluate
@@ -56,11 +62,16 @@ __all__ = [
     "CheckpointCallback",
     "EvalCallback",
     "RunLogCallback",
+    "StopCallback",
+    "TrainingStopped",
     "Trainer",
     "run_training",
     "evaluation_summary",
     "evaluate_run",
 ]
+
+
+logger = logging.getLogger(__name__)
 
 
 def _jsonable(value: Any) -> Any:
@@ -71,12 +82,42 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
+@dataclass
+class TrainerSnapshot:
+    """Everything a checkpoint holds but the LLM's state, captured at one moment of the run.
+
+    The env action log is append-only, so it is kept as the live list and its length then (a
+    snapshot costs the same at every step of a long run).
+
+    Attributes:
+        env_steps: Env steps at that moment.
+        state: The JSON trainer state, without the algorithm's ``action_log``.
+        tensors: RNG and generator states.
+        action_log: The algorithm's action log (the live list; ``None`` when its state has none).
+        action_log_length: Its length at that moment.
+    """
+
+    env_steps: int
+    state: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+    action_log: Optional[list[Any]]
+    action_log_length: int
+
+    def trainer_state(self) -> dict[str, Any]:
+        """The trainer state as a checkpoint stores it."""
+        if self.action_log is None:
+            return self.state
+        algorithm = {**self.state["algorithm"], "action_log": self.action_log[: self.action_log_length]}
+        return {**self.state, "algorithm": algorithm}
+
+
 class Trainer:
     """Runs a config: builds LLM, envs and agent, then trains with logging, evaluation and checkpoints.
 
     Args:
         config: The run config.
-        run_dir: Run directory; default ``train.output_dir/train.run_name`` (or ``train.resume``).
+        run_dir: Run directory; default ``train.output_dir/train.run_name`` (or the folder
+            ``train.resume`` names; with ``train.resume=auto``, ``train.output_dir/train.run_name``).
         model: Optional prebuilt model (tests); loaded from ``config.model`` otherwise.
         tokenizer: Its tokenizer.
 
@@ -111,7 +152,9 @@ class Trainer:
             created = True
         elif run_dir is None:
             run_dir = (
-                train.resume if train.resume is not None else Path(train.output_dir) / str(train.run_name)
+                train.resume
+                if train.resume not in (None, AUTO_RESUME)
+                else Path(train.output_dir) / str(train.run_name)
             )
         self.run_dir = Path(run_dir)
         created = created or not self.run_dir.exists()
@@ -136,11 +179,12 @@ class Trainer:
         algorithm_cls = algorithm_class(
             config.algorithm.name
         )  # a user class is imported before the model loads
-        if train.resume is None:
+        mode = self._start_mode()
+        if mode == "new":
             check_new_run_dir(self.run_dir)
             self._fresh = True
         clean_crash_leftovers(self.run_dir)
-        checkpoint = self._resume_checkpoint() if train.resume is not None else None
+        checkpoint = self._resume_checkpoint() if mode == "resume" else None
         save_config(config, self.run_dir / "config.yaml")
         seed_everything(train.seed)
         self.llm = build_llm(config, model=model, tokenizer=tokenizer)
@@ -168,7 +212,10 @@ class Trainer:
         )
         self.algorithm.rollout_observer = self.training_sampler
         self._last_checkpoint_steps = 0
+        self._last_checkpoint: Optional[Path] = None
         self._last_eval_steps = 0
+        #: The signal handlers while :meth:`train` runs (``None`` otherwise).
+        self.signals: Optional[SignalStop] = None
         if checkpoint is not None:
             self._resume(checkpoint)
 
@@ -204,27 +251,74 @@ class Trainer:
             raise
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self) -> Path:
-        """Write a checkpoint of everything resume needs (atomic)."""
+    def snapshot(self) -> TrainerSnapshot:
+        """The trainer's state now (counters, RNG states, env replay log, evaluations), without the LLM's."""
         rng_json, rng_tensors = capture_rng_state()
+        algorithm = self.algorithm.state_dict()
+        action_log = algorithm.pop("action_log", None)
         state = {
-            "algorithm": self.algorithm.state_dict(),
+            "algorithm": algorithm,
             "rng": rng_json,
             "evaluations": self.evaluations,
             "last_eval_steps": self._last_eval_steps,
         }
         tensors = {**rng_tensors, **{f"gen_{k}": v for k, v in self.algorithm.generator_states().items()}}
+        return TrainerSnapshot(
+            self.algorithm.env_steps,
+            json.loads(json.dumps(state, default=_jsonable)),
+            tensors,
+            action_log,
+            len(action_log) if action_log is not None else 0,
+        )
+
+    def save(self, snapshot: Optional[TrainerSnapshot] = None) -> Path:
+        """Write a checkpoint of everything resume needs (atomic), keeping ``train.keep_checkpoints``.
+
+        Args:
+            snapshot: The trainer state to write (default: now). The LLM's state is the one now, so
+                a snapshot taken earlier is right only while the weights have not changed since.
+        """
+        snapshot = snapshot if snapshot is not None else self.snapshot()
         config_yaml = yaml.safe_dump(config_to_dict(self.config), sort_keys=False)
         folder = save_checkpoint(
             self.run_dir,
-            self.algorithm.env_steps,
+            snapshot.env_steps,
             self.llm.save,
-            json.loads(json.dumps(state, default=_jsonable)),
-            tensors,
+            snapshot.trainer_state(),
+            snapshot.tensors,
             config_yaml,
+            keep=self.config.train.keep_checkpoints,
         )
-        self._last_checkpoint_steps = self.algorithm.env_steps
+        self._last_checkpoint_steps = snapshot.env_steps
+        self._last_checkpoint = folder
         return folder
+
+    def _start_mode(self) -> Literal["new", "restart", "resume"]:
+        """How the run starts: ``resume`` its folder's checkpoint, start a ``new`` run, or ``restart`` one.
+
+        ``train.resume`` set to a folder resumes it. With ``train.resume=auto`` the folder is resumed
+        when it holds a checkpoint; a folder holding a run stopped before its first checkpoint (a
+        ``config.yaml`` and logs) restarts that run from the beginning (its config must allow a
+        resume; its ``metrics.jsonl`` and ``episodes.jsonl`` are emptied, as a resume trims them);
+        an absent or empty folder starts a new run.
+        """
+        resume = self.config.train.resume
+        if resume != AUTO_RESUME:
+            return "new" if resume is None else "resume"
+        clean_crash_leftovers(self.run_dir)
+        if has_checkpoint(self.run_dir):
+            return "resume"
+        if not (self.run_dir / "config.yaml").is_file():
+            return "new"  # an empty folder; a folder of other things is refused by check_new_run_dir
+        current = yaml.safe_load(yaml.safe_dump(config_to_dict(self.config), sort_keys=False))
+        check_resume_config(load_checkpoint_config(self.run_dir), current, self.run_dir)
+        trim_metrics(self.run_dir / "metrics.jsonl", -1)
+        trim_episode_records(self.run_dir / EPISODES_NAME, -1)
+        logger.warning(
+            "train.resume=auto: %s holds a run stopped before its first checkpoint; starting it again.",
+            self.run_dir,
+        )
+        return "restart"
 
     def _resume_checkpoint(self) -> Path:
         """The checkpoint to resume from (verified), once its config is checked against this one."""
@@ -247,6 +341,7 @@ class Trainer:
                 "with that version or start a new run."
             ) from exc
         self._last_checkpoint_steps = self.algorithm.env_steps
+        self._last_checkpoint = folder
         restore_rng_state(state["rng"], {k: v for k, v in tensors.items() if not k.startswith("gen_")})
         trim_metrics(self.run_dir / "metrics.jsonl", self.algorithm.env_steps)
         trim_episode_records(self.run_dir / EPISODES_NAME, self.algorithm.env_steps)
@@ -279,7 +374,7 @@ class Trainer:
         sampled_recorder = EpisodeRecorder(
             recorder.max_episodes, self.llm.tokenizer, algo.gamma, algo.gae_lambda
         )
-        with torch.random.fork_rng(devices=[]):
+        with self._abandonable(), torch.random.fork_rng(devices=[]):
             result = evaluate(self.eval_agent, self.config, episodes, seed=seed, recorder=recorder)
             if self.config.train.eval_sample:
                 self.eval_agent.generator.manual_seed(seed)
@@ -315,12 +410,30 @@ class Trainer:
         self._last_eval_steps = self.algorithm.env_steps
         return result
 
+    @contextmanager
+    def _abandonable(self) -> Iterator[None]:
+        """A phase that changes no weight (an evaluation): a stop signal abandons it, resuming from its start."""
+        if self.signals is None:
+            yield
+            return
+        self.signals.begin_abandonable(self.snapshot())
+        try:
+            yield
+        finally:
+            self.signals.end_abandonable()
+
     # ------------------------------------------------------------------ the loop
     def train(self) -> dict[str, Any]:
         """Train until ``train.total_env_steps``; returns the summary (evaluations, paths).
 
-        The loop is :meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.learn` with three
-        callbacks, in order: :class:`RunLogCallback`, :class:`EvalCallback` and :class:`CheckpointCallback`.
+        The loop is :meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.learn` with four
+        callbacks, in order: :class:`RunLogCallback`, :class:`EvalCallback`, :class:`CheckpointCallback`
+        and :class:`StopCallback`. While it runs, SIGTERM and SIGINT stop it with a checkpoint and
+        ``train.checkpoint_signals`` write one (:mod:`llmgym.algorithms.stop_signals`).
+
+        Raises:
+            TrainingStopped: After a stop signal, once the checkpoint, the learning curve and the
+                report are written (its ``exit_status`` is the process's conventional one).
         """
         cfg = self.config
         logger = RunLogger(
@@ -331,14 +444,21 @@ class Trainer:
             initial_env_steps=self.algorithm.env_steps,
         )
         start = time.monotonic()
+        stopped: Optional[TrainingStopped] = None
         try:
-            callbacks = [
-                RunLogCallback(self, logger),
-                EvalCallback(self, logger),
-                CheckpointCallback(self, logger),
-            ]
-            self.algorithm.learn(cfg.train.total_env_steps, callbacks)
+            with SignalStop(cfg.train.checkpoint_signals) as self.signals:
+                callbacks = [
+                    RunLogCallback(self, logger),
+                    EvalCallback(self, logger),
+                    CheckpointCallback(self, logger),
+                    StopCallback(self, logger),
+                ]
+                try:
+                    self.algorithm.learn(cfg.train.total_env_steps, callbacks)
+                except StopRequest as request:
+                    stopped = self._checkpoint_on_stop(request, logger)
         finally:
+            self.signals = None
             logger.close()
         png = None
         if cfg.logging.plot:
@@ -348,6 +468,8 @@ class Trainer:
             from llmgym.report.html import write_report
 
             report = write_report([self.run_dir])
+        if stopped is not None:
+            raise stopped
         return {
             "run_dir": str(self.run_dir),
             "evaluations": self.evaluations,
@@ -355,6 +477,16 @@ class Trainer:
             "report": str(report) if report else None,
             "wall_time_s": time.monotonic() - start,
         }
+
+    def _checkpoint_on_stop(self, request: StopRequest, logger: RunLogger) -> TrainingStopped:
+        """The checkpoint of a stopped run: its restore point's state (or the state now), unless already saved."""
+        snapshot = request.restore_point if request.restore_point is not None else self.snapshot()
+        if self._last_checkpoint is not None and self._last_checkpoint_steps == snapshot.env_steps:
+            folder = self._last_checkpoint
+        else:
+            logger.sync()
+            folder = self.save(snapshot)
+        return TrainingStopped(request.signum, folder, snapshot.env_steps)
 
     def close(self) -> None:
         """Release the envs, the LLM and the run folder's lock."""
@@ -435,11 +567,25 @@ class EvalCallback(Callback):
         self.logger.log(algorithm.env_steps, result, kind="eval")
         self.logger.log_episodes(algorithm.env_steps, self.trainer.episode_records)
 
+    def _periodic_due(self, algorithm: OnPolicyAlgorithm) -> bool:
+        train = self.trainer.config.train
+        return bool(
+            train.eval_every
+            and train.eval_episodes
+            and algorithm.env_steps - self.trainer._last_eval_steps >= train.eval_every
+        )
+
     def on_training_start(self, algorithm: OnPolicyAlgorithm) -> None:
-        """The ``before`` evaluation, unless the run already has evaluations (a resume)."""
+        """The ``before`` evaluation, unless the run already has evaluations (a resume).
+
+        A resumed run whose ``periodic`` evaluation is due evaluates first: a run stopped during an
+        evaluation abandoned it, and its checkpoint is the state before it.
+        """
         train = self.trainer.config.train
         if train.eval_before and train.eval_episodes and not self.trainer.evaluations:
             self._evaluate(algorithm, "before")
+        elif algorithm.env_steps > 0 and self._periodic_due(algorithm):
+            self._evaluate(algorithm, self._periodic_label(algorithm))
 
     def on_update(self, algorithm: OnPolicyAlgorithm, metrics: dict[str, float]) -> None:
         """A ``periodic`` evaluation once ``train.eval_every`` env steps passed since the last one.
@@ -447,14 +593,14 @@ class EvalCallback(Callback):
         At the last update (the budget reached) it is the ``after`` evaluation, which
         :meth:`on_training_end` then does not repeat.
         """
-        train = self.trainer.config.train
-        if (
-            train.eval_every
-            and train.eval_episodes
-            and algorithm.env_steps - self.trainer._last_eval_steps >= train.eval_every
-        ):
-            last = algorithm.total_env_steps is not None and algorithm.env_steps >= algorithm.total_env_steps
-            self._evaluate(algorithm, "after" if last else "periodic")
+        if self._periodic_due(algorithm):
+            self._evaluate(algorithm, self._periodic_label(algorithm))
+
+    @staticmethod
+    def _periodic_label(algorithm: OnPolicyAlgorithm) -> str:
+        """``after`` for the evaluation at the budget (every split), else ``periodic`` (the first split)."""
+        last = algorithm.total_env_steps is not None and algorithm.env_steps >= algorithm.total_env_steps
+        return "after" if last else "periodic"
 
     def on_training_end(self, algorithm: OnPolicyAlgorithm) -> None:
         """The ``after`` evaluation, unless the last one was at these env steps and covered every split.
@@ -500,6 +646,47 @@ class CheckpointCallback(Callback):
             self.trainer._last_checkpoint_steps != algorithm.env_steps
             or not (self.trainer.run_dir / "checkpoints").exists()
         ):
+            self.logger.sync()
+            self.trainer.save()
+
+
+class StopCallback(Callback):
+    """Acts on the run's signals (:attr:`Trainer.signals`): a rollout may be abandoned, a step's end stops or saves.
+
+    Each rollout is abandonable: it begins with a restore point (:meth:`Trainer.snapshot`), the
+    state a stop signal during it checkpoints. After each update (and the callbacks before this
+    one), a stop asked for meanwhile stops the run, and a checkpoint signal writes a checkpoint.
+
+    Args:
+        trainer: The trainer whose run is stopped or saved.
+        logger: The run's logger, flushed before a checkpoint.
+    """
+
+    def __init__(self, trainer: Trainer, logger: RunLogger) -> None:
+        self.trainer = trainer
+        self.logger = logger
+
+    def on_rollout_start(self, algorithm: OnPolicyAlgorithm) -> None:
+        """The rollout may be abandoned from here (a stop asked for already stops at once)."""
+        if self.trainer.signals is not None:
+            self.trainer.signals.begin_abandonable(self.trainer.snapshot())
+
+    def on_rollout_end(self, algorithm: OnPolicyAlgorithm, metrics: dict[str, float]) -> None:
+        """The update comes next: it is finished before a stop."""
+        if self.trainer.signals is not None:
+            self.trainer.signals.end_abandonable()
+
+    def on_update(self, algorithm: OnPolicyAlgorithm, metrics: dict[str, float]) -> None:
+        """Stop if asked to; write a checkpoint if a checkpoint signal came (unless one is at this step).
+
+        Raises:
+            StopRequest: When a stop signal came during the step.
+        """
+        signals = self.trainer.signals
+        if signals is None:
+            return
+        signals.raise_if_requested()
+        if signals.take_checkpoint_request() and self.trainer._last_checkpoint_steps != algorithm.env_steps:
             self.logger.sync()
             self.trainer.save()
 

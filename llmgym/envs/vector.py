@@ -172,6 +172,9 @@ def _worker(
     """
     for end in inherited:
         end.close()
+    # Ctrl-C in a terminal reaches the whole process group: the training process decides what it stops
+    # (it writes a checkpoint first), and the worker ends when that process closes it or dies.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _follow_parent(*parent)
     slots: list[_Slot] = []
     try:

@@ -267,6 +267,80 @@ def test_resume_without_checkpoint_is_clear(tmp_path):
         _trainer(config)
 
 
+def test_resume_auto_starts_a_new_name_and_continues_an_existing_one(trained_run, tmp_path):
+    fresh = _trainer(
+        tiny_config(tmp_path, "llmgym/Countdown-v0", *SOURCE, "train.run_name=new", "train.resume=auto")
+    )
+    fresh.close()
+    assert fresh.run_dir == tmp_path / "new" and fresh.algorithm.env_steps == 0
+    _copy(trained_run, tmp_path)  # tmp_path/run: 16 env steps, checkpoints at 8 and 16
+    config = tiny_config(
+        tmp_path,
+        "llmgym/Countdown-v0",
+        *SOURCE,
+        "train.run_name=run",
+        "train.resume=auto",
+        "train.total_env_steps=24",
+    )
+    resumed = _trainer(config)
+    assert resumed.run_dir == tmp_path / "run" and resumed.algorithm.env_steps == 16
+    resumed.train()
+    resumed.close()
+    assert [r["env_steps"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [8, 16, 24]
+
+
+def test_resume_auto_restarts_a_run_stopped_before_its_first_checkpoint(trained_run, tmp_path, caplog):
+    run = _copy(trained_run, tmp_path)
+    shutil.rmtree(run / "checkpoints")  # killed (SIGKILL) before its first checkpoint
+    config = tiny_config(tmp_path, "llmgym/Countdown-v0", *SOURCE, "train.run_name=run", "train.resume=auto")
+    with caplog.at_level(logging.WARNING):
+        trainer = _trainer(config)
+    assert trainer.algorithm.env_steps == 0 and "starting it again" in caplog.text
+    trainer.train()
+    trainer.close()
+    assert [r["env_steps"] for r in read_metrics(run / "metrics.jsonl")] == [8, 16]  # no record twice
+    shutil.rmtree(run / "checkpoints")
+    with pytest.raises(ConfigError, match=r"model.lora.r: 4 -> 8"):  # another run under that name
+        _trainer(
+            tiny_config(
+                tmp_path,
+                "llmgym/Countdown-v0",
+                *SOURCE,
+                "train.run_name=run",
+                "train.resume=auto",
+                "model.lora.r=8",
+            )
+        )
+
+
+def test_resume_auto_refuses_a_folder_that_holds_no_run(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    config = tiny_config(
+        tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.run_name=mine", "train.resume=auto"
+    )
+    with pytest.raises(ConfigError, match=r"already holds a run \(notes.txt\)"):
+        _trainer(config)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_periodic_checkpoints_are_pruned_to_keep_checkpoints(tmp_path):
+    config = tiny_config(
+        tmp_path,
+        "llmgym/Countdown-v0",
+        *COUNTDOWN,
+        "train.total_env_steps=40",
+        "train.checkpoint_every=8",
+        "train.keep_checkpoints=3",
+        "train.run_name=r",
+    )
+    trainer = _trainer(config)
+    trainer.train()
+    trainer.close()
+    kept = sorted(p.name for p in (tmp_path / "r" / "checkpoints").glob("step-*"))
+    assert kept == ["step-0000000024", "step-0000000032", "step-0000000040"]
+
+
 def test_an_unknown_env_id_fails_before_the_run_directory_and_the_model(tmp_path):
     config = tiny_config(tmp_path, "llmgym/EchoWrd-v0", "train.run_name=run", "model.name=/no/such/model")
     with pytest.raises(

@@ -211,6 +211,11 @@ def check_new_run_dir(run_dir: str | os.PathLike[str]) -> None:
     if not held:
         return
     shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+    if not any((folder / name).is_file() for name in ("config.yaml", "metrics.jsonl")):
+        raise ConfigError(
+            f"run folder {folder} already holds files that are not an llmgym run ({shown}); a new run never "
+            f"writes into it. Fix: give another train.run_name, or move those files out of the folder."
+        )
     if not (folder / CHECKPOINTS / LATEST).is_file():
         raise ConfigError(
             f"run folder {folder} holds files of a run that stopped before its first checkpoint ({shown}), so it "

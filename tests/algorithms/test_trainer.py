@@ -319,7 +319,7 @@ def test_resume_auto_refuses_a_folder_that_holds_no_run(tmp_path):
     config = tiny_config(
         tmp_path, "llmgym/Countdown-v0", *COUNTDOWN, "train.run_name=mine", "train.resume=auto"
     )
-    with pytest.raises(ConfigError, match=r"already holds a run \(notes.txt\)"):
+    with pytest.raises(ConfigError, match=r"holds files that are not an llmgym run \(notes.txt\)"):
         _trainer(config)
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 

@@ -292,13 +292,14 @@ def test_the_default_model_alias_gives_its_eos_token():
 
 def test_final_evaluation_covers_test_when_eval_every_divides_the_run(tiny_model_dir, tmp_path, monkeypatch):
     # RL4LMs' shipped lengths all end on an eval_every boundary: the last periodic evaluation (val only) fell on
-    # the last update and the final one, which covers test, was skipped
+    # the last update and the final one, which covers test, was skipped; now the evaluation at the budget is the
+    # "after" one, over every split, and it is not repeated
     path = _write_converted(
         _load("synthetic_generate_increasing_numbers_gpt2_ppo.yml"), tmp_path, tiny_model_dir
     )
     run, last = _train(path, tiny_model_dir, tmp_path, monkeypatch, extra=["train.eval_every=6"])
     evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [e["label"] for e in evals if e["kind"] == "eval"] == ["periodic", "after"]
+    assert [e["label"] for e in evals if e["kind"] == "eval"] == ["after"]
     assert "test/synthetic/increasing_numbers_in_text" in last
     # each prediction line carries RL4LMs' per-sample metric scores, under the metric's name
     for split in ("val", "test"):

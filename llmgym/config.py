@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALGORITHM_NAMES",
+    "MAX_SEED",
     "LoRAConfig",
     "ModelConfig",
     "DistributedConfig",
@@ -81,6 +82,19 @@ def _check_positive(section: str, name: str, value: float | int | None, allow_ze
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ConfigError(f"{section}.{name}={value!r} must be {bound}.")
+
+
+#: The largest seed llmgym takes. Seeds reach numpy (``0 .. 2**32 - 1``) with offsets added (env ``i`` of a vector
+#: env resets with ``seed + i``, evaluation episode ``j`` with ``10_000 + seed + j``); below ``2**31`` they stay in range.
+MAX_SEED = 2**31 - 1
+
+
+def _check_seed(section: str, name: str, value: int) -> None:
+    if not 0 <= value <= MAX_SEED:
+        raise ConfigError(
+            f"{section}.{name}={value!r:.40} is out of range; a seed must lie in [0, {MAX_SEED}] (2**31 - 1, so that "
+            f"numpy, torch and gymnasium take it with the offsets llmgym adds). Fix: set {section}.{name} to e.g. 0."
+        )
 
 
 def _check_unit(section: str, name: str, value: float) -> None:
@@ -281,7 +295,9 @@ class ModelConfig(_Section):
         "truncate_left",
         "What to do with a context over max_context_tokens: truncate_left (warn) or error.",
     )
-    seed: int = _f(0, "Seed used to initialise module functions (heads) identically everywhere.")
+    seed: int = _f(
+        0, "Seed used to initialise module functions (heads) identically everywhere (0 to 2**31 - 1)."
+    )
     trunk_cache_mb: int = _f(
         1024,
         "Memory for the frozen-trunk cache (0: off): with LoRA on the top blocks only, forward passes reuse "
@@ -314,6 +330,7 @@ class ModelConfig(_Section):
         _check_positive("model", "max_context_tokens", self.max_context_tokens)
         _check_positive("model", "trunk_cache_mb", self.trunk_cache_mb, allow_zero=True)
         _check_positive("model", "row_tokens", self.row_tokens, allow_zero=True)
+        _check_seed("model", "seed", self.seed)
 
 
 @dataclass
@@ -755,7 +772,7 @@ class TrainConfig(_Section):
 
     _section: ClassVar[str] = "train"
     total_env_steps: int = _f(2048, "Env steps (summed over envs) to train for.")
-    seed: int = _f(0, "Seed of everything: envs, sampling, initialisation.")
+    seed: int = _f(0, "Seed of everything: envs, sampling, initialisation (0 to 2**31 - 1).")
     output_dir: str = _f("runs", "Folder under which each run gets its own directory.")
     run_name: Optional[str] = _f(None, "Name of the run directory; null makes one from env and time.")
     eval_every: Optional[int] = _f(None, "Evaluate every this many env steps; null only at the end.")
@@ -788,6 +805,7 @@ class TrainConfig(_Section):
 
     def _check(self) -> None:
         _check_positive("train", "total_env_steps", self.total_env_steps)
+        _check_seed("train", "seed", self.seed)
         _check_positive("train", "eval_every", self.eval_every)
         _check_positive("train", "eval_episodes", self.eval_episodes, allow_zero=True)
         _check_positive("train", "eval_num_envs", self.eval_num_envs)

@@ -277,11 +277,14 @@ def _cmd_convert(path: str, approximate: bool, model: str | None, output: str | 
     import yaml
 
     from llmgym.compat.rl4lms import convert_rl4lms_config, is_rl4lms_config
+    from llmgym.yaml_limits import check_yaml_aliases
 
     try:
         with open(path, encoding="utf-8") as fh:
-            loaded = yaml.safe_load(fh)
-    except (OSError, yaml.YAMLError) as exc:
+            text = fh.read()
+        check_yaml_aliases(text, f"{path!r}")
+        loaded = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path!r} could not be read as YAML: {exc}") from exc
     if not isinstance(loaded, dict) or not is_rl4lms_config(loaded):
         raise ConfigError(

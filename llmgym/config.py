@@ -1103,12 +1103,17 @@ def load_config(
     from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from llmgym.yaml_limits import check_interpolations, check_yaml_aliases
+
     layers: list[tuple[Any, str]] = []
     if path is not None:
         p = resolve_config(path)
         try:
-            with p.open(encoding="utf-8") as file:
-                loaded = OmegaConf.load(file)
+            text = p.read_text(encoding="utf-8")
+            check_yaml_aliases(text, f"Config file '{p}'")
+            loaded = OmegaConf.create(text)
+        except ConfigError:
+            raise
         except Exception as exc:  # yaml errors have many types
             raise ConfigError(f"Config file '{p}' is not valid YAML: {exc}") from exc
         if loaded is None:
@@ -1122,6 +1127,7 @@ def load_config(
             raise ConfigError(
                 f"Override '{item}' must look like section.key=value, e.g. algorithm.learning_rate=1e-5."
             )
+        check_yaml_aliases(item.partition("=")[2], f"Override '{item:.80}'")
         layers.append((OmegaConf.from_dotlist([item]), f"override '{item}'"))
     merged = OmegaConf.structured(base if base is not None else Config)
     for layer, source in layers:
@@ -1130,6 +1136,7 @@ def load_config(
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as exc:
             raise _omegaconf_error(exc, source) from None
+    check_interpolations(typing.cast(dict[str, Any], OmegaConf.to_container(merged, resolve=False)), "The config")
     try:
         result = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:

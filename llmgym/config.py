@@ -428,6 +428,11 @@ class EnvConfig(_Section):
         from llmgym.envs.reward_checks import check_reward_clip
 
         check_reward_clip(self.reward_clip, "env.reward_clip")
+        module, sep, _ = self.id.partition(":")
+        if sep:  # Gymnasium's 'module:Namespace/Name-v0' imports module, as import paths do
+            from llmgym.import_path import check_import_allowed
+
+            check_import_allowed(module, "env.id", self.id)
         _check_positive("env", "num_envs", self.num_envs)
         _check_choice("env", "vectorization_mode", self.vectorization_mode, ("sync", "async"))
         _check_positive("env", "max_episode_steps", self.max_episode_steps)

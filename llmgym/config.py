@@ -1141,7 +1141,9 @@ def load_config(
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as exc:
             raise _omegaconf_error(exc, source) from None
-    check_interpolations(typing.cast(dict[str, Any], OmegaConf.to_container(merged, resolve=False)), "The config")
+    check_interpolations(
+        typing.cast(dict[str, Any], OmegaConf.to_container(merged, resolve=False)), "The config"
+    )
     try:
         result = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:

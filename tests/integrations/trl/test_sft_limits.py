@@ -62,11 +62,11 @@ def test_a_learning_rate_that_makes_the_weights_nan_writes_nothing(tiny_folder, 
 
 
 @pytest.mark.parametrize("fixture", ["tiny_folder", "gpt2_folder"])
-def test_examples_over_the_window_are_refused_naming_length_window_and_fix(fixture, long_pool, tmp_path, request):
+def test_examples_over_the_window_are_refused_naming_length_window_and_fix(
+    fixture, long_pool, tmp_path, request
+):
     folder = request.getfixturevalue(fixture)
-    config = load_config(
-        "textgen_ppo", [f"model.name={folder}", *TINY, f"env.kwargs.datapool={long_pool}"]
-    )
+    config = load_config("textgen_ppo", [f"model.name={folder}", *TINY, f"env.kwargs.datapool={long_pool}"])
     with pytest.raises(ConfigError, match=r"2 of 3 examples .* window of 512 positions .* --max-length 512"):
         run_sft(config, SFTSettings(tmp_path / "out", max_steps=1))
     assert not (tmp_path / "out").exists()

@@ -142,9 +142,8 @@ def _check_values(mapping: Mapping[str, Any]) -> None:
 
     for key, expected in _TYPED_VALUES.items():
         node: Any = mapping
-        for part in key.split("."):
-            node = node.get(part, _ABSENT) if isinstance(node, Mapping) else _ABSENT  # a section not a
-            # mapping is refused by name when the conversion reads it
+        for part in key.split("."):  # a section that is not a mapping is refused by name when it is read
+            node = node.get(part, _ABSENT) if isinstance(node, Mapping) else _ABSENT
         if node is None and key not in _NULLABLE:
             raise bad(key, node, f"{expected} (or no {key} at all, for RL4LMs' default)")
         if node is None or node is _ABSENT:
@@ -164,8 +163,8 @@ def _check_values(mapping: Mapping[str, Any]) -> None:
         ):
             raise bad(key, node, expected)
     for section in ("reward_fn", "datapool"):
-        part = mapping.get(section)
-        args = part.get("args") if isinstance(part, Mapping) else None
+        content = mapping.get(section)
+        args = content.get("args") if isinstance(content, Mapping) else None
         if args is not None and not isinstance(args, Mapping):
             raise bad(f"{section}.args", args, "a mapping of keyword arguments")
     evaluation = mapping.get("train_evaluation")

@@ -91,3 +91,27 @@ def test_llmgym_own_functions_need_no_opt_in(no_opt_in):
     assert get_reward("llmgym.envs.rewards:sentiment")("p", "great", []) == 1.0
     with pytest.raises(ConfigError, match="not a Python function or class"):
         import_object("llmgym.import_path:ALLOW_IMPORTS_ENV", "reward")
+
+
+@pytest.mark.timeout(300)
+def test_llmgym_eval_of_a_crafted_config_runs_no_shell_command(no_opt_in, tmp_path, tiny_model_dir, capsys):
+    from llmgym.cli import main
+
+    marker = tmp_path / "ran"
+    path = tmp_path / "config.yaml"  # what a crafted run folder's config.yaml can say
+    path.write_text(
+        "model:\n"
+        f"  name: {tiny_model_dir}\n"
+        "env:\n"
+        "  id: llmgym/TextGen-v0\n"
+        "  kwargs:\n"
+        "    datapool: os:system\n"
+        f"    datapool_kwargs: {{command: 'touch {marker}'}}\n"
+        "agent:\n"
+        "  type: generative\n"
+        f"train:\n  output_dir: {tmp_path / 'runs'}\n",
+        encoding="utf-8",
+    )
+    assert main(["eval", str(path), "--episodes", "1"]) == 2
+    assert "LLMGYM_ALLOW_IMPORTS=os" in capsys.readouterr().err
+    assert not marker.exists()

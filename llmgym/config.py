@@ -20,7 +20,7 @@ import numbers
 import os
 import typing
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
@@ -1150,12 +1150,45 @@ def load_config(
         raise _omegaconf_error(exc, "the config") from None
     if not isinstance(result, Config):  # pragma: no cover - OmegaConf guarantees this
         raise ConfigError("The config did not resolve to a Config object.")
+    interpolations = list(_interpolations(OmegaConf.to_container(merged, resolve=False)))
+    if interpolations:
+        object.__setattr__(result, _INTERPOLATIONS, interpolations)
     return result
 
 
+#: Attribute of a loaded :class:`Config` holding its interpolated values' unresolved form.
+_INTERPOLATIONS = "_llmgym_interpolations"
+
+
+def _interpolations(
+    node: Any, path: tuple[str | int, ...] = ()
+) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """``(path, text)`` of every string value of a raw config that is (or holds) an interpolation ``${...}``."""
+    if isinstance(node, str) and "${" in node:
+        yield path, node
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _interpolations(value, (*path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _interpolations(value, (*path, index))
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
-    """A plain nested dict of a config dataclass (for JSON/YAML dumps and logging)."""
-    return dataclasses.asdict(config)
+    """A plain nested dict of a config dataclass (for JSON/YAML dumps and logging).
+
+    A :class:`Config` from :func:`load_config` gives each interpolated value (``${oc.env:TOKEN}``,
+    ``${train.seed}``) in its unresolved form, so what is saved (``config.yaml``, checkpoints,
+    exports, reports) or logged never holds what an environment variable resolved to; loading it
+    again resolves it again.
+    """
+    data = dataclasses.asdict(config)
+    for path, text in getattr(config, _INTERPOLATIONS, ()):
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = text
+    return data
 
 
 def save_config(config: Config, path: str | Path) -> Path:

@@ -20,6 +20,7 @@ __all__ = [
     "CheckpointError",
     "DiskFullError",
     "RunLockedError",
+    "RunFileError",
     "ExportError",
     "MissingDependencyError",
     "SourceCheckoutError",
@@ -76,6 +77,13 @@ class DiskFullError(CheckpointError, OSError):
 
 class RunLockedError(LLMGymError, RuntimeError):
     """A run folder is locked by another live process (``llmgym train`` writing it); the message names its pid."""
+
+
+class RunFileError(LLMGymError, ValueError):
+    """A file of a run or sweep folder (``metrics.jsonl``, ``episodes.jsonl``, ``sweep.json``) cannot be read back.
+
+    The message names the file, the line and what was expected there.
+    """
 
 
 class ExportError(LLMGymError, OSError):

@@ -11,7 +11,9 @@
   agents), keys ``"<head>.<parameter>"``; ``llmgym_heads.json`` names each head's class and keys,
   and :func:`load_heads` rebuilds them;
 - ``llmgym_config.yaml``: the run's resolved config;
-- ``README.md``: a model card naming llmgym, the env, the checkpoint and how to load the folder.
+- ``README.md``: a model card naming llmgym, the env, the checkpoint and how to load the folder;
+- ``llmgym_export.json``: the list of every file the export wrote (itself included), so ``--force``
+  replaces a folder only when it holds nothing else.
 
 The folder is written under a temporary name next to its place and renamed into it, so a failed
 export leaves nothing half-written. See ``docs/export.md``.
@@ -42,11 +44,23 @@ if TYPE_CHECKING:
     from llmgym.llm.local import LocalLLM
     from llmgym.llm.modules import ModuleFunction
 
-__all__ = ["Export", "export_run", "is_export", "load_heads", "HEADS_WEIGHTS", "HEADS_META", "CONFIG_COPY"]
+__all__ = [
+    "Export",
+    "export_run",
+    "is_export",
+    "foreign_entries",
+    "load_heads",
+    "HEADS_WEIGHTS",
+    "HEADS_META",
+    "CONFIG_COPY",
+    "FILES_LIST",
+]
 
 HEADS_WEIGHTS = "llmgym_heads.safetensors"
 HEADS_META = "llmgym_heads.json"
 CONFIG_COPY = "llmgym_config.yaml"
+#: The list of the files an export wrote (paths relative to the folder, itself included).
+FILES_LIST = "llmgym_export.json"
 _HEADS_FORMAT = 1
 
 
@@ -101,11 +115,57 @@ def is_export(folder: str | os.PathLike[str]) -> bool:
     return (root / HEADS_META).is_file() and (root / CONFIG_COPY).is_file()
 
 
+def _written_files(folder: Path) -> set[str] | None:
+    """The files :data:`FILES_LIST` says an export wrote in ``folder``; ``None`` when it is absent or unreadable."""
+    try:
+        data = json.loads((folder / FILES_LIST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return None
+    return set(files)
+
+
+def foreign_entries(folder: str | os.PathLike[str]) -> list[str] | None:
+    """What ``folder`` holds that an export did not write (paths relative to it, sorted).
+
+    Every file below ``folder`` must be listed in its :data:`FILES_LIST`; a folder, symlink or
+    other entry not on the way to a listed file is foreign too (a ``.git`` folder, notes, a model).
+
+    Args:
+        folder: A folder.
+
+    Returns:
+        The foreign entries (empty for a pure export), or ``None`` when ``folder`` holds no readable
+        :data:`FILES_LIST` (not an export, or one written before llmgym listed its files).
+    """
+    root = Path(folder)
+    listed = _written_files(root)
+    if listed is None:
+        return None
+    parents = {str(p) for f in listed for p in Path(f).parents if str(p) != "."}
+    foreign = []
+    for top, dirs, files in os.walk(root):
+        here = Path(top)
+        for name in list(dirs):
+            relative = str((here / name).relative_to(root))
+            if (here / name).is_symlink() or relative not in parents:
+                foreign.append(relative)  # a foreign folder counts once, its content with it
+                dirs.remove(name)
+        for name in files:
+            relative = str((here / name).relative_to(root))
+            if (here / name).is_symlink() or relative not in listed:
+                foreign.append(relative)
+    return sorted(foreign)
+
+
 def _check_target(target: Path, run: Path, force: bool) -> None:
     """Refuse an ``--out`` that would destroy what is not a previous export.
 
     That is a file, the current folder, the run or a folder above it, a folder in its checkpoints,
-    and a non-empty folder unless ``force`` is set and it is a previous export.
+    and a non-empty folder unless ``force`` is set and it holds a previous export and nothing else
+    (:func:`foreign_entries`).
     """
     if target.is_file() or target.is_symlink():
         raise ExportError(f"--out {target} is a file; give a folder that does not exist or is empty.")
@@ -134,10 +194,20 @@ def _check_target(target: Path, run: Path, force: bool) -> None:
                 f"--out {target} already exists and is not empty; give another folder, or pass --force to replace it "
                 "if it is a previous export."
             )
-        if not is_export(target):
+        foreign = foreign_entries(target)
+        if foreign is None:
             raise ExportError(
-                f"--out {target} is not empty and is not a previous export (it lacks {HEADS_META} and {CONFIG_COPY}); "
-                "--force replaces only a folder written by llmgym export. Give another folder, or empty it yourself."
+                f"--out {target} is not empty and is not a previous export (it lacks {FILES_LIST}, the list of the "
+                "files an export writes); --force replaces only a folder written by llmgym export. Give another "
+                "folder, or empty it yourself."
+            )
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise ExportError(
+                f"--out {target} holds a previous export and {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} "
+                f"it did not write ({shown}); --force replaces only a folder that holds nothing else, so nothing was "
+                "touched. Export into another folder (and copy the files where you need them), or move those "
+                "entries out first."
             )
 
 
@@ -367,7 +437,9 @@ def export_run(
             run without LoRA writes its full model either way.
         checkpoint: Name of the checkpoint folder under ``RUN/checkpoints`` (e.g.
             ``"step-0000004096"``); ``None`` exports the latest complete one.
-        force: Replace ``out`` when it is not empty and a previous export (:func:`is_export`).
+        force: Replace ``out`` when it is not empty and holds a previous export and nothing else
+            (:func:`foreign_entries`); a folder holding anything an export did not write is refused
+            and left untouched.
         push_to_hub: Upload the folder to this Hugging Face Hub model repo (created private when
             it does not exist); ``None`` uploads nothing.
 
@@ -377,7 +449,7 @@ def export_run(
     Raises:
         CheckpointError: When the run has no complete checkpoint, or ``checkpoint`` is not one.
         ExportError: When ``out`` is a file, the current folder, the run or a folder above it, inside
-            the run's checkpoints, or a non-empty folder (without ``force``, or not a previous export),
+            the run's checkpoints, or a non-empty folder (without ``force``, or not only a previous export),
             or the upload fails (the folder is complete then).
         ConfigError: ``merge`` on a 4-bit (QLoRA) run, or an adapter of a base that was not
             pretrained (``model.pretrained=false``) without ``merge``.
@@ -419,6 +491,10 @@ def export_run(
             (tmp / "README.md").write_text(
                 card, encoding="utf-8"
             )  # replaces the card PEFT's save_pretrained writes
+            files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()) + [FILES_LIST]
+            (tmp / FILES_LIST).write_text(
+                json.dumps({"files": sorted(files)}, indent=1) + "\n", encoding="utf-8"
+            )
 
         write_atomic_dir(target, write)
     finally:

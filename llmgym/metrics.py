@@ -19,13 +19,22 @@ from typing import TYPE_CHECKING, Any
 from llmgym.atomic_io import write_text_atomic
 from llmgym.config import LoggingConfig
 from llmgym.errors import require
+from llmgym.jsonl import json_lines, read_jsonl
 
 if TYPE_CHECKING:
     from llmgym.report.records import EpisodeRecord
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunLogger", "EpisodeStats", "read_metrics", "trim_metrics", "plot_learning_curve"]
+__all__ = [
+    "RunLogger",
+    "EpisodeStats",
+    "NUMERIC_KEYS",
+    "metrics_record",
+    "read_metrics",
+    "trim_metrics",
+    "plot_learning_curve",
+]
 
 
 def _scalar(value: Any) -> float | int | str | bool | None:
@@ -195,10 +204,55 @@ class RunLogger:
         self._file.close()
 
 
+#: Keys of a metrics record that readers (the report, sweeps, the plots) take as numbers.
+NUMERIC_KEYS = frozenset(
+    {
+        "time_s",
+        *(f"{p}{k}" for p in ("", "sampled_") for k in ("success_rate", "episode_return", "episode_length")),
+    }
+    | {"episodes"}
+)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def metrics_record(data: dict[str, Any]) -> dict[str, Any]:
+    """A ``metrics.jsonl`` record checked as :class:`RunLogger` writes it.
+
+    Args:
+        data: One line's JSON object.
+
+    Returns:
+        ``data``.
+
+    Raises:
+        ValueError: When ``kind`` is not a string, ``env_steps`` not an integer, a value of
+            :data:`NUMERIC_KEYS` not a finite number or null, ``label`` not a string, or a value not a scalar.
+    """
+    if not isinstance(data.get("kind"), str):
+        raise ValueError(f"'kind' is {data.get('kind')!r}, expected a string (train or eval)")
+    steps = data.get("env_steps")
+    if not isinstance(steps, (int, float)) or not _finite(steps) or steps != int(steps):
+        raise ValueError(f"'env_steps' is {steps!r}, expected an integer")
+    if "label" in data and not isinstance(data["label"], str):
+        raise ValueError(f"'label' is {data['label']!r}, expected a string")
+    for key, value in data.items():
+        if key in NUMERIC_KEYS and value is not None and not _finite(value):
+            raise ValueError(f"{key!r} is {value!r}, expected a finite number or null")
+        if not isinstance(value, (bool, int, float, str, type(None))):
+            raise ValueError(f"{key!r} is a {type(value).__name__}, expected a number, a string or null")
+    return data
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a ``metrics.jsonl`` file, in order."""
-    with Path(path).open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    """All records of a ``metrics.jsonl`` file, in order (a torn last line left out with a warning).
+
+    Raises:
+        RunFileError: When the file cannot be read or a line is not a metrics record (file and line named).
+    """
+    return read_jsonl(path, metrics_record, "a metrics record")
 
 
 def _kept(line: str, max_env_steps: int) -> bool:
@@ -225,7 +279,7 @@ def trim_metrics(path: str | Path, max_env_steps: int) -> int:
     target = Path(path)
     if not target.is_file():
         return 0
-    lines = [line for line in target.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = json_lines(target.read_text(encoding="utf-8"))
     kept = [line for line in lines if _kept(line, max_env_steps)]
     if len(kept) != len(lines):
         write_text_atomic(target, "".join(f"{line}\n" for line in kept))

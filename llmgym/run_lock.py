@@ -201,13 +201,23 @@ def check_new_run_dir(run_dir: str | os.PathLike[str]) -> None:
         run_dir: The run folder (locked by this process: its lock file does not count).
 
     Raises:
-        ConfigError: Naming the folder, what it holds, and the fixes.
+        ConfigError: Naming the folder, what it holds, and the fixes that work: resuming only when
+            it holds a checkpoint.
     """
+    from llmgym.checkpoint import CHECKPOINTS, LATEST  # llmgym.checkpoint imports this module
+
     folder = Path(run_dir)
     held = sorted(p.name for p in folder.iterdir() if p.name != LOCK_FILE)
-    if held:
-        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+    if not held:
+        return
+    shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+    if not (folder / CHECKPOINTS / LATEST).is_file():
         raise ConfigError(
-            f"run folder {folder} already holds a run ({shown}); a new run never writes into it. Fix: resume it "
-            f"with train.resume={folder}, give another train.run_name, or remove the folder."
+            f"run folder {folder} holds files of a run that stopped before its first checkpoint ({shown}), so it "
+            f"cannot be resumed, and a new run never writes into it. Fix: give another train.run_name, or remove "
+            f"the folder (rm -r {folder}) and start again."
         )
+    raise ConfigError(
+        f"run folder {folder} already holds a run ({shown}); a new run never writes into it. Fix: resume it "
+        f"with train.resume={folder}, give another train.run_name, or remove the folder."
+    )

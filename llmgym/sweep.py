@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from llmgym.config import Config, load_config
-from llmgym.errors import ConfigError
+from llmgym.errors import ConfigError, RunFileError
 from llmgym.lifetime import exit_with_parent
 from llmgym.metrics import read_metrics
 from llmgym.requirements import check_requirements
@@ -148,12 +148,16 @@ def read_run(run_dir: str | Path, seed: int, threads: Optional[int]) -> SweepRun
         threads: The ``OMP_NUM_THREADS`` it ran with.
 
     Returns:
-        The run; with ``error`` set when it has no ``metrics.jsonl`` or no evaluation after training.
+        The run; with ``error`` set when it has no readable ``metrics.jsonl`` (the error names the
+        file and the line) or no evaluation after training.
     """
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return SweepRun(seed, threads, str(run_dir), error=f"no {path}")
-    records = read_metrics(path)
+    try:
+        records = read_metrics(path)
+    except RunFileError as exc:
+        return SweepRun(seed, threads, str(run_dir), error=str(exc))
     evals = [r for r in records if r.get("kind") == "eval"]
     before = next((r for r in evals if r.get("label") == "before"), None)
     after = next((r for r in reversed(evals) if r.get("label") != "before"), None)
@@ -664,17 +668,21 @@ def combine_sweeps(
         path = Path(folder) / SUMMARY_NAME
         try:
             summary = json.loads(path.read_text(encoding="utf-8"))
-            entries = [(str(r["run_dir"]), int(r["seed"]), r["threads"]) for r in summary["runs"]]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            entries = [
+                (str(r["run_dir"]), int(r["seed"]), None if r["threads"] is None else int(r["threads"]))
+                for r in summary["runs"]
+            ]
+            config = summary.get("config")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConfigError(
                 f"{path} is not a sweep summary ({exc}); give folders that llmgym sweep wrote."
             ) from exc
-        configs.append(summary.get("config"))
+        configs.append(config)
         for run_dir, seed, threads in entries:
             if run_dir in seen:
                 raise ConfigError(f"run {run_dir} appears twice; give each sweep directory once.")
             seen.add(run_dir)
-            runs.append(read_run(run_dir, seed, None if threads is None else int(threads)))
+            runs.append(read_run(run_dir, seed, threads))
     out = Path(out_dir)
     if (out / SUMMARY_NAME).exists():
         raise ConfigError(f"{out / SUMMARY_NAME} exists; choose another --out folder.")

@@ -9,7 +9,9 @@ built by :mod:`llmgym.build`; its loop is ``OnPolicyAlgorithm.learn`` with the l
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -48,7 +50,7 @@ from llmgym.report.records import (
     trim_episode_records,
 )
 from llmgym.requirements import check_requirements
-from llmgym.run_lock import RunLock, check_new_run_dir, default_run_stem, new_run_dir
+from llmgym.run_lock import LOCK_FILE, RunLock, check_new_run_dir, default_run_stem, new_run_dir
 
 __all__ = [
     "CheckpointCallback",
@@ -85,7 +87,9 @@ class Trainer:
         MissingDependencyError: If the env or a setting needs an optional package that is not installed.
 
     The run folder is locked (``.llmgym.lock``) from here to :meth:`close`; a default run name gets a
-    ``-2``, ``-3``... suffix when that folder exists already.
+    ``-2``, ``-3``... suffix when that folder exists already. A new run that fails to start (a model
+    not found, a bad env setting) removes what it wrote there (and the folder, if it made it), so
+    the same run name can be given again at once.
     """
 
     def __init__(
@@ -99,21 +103,31 @@ class Trainer:
         check_requirements(config)
         self.config = config
         train = config.train
+        created = False  # whether this start made the run folder (removed again if it fails to start)
         if run_dir is None and train.resume is None and not train.run_name:
             run_dir = new_run_dir(
                 train.output_dir, default_run_stem(config.env.id, time.strftime("%Y%m%d-%H%M%S"))
             )
+            created = True
         elif run_dir is None:
             run_dir = (
                 train.resume if train.resume is not None else Path(train.output_dir) / str(train.run_name)
             )
         self.run_dir = Path(run_dir)
+        created = created or not self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._lock = RunLock.acquire(self.run_dir)  # before anything is read or written there
+        self._fresh = False  # set once a new run's folder is known to hold nothing of anyone's
         try:
             self._setup(config, model, tokenizer)
         except BaseException:
+            if self._fresh:
+                self._undo_start()
             self._lock.release()
+            if self._fresh and created:  # nothing is left in it but the lock file
+                (self.run_dir / LOCK_FILE).unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    self.run_dir.rmdir()
             raise
 
     def _setup(self, config: Config, model: Any, tokenizer: Any) -> None:
@@ -124,6 +138,7 @@ class Trainer:
         )  # a user class is imported before the model loads
         if train.resume is None:
             check_new_run_dir(self.run_dir)
+            self._fresh = True
         clean_crash_leftovers(self.run_dir)
         checkpoint = self._resume_checkpoint() if train.resume is not None else None
         save_config(config, self.run_dir / "config.yaml")
@@ -156,6 +171,20 @@ class Trainer:
         self._last_eval_steps = 0
         if checkpoint is not None:
             self._resume(checkpoint)
+
+    def _undo_start(self) -> None:
+        """Remove what a new run wrote in its folder before it failed to start (its lock file stays until released).
+
+        The folder held nothing but the lock when the run started, so everything else in it is this
+        start's; without it, the run's name can be given again at once.
+        """
+        for entry in self.run_dir.iterdir():
+            if entry.name == LOCK_FILE:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
 
     def _fitted_budget(self) -> Config:
         """The config the agents are built from: ``agent.max_prompt_tokens`` fitted to the model window."""

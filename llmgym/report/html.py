@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from llmgym.atomic_io import write_text_atomic
-from llmgym.report.runs import SWEEP_SUMMARY, RunData, load_runs
+from llmgym.errors import InputError
+from llmgym.report.runs import RUN_FILES, RUN_FOLDERS, SWEEP_SUMMARY, RunData, holds_records, load_runs
 from llmgym.report.svg import PALETTE, Band, Series, line_chart, stacked_bars
 
-__all__ = ["REPORT_NAME", "build_html", "write_report", "default_report_path"]
+__all__ = ["REPORT_NAME", "build_html", "write_report", "default_report_path", "is_report", "report_target"]
 
 REPORT_NAME = "report.html"
 #: Actions shown by name in the action-distribution chart; the others are summed as "other".
@@ -35,6 +36,11 @@ MAX_ACTIONS_SHOWN = 7
 #: Bytes of episode JSON embedded for the replays at most: past it, evaluations are thinned evenly
 #: (the first and last of each run kept), so a long run's report stays small and quick to open.
 MAX_EMBEDDED_BYTES = 6_000_000
+#: The generator tag of every report (what :func:`is_report` looks for, with the older footer).
+GENERATOR = '<meta name="generator" content="llmgym report">'
+_OLDER_FOOTER = " by llmgym report</p>"
+#: Characters of a file read to tell whether it is a report (its head: inline CSS, then the header).
+_HEAD_CHARS = 65_536
 
 
 def _asset(name: str) -> str:
@@ -363,7 +369,7 @@ def build_html(runs: Sequence[RunData], title: Optional[str] = None) -> str:
     generated = time.strftime("%Y-%m-%d %H:%M:%S")
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'{GENERATOR}<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{_asset('report.css')}</style></head><body>"
         f'<header><h1>{escape(title)}</h1><nav>{nav}</nav><p class="muted">generated {generated} by llmgym report</p></header>'
         f"<main>{''.join(sections)}</main>"
@@ -380,21 +386,75 @@ def default_report_path(paths: Sequence[str | Path]) -> Path:
     return Path(paths[0]) / REPORT_NAME if len(paths) == 1 else Path(REPORT_NAME)
 
 
+def is_report(path: str | Path) -> bool:
+    """Whether ``path`` is an HTML file that ``llmgym report`` wrote (by its generator tag).
+
+    Args:
+        path: Any file.
+    """
+    try:
+        with Path(path).open(encoding="utf-8", errors="replace") as fh:
+            head = fh.read(_HEAD_CHARS)
+    except OSError:
+        return False
+    return head.startswith("<!DOCTYPE html>") and (GENERATOR in head or _OLDER_FOOTER in head)
+
+
+def report_target(out: str | Path) -> Path:
+    """The file a report given ``--out out`` is written to, checked so that it replaces nothing of the user's.
+
+    A folder means ``report.html`` inside it. The file must be absent or a previous report, and
+    neither a file a run or sweep folder records (``metrics.jsonl``, ``config.yaml``...) nor inside
+    one of a run's own folders (``checkpoints/``...).
+
+    Args:
+        out: The ``--out`` path.
+
+    Returns:
+        The report file.
+
+    Raises:
+        InputError: When writing there would replace or add to what is not a report.
+    """
+    target = Path(out)
+    if target.is_dir() and not target.is_symlink():
+        target = target / REPORT_NAME
+    fix = f"give --out a new file name ending in .html, or a folder to write {REPORT_NAME} in"
+    folder = target.parent
+    if target.name in RUN_FILES and holds_records(folder):
+        raise InputError(
+            f"--out {out} is the run file {target.name} of {folder}, which a report never replaces; {fix}."
+        )
+    inside = next((p for p in target.parents if p.name in RUN_FOLDERS and holds_records(p.parent)), None)
+    if inside is not None:
+        raise InputError(f"--out {out} lies inside {inside}, a folder the run writes; {fix}.")
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise InputError(f"--out {out} is a link or not a regular file; {fix}.")
+    if target.exists() and not is_report(target):
+        raise InputError(
+            f"--out {out} exists and is not a report that llmgym report wrote, so it is not replaced; {fix}."
+        )
+    return target
+
+
 def write_report(paths: Sequence[str | Path], out: Optional[str | Path] = None) -> Path:
     """Write the report of run directories and sweep folders to one HTML file (atomically).
 
     Args:
         paths: Run directories (``llmgym train``, ``llmgym eval``) and sweep folders (``llmgym sweep``).
-        out: The file; default :func:`default_report_path`.
+        out: The file, or a folder to write ``report.html`` in (:func:`report_target`); default
+            :func:`default_report_path`.
 
     Returns:
         The file written.
 
     Raises:
-        InputError: No path, or one that is neither a run directory nor a sweep folder.
+        InputError: No path, one that is neither a run directory nor a sweep folder, or a target
+            that is not a new file or a previous report (:func:`report_target`).
+        RunFileError: A run file that cannot be read (the message names the file and the line).
     """
     runs = load_runs(paths)
-    target = Path(out) if out is not None else default_report_path(paths)
+    target = report_target(out if out is not None else default_report_path(paths))
     title = None
     if len(paths) == 1 and (Path(paths[0]) / SWEEP_SUMMARY).is_file():
         title = f"llmgym sweep {Path(paths[0]).name}: {', '.join(dict.fromkeys(run.env_id for run in runs))}"

@@ -13,6 +13,7 @@ of the run files.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -24,6 +25,7 @@ from typing import Any, Optional
 from llmgym.agents.policies import CandidateChoice, Decision, TokenChoice
 from llmgym.atomic_io import write_text_atomic
 from llmgym.errors import InputError
+from llmgym.jsonl import read_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -142,9 +144,77 @@ class EpisodeRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EpisodeRecord:
-        """The record of one parsed JSON line."""
-        steps = [StepRecord(**step) for step in data.get("steps", [])]
-        return cls(**{**data, "steps": steps})
+        """The record of one parsed JSON line, every field checked against its type.
+
+        Raises:
+            ValueError: When a field is missing, unknown or of another type (the message names it).
+        """
+        steps = data.get("steps", [])
+        if not isinstance(steps, list) or not all(isinstance(step, dict) for step in steps):
+            raise ValueError("'steps' must be a list of objects")
+        checked = _checked(cls, {**data, "steps": []})
+        checked["steps"] = [StepRecord(**_checked(StepRecord, step)) for step in steps]
+        return cls(**checked)
+
+
+#: The JSON types each field of a record may hold (``None``: null; a list: a list of those types).
+_NUMBER = (int, float)
+_FIELD_TYPES: dict[str, tuple[Any, ...]] = {
+    "env_steps": (int,),
+    "label": (str,),
+    "evaluation": (int,),
+    "episode": (int,),
+    "seed": (int,),
+    "policy": (str,),
+    "episode_return": _NUMBER,
+    "success": (bool,),
+    "length": (int,),
+    "steps": (list,),
+    "observation": (str,),
+    "action": (str,),
+    "reward": (*_NUMBER, type(None)),
+    "value": (*_NUMBER, type(None)),
+    "log_prob": (*_NUMBER, type(None)),
+    "advantage": (*_NUMBER, type(None)),
+    "candidates": ([str], type(None)),
+    "probs": ([*_NUMBER, type(None)], type(None)),
+    "chosen": (int, type(None)),
+    "text": (str, type(None)),
+    "tokens": ([str], type(None)),
+    "token_log_probs": ([*_NUMBER, type(None)], type(None)),
+    "parse_failed": (bool,),
+}
+
+
+def _is(value: Any, kinds: Sequence[Any]) -> bool:
+    """Whether a JSON value has one of ``kinds`` (a bool is no number; a list kind checks every item)."""
+    for kind in kinds:
+        if isinstance(kind, list):
+            if isinstance(value, list) and all(_is(item, kind) for item in value):
+                return True
+        elif isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool):
+            if not isinstance(value, float) or math.isfinite(value):
+                return True
+    return False
+
+
+def _checked(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` when its keys are fields of the dataclass ``cls`` (the required ones present) of their JSON types."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown field(s) {unknown} of {cls.__name__}")
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(f"missing field(s) {missing} of {cls.__name__}")
+    for key, value in data.items():
+        if not _is(value, _FIELD_TYPES[key]):
+            raise ValueError(f"field {key!r} is {value!r:.80}, not of its type")
+    return data
 
 
 def _scoring_fields(choice: CandidateChoice) -> dict[str, Any]:
@@ -386,15 +456,17 @@ class TrainingEpisodeSampler:
 
 
 def read_episode_records(path: str | Path) -> list[EpisodeRecord]:
-    """The records of an ``episodes.jsonl`` file (empty when it does not exist), in order."""
+    """The records of an ``episodes.jsonl`` file (empty when it does not exist), in order.
+
+    Lines are split on LF (newline) only (recorded texts may hold U+2028 and the like), see :mod:`llmgym.jsonl`.
+
+    Raises:
+        RunFileError: When a line is not an episode record (the file and the line are named).
+    """
     target = Path(path)
     if not target.is_file():
         return []
-    return [
-        EpisodeRecord.from_dict(json.loads(line))
-        for line in target.read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    ]
+    return read_jsonl(target, EpisodeRecord.from_dict, "an episode record")
 
 
 def append_episode_records(path: str | Path, records: Sequence[EpisodeRecord]) -> Path:

@@ -16,13 +16,28 @@ from typing import Any, Optional
 import yaml
 
 from llmgym.atomic_io import write_atomic_dir
-from llmgym.errors import InputError
+from llmgym.errors import InputError, RunFileError
 from llmgym.metrics import read_metrics
 from llmgym.report.records import EPISODES_NAME, EpisodeRecord, read_episode_records
+from llmgym.run_lock import LOCK_FILE
 
-__all__ = ["RunData", "load_runs", "save_evaluation"]
+__all__ = ["RunData", "holds_records", "is_run", "load_runs", "save_evaluation", "RUN_FILES", "RUN_FOLDERS"]
 
 SWEEP_SUMMARY = "sweep.json"
+#: Files a run or sweep folder records (a report never replaces them).
+RUN_FILES = frozenset(
+    {
+        "config.yaml",
+        "metrics.jsonl",
+        EPISODES_NAME,
+        "learning_curve.png",
+        SWEEP_SUMMARY,
+        "sweep_curves.png",
+        LOCK_FILE,
+    }
+)
+#: Folders a run or sweep folder writes (a report is never written inside them).
+RUN_FOLDERS = frozenset({"checkpoints", "predictions", "tensorboard", "wandb", "logs"})
 
 
 @dataclass
@@ -61,28 +76,59 @@ class RunData:
         return [r for r in self.records if r.get("kind") == "eval"]
 
 
-def _is_run(path: Path) -> bool:
+def is_run(path: Path) -> bool:
+    """Whether ``path`` is a run directory (it holds ``config.yaml`` or ``metrics.jsonl``)."""
     return (path / "config.yaml").is_file() or (path / "metrics.jsonl").is_file()
 
 
+def holds_records(path: Path) -> bool:
+    """Whether ``path`` is a run directory or a sweep folder (it holds ``sweep.json``)."""
+    return is_run(path) or (path / SWEEP_SUMMARY).is_file()
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunFileError(f"{path} cannot be read ({exc}); restore it or remove it.") from exc
+
+
+def _parse_config(path: Path, text: str) -> dict[str, Any]:
+    """A run's ``config.yaml``: a mapping whose ``env``, ``agent`` and ``train`` sections are mappings."""
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RunFileError(f"{path} is not valid YAML ({exc}); restore the config the run wrote.") from exc
+    config = {} if config is None else config
+    if not isinstance(config, dict):
+        raise RunFileError(f"{path} holds a {type(config).__name__}, not a config mapping; restore it.")
+    for section in ("env", "agent", "train"):
+        if not isinstance(config.get(section, {}), dict):
+            raise RunFileError(
+                f"{path}: '{section}' is not a mapping of settings; restore the config the run wrote."
+            )
+    seed = config.get("train", {}).get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise RunFileError(
+            f"{path}: train.seed is {seed!r}, not an integer; restore the config the run wrote."
+        )
+    return config
+
+
 def _load_run(path: Path) -> RunData:
-    if not _is_run(path):
+    if not is_run(path):
         raise InputError(
             f"{path} is neither a run directory (no config.yaml or metrics.jsonl) nor a sweep folder (no "
             f"{SWEEP_SUMMARY}); give folders that llmgym train, llmgym sweep or llmgym eval wrote."
         )
     config_file = path / "config.yaml"
-    text = (
-        config_file.read_text(encoding="utf-8")
-        if config_file.is_file()
-        else "# no config.yaml in this run directory\n"
-    )
+    text = _read_text(config_file) if config_file.is_file() else "# no config.yaml in this run directory\n"
     metrics = path / "metrics.jsonl"
     return RunData(
         name=path.name,
         path=path,
         config_yaml=text,
-        config=yaml.safe_load(text) or {},
+        config=_parse_config(config_file, text),
         records=read_metrics(metrics) if metrics.is_file() else [],
         episodes=read_episode_records(path / EPISODES_NAME),
     )
@@ -90,12 +136,17 @@ def _load_run(path: Path) -> RunData:
 
 def _sweep_run_dirs(folder: Path) -> list[Path]:
     """The run directories a ``sweep.json`` names (found next to it when the sweep folder moved)."""
-    summary = json.loads((folder / SWEEP_SUMMARY).read_text(encoding="utf-8"))
+    path = folder / SWEEP_SUMMARY
+    try:
+        named = [Path(str(run["run_dir"])) for run in json.loads(_read_text(path)).get("runs", [])]
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise RunFileError(
+            f"{path} is not a sweep summary ({exc}); restore the sweep.json that llmgym sweep wrote."
+        ) from exc
     dirs = []
-    for run in summary.get("runs", []):
-        run_dir = Path(str(run["run_dir"]))
+    for run_dir in named:
         moved = folder / run_dir.name
-        dirs.append(run_dir if _is_run(run_dir) or not moved.is_dir() else moved)
+        dirs.append(run_dir if is_run(run_dir) or not moved.is_dir() else moved)
     return dirs
 
 
@@ -111,7 +162,7 @@ def load_runs(paths: Sequence[str | Path]) -> list[RunData]:
     for given in paths:
         path = Path(given)
         if (path / SWEEP_SUMMARY).is_file():
-            runs.extend(_load_run(run_dir) for run_dir in _sweep_run_dirs(path) if _is_run(run_dir))
+            runs.extend(_load_run(run_dir) for run_dir in _sweep_run_dirs(path) if is_run(run_dir))
         else:
             runs.append(_load_run(path))
     if not runs:

@@ -101,3 +101,37 @@ def test_checkpoint_takes_only_a_checkpoint_name_of_the_run(runs, tmp_path, name
     ):
         export_run(runs / "run", tmp_path / "out", checkpoint=name)
     assert not (tmp_path / "out").exists()
+
+
+def test_force_never_deletes_what_an_export_did_not_write(runs, tmp_path, capsys):
+    """Issue 44, item 1: a previous export plus a git clone, notes and a model folder: --force touches nothing."""
+    run = runs / "run"
+    out = tmp_path / "hub-clone"
+    export_run(run, out)
+    (out / ".git" / "objects").mkdir(parents=True)
+    (out / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (out / "notes.md").write_text("my notes")
+    (out / "base-model").mkdir()
+    (out / "base-model" / "config.json").write_text("{}")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert main(["export", str(run), "--out", str(out), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"llmgym export: error: --out {out} holds a previous export and 3 entries")
+    assert ".git" in err and "notes.md" in err and "base-model" in err and "nothing was touched" in err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    (out / "notes.md").unlink()
+    shutil.rmtree(out / ".git")
+    shutil.rmtree(out / "base-model")
+    assert export_run(run, out, force=True).path == out  # only the export's own files: replaced
+
+
+def test_force_refuses_a_folder_with_the_marker_files_but_no_file_list(runs, tmp_path):
+    """Two marker files (what --force once trusted) no longer make a folder replaceable."""
+    out = tmp_path / "looks-like-an-export"
+    out.mkdir()
+    (out / "llmgym_heads.json").write_text("{}")
+    (out / "llmgym_config.yaml").write_text("{}")
+    (out / "thesis.tex").write_text("years of work")
+    with pytest.raises(ExportError, match=r"not a previous export \(it lacks llmgym_export.json"):
+        export_run(runs / "run", out, force=True)
+    assert (out / "thesis.tex").read_text() == "years of work"

@@ -25,6 +25,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,7 @@ from types import FrameType
 from llmgym.config import DistributedConfig
 from llmgym.errors import AuthenticationError, BackendError, require_installed
 
-__all__ = ["RayRuntime", "cluster_requires_token", "reload_ray_auth", "start_ray"]
+__all__ = ["RayRuntime", "check_token_file", "cluster_requires_token", "reload_ray_auth", "start_ray"]
 
 _AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 #: Variables that would point a private instance's ``ray.init`` (or its processes) at another Ray cluster.
@@ -158,7 +159,8 @@ def start_ray(config: DistributedConfig) -> RayRuntime:
     Raises:
         MissingDependencyError: When Ray is not installed.
         AuthenticationError: When the cluster accepts requests without a token and
-            ``allow_unauthenticated_cluster`` is off.
+            ``allow_unauthenticated_cluster`` is off, or joining one with a ``RAY_AUTH_TOKEN_PATH``
+            file that its group or others may read (:func:`check_token_file`).
         BackendError: When Ray cannot start or the cluster cannot be reached.
     """
     require_installed("ray", "ray", "distributed.llm_processes > 1 (the Ray backend)")
@@ -250,9 +252,35 @@ def _start_private(config: DistributedConfig) -> RayRuntime:
     )
 
 
+def check_token_file() -> None:
+    """Refuse a ``RAY_AUTH_TOKEN_PATH`` file that others than its owner may read (or write).
+
+    Whoever reads the token can run code on every machine of the cluster, so the file must be
+    ``chmod 600`` (or stricter), as for an SSH key.
+
+    Raises:
+        AuthenticationError: When the file's mode grants its group or others any access; the
+            message names the file and the ``chmod`` that fixes it. A missing file is left to Ray.
+    """
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if not path:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # Ray names a missing or unreadable file itself
+    if mode & 0o077:
+        raise AuthenticationError(
+            f"RAY_AUTH_TOKEN_PATH={path} is readable or writable by others than its owner (mode "
+            f"{stat.S_IMODE(mode):o}), so they can take the cluster's token and run code on it. Run "
+            f"`chmod 600 {path}` and start again."
+        )
+
+
 def _join(config: DistributedConfig) -> RayRuntime:
     import ray
 
+    check_token_file()
     address = str(config.ray_address)
     try:
         from ray._private.services import canonicalize_bootstrap_address_or_die

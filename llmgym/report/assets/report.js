@@ -12,9 +12,11 @@
   function kind(ep) { var k = POLICIES.indexOf(ep.policy); return k < 0 ? 0 : k; }
   function group(ep) { return ep.evaluation * POLICIES.length + kind(ep); }
 
+  // Every value put into HTML goes through esc (text and attribute values alike), numbers included:
+  // the records are files anyone may have edited.
   function esc(text) {
-    return String(text).replace(/[&<>"]/g, function (c) {
-      return { "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;" }[c];
+    return String(text).replace(/[&<>"']/g, function (c) {
+      return { "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" }[c];
     });
   }
   function num(v, digits) { return v === undefined || v === null ? "–" : Number(v).toFixed(digits === undefined ? 3 : digits); }
@@ -30,7 +32,7 @@
   }
   function options(select, items, value) {
     select.innerHTML = items.map(function (it) {
-      return "<option value=\"" + it[0] + "\"" + (it[0] === value ? " selected" : "") + ">" + esc(it[1]) + "</option>";
+      return "<option value=\"" + esc(it[0]) + "\"" + (it[0] === value ? " selected" : "") + ">" + esc(it[1]) + "</option>";
     }).join("");
   }
   function clampState() {
@@ -53,8 +55,8 @@
   }
   function probTable(step) {
     var rows = step.candidates.map(function (c, i) {
-      var p = step.probs[i] === null ? 0 : step.probs[i];
-      return "<tr class=\"cand" + (i === step.chosen ? " chosen" : "") + "\" data-prob=\"" + p + "\">" +
+      var p = step.probs[i] === null ? 0 : Number(step.probs[i]);
+      return "<tr class=\"cand" + (i === step.chosen ? " chosen" : "") + "\" data-prob=\"" + esc(p) + "\">" +
         "<td class=\"cand-name\" title=\"" + esc(c) + "\">" + (i === step.chosen ? "&#9654; " : "") + esc(c) + "</td>" +
         "<td class=\"bar\"><div style=\"width:" + (100 * p).toFixed(2) + "%\"></div></td>" +
         "<td class=\"p\">" + num(p) + "</td></tr>";
@@ -67,7 +69,7 @@
       body = step.tokens.map(function (t, i) {
         var lp = step.token_log_probs[i], p = lp === null || lp === undefined ? 0 : Math.exp(lp);
         var shade = "rgba(0,114,178," + (0.08 + 0.5 * p).toFixed(3) + ")";
-        return "<span class=\"tok\" data-logprob=\"" + lp + "\" title=\"log-prob " + num(lp) + " (p " + num(p) + ")\" style=\"background:" +
+        return "<span class=\"tok\" data-logprob=\"" + esc(lp) + "\" title=\"log-prob " + num(lp) + " (p " + num(p) + ")\" style=\"background:" +
           shade + "\"><span class=\"t\">" + esc(t) + "</span><sub>" + num(lp, 2) + "</sub></span>";
       }).join("");
     } else {
@@ -97,7 +99,7 @@
     el("rp-step").value = state.s;
     el("rp-position").textContent = "step " + (state.s + 1) + " / " + n + (episode.length > n ? " (of " + episode.length + ")" : "");
     el("rp-episode-info").innerHTML = "<span class=\"badge " + (episode.success ? "ok\">success" : "bad\">failure") + "</span>" +
-      "return <b>" + num(episode.episode_return) + "</b> · " + episode.length + " steps · agent " + esc(run.agent);
+      "return <b>" + num(episode.episode_return) + "</b> · " + esc(episode.length) + " steps · agent " + esc(run.agent);
     var decision = step.candidates ? "<h3>candidate probabilities</h3>" + probTable(step) : generated(step);
     var stats = "<table class=\"stats\"><tr><td>action</td><td><b>" + esc(step.action) + "</b></td></tr>" +
       "<tr><td>reward</td><td class=\"reward\">" + num(step.reward) + "</td></tr>" +

@@ -44,6 +44,19 @@ def config_reference_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _positive_finite_float(text: str) -> float:
+    """An argparse type: a finite number > 0 (``inf``, ``nan``, ``0`` and ``-1`` are refused while parsing)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0 (e.g. 1e-4)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``llmgym`` command."""
     parser = argparse.ArgumentParser(
@@ -85,9 +98,19 @@ def build_parser() -> argparse.ArgumentParser:
     sft.add_argument("--out", required=True, help="folder to write the fine-tuned model to (new or empty)")
     sft.add_argument("--steps", type=int, default=100, help="optimizer steps (default 100)")
     sft.add_argument(
-        "--learning-rate", type=float, default=1e-4, help="AdamW learning rate, constant (default 1e-4)"
+        "--learning-rate",
+        type=_positive_finite_float,
+        default=1e-4,
+        help="AdamW learning rate, constant (default 1e-4)",
     )
     sft.add_argument("--batch-size", type=int, default=8, help="examples per step (default 8)")
+    sft.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="cut examples (prompt + reference) to this many tokens, at most the model's window; by default an "
+        "example longer than the window is an error",
+    )
 
     sweep = sub.add_parser(
         "sweep",
@@ -283,11 +306,14 @@ def _cmd_convert(path: str, approximate: bool, model: str | None, output: str | 
     import yaml
 
     from llmgym.compat.rl4lms import convert_rl4lms_config, is_rl4lms_config
+    from llmgym.yaml_limits import check_yaml_aliases
 
     try:
         with open(path, encoding="utf-8") as fh:
-            loaded = yaml.safe_load(fh)
-    except (OSError, yaml.YAMLError) as exc:
+            text = fh.read()
+        check_yaml_aliases(text, f"{path!r}")
+        loaded = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path!r} could not be read as YAML: {exc}") from exc
     if not isinstance(loaded, dict) or not is_rl4lms_config(loaded):
         raise ConfigError(
@@ -562,8 +588,15 @@ def _cmd_sft(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     config = load_config(*_split_config_arg(args.config, args.overrides))
-    settings = SFTSettings(Path(args.out), args.steps, args.learning_rate, args.batch_size)
+    settings = SFTSettings(
+        Path(args.out), args.steps, args.learning_rate, args.batch_size, max_length=args.max_length
+    )
     result = run_sft(config, settings)
+    if result.truncated or result.dropped:
+        print(
+            f"{result.truncated} examples cut to --max-length {args.max_length} tokens, {result.dropped} left out "
+            "(their prompt alone filled it)"
+        )
     print(
         f"SFT loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f} over {len(result.losses)} steps "
         f"on {result.num_examples} references"

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALGORITHM_NAMES",
+    "MAX_SEED",
     "LoRAConfig",
     "ModelConfig",
     "DistributedConfig",
@@ -88,6 +89,19 @@ def _check_positive(section: str, name: str, value: float | int | None, allow_ze
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ConfigError(f"{section}.{name}={value!r} must be {bound}.")
+
+
+#: The largest seed llmgym takes. Seeds reach numpy (``0 .. 2**32 - 1``) with offsets added (env ``i`` of a vector
+#: env resets with ``seed + i``, evaluation episode ``j`` with ``10_000 + seed + j``); below ``2**31`` they stay in range.
+MAX_SEED = 2**31 - 1
+
+
+def _check_seed(section: str, name: str, value: int) -> None:
+    if not 0 <= value <= MAX_SEED:
+        raise ConfigError(
+            f"{section}.{name}={value!r:.40} is out of range; a seed must lie in [0, {MAX_SEED}] (2**31 - 1, so that "
+            f"numpy, torch and gymnasium take it with the offsets llmgym adds). Fix: set {section}.{name} to e.g. 0."
+        )
 
 
 def _check_unit(section: str, name: str, value: float) -> None:
@@ -288,7 +302,9 @@ class ModelConfig(_Section):
         "truncate_left",
         "What to do with a context over max_context_tokens: truncate_left (warn) or error.",
     )
-    seed: int = _f(0, "Seed used to initialise module functions (heads) identically everywhere.")
+    seed: int = _f(
+        0, "Seed used to initialise module functions (heads) identically everywhere (0 to 2**31 - 1)."
+    )
     trunk_cache_mb: int = _f(
         1024,
         "Memory for the frozen-trunk cache (0: off): with LoRA on the top blocks only, forward passes reuse "
@@ -321,6 +337,7 @@ class ModelConfig(_Section):
         _check_positive("model", "max_context_tokens", self.max_context_tokens)
         _check_positive("model", "trunk_cache_mb", self.trunk_cache_mb, allow_zero=True)
         _check_positive("model", "row_tokens", self.row_tokens, allow_zero=True)
+        _check_seed("model", "seed", self.seed)
 
 
 @dataclass
@@ -418,6 +435,11 @@ class EnvConfig(_Section):
         from llmgym.envs.reward_checks import check_reward_clip
 
         check_reward_clip(self.reward_clip, "env.reward_clip")
+        module, sep, _ = self.id.partition(":")
+        if sep:  # Gymnasium's 'module:Namespace/Name-v0' imports module, as import paths do
+            from llmgym.import_path import check_import_allowed
+
+            check_import_allowed(module, "env.id", self.id)
         _check_positive("env", "num_envs", self.num_envs)
         _check_choice("env", "vectorization_mode", self.vectorization_mode, ("sync", "async"))
         _check_positive("env", "max_episode_steps", self.max_episode_steps)
@@ -780,7 +802,7 @@ class TrainConfig(_Section):
 
     _section: ClassVar[str] = "train"
     total_env_steps: int = _f(2048, "Env steps (summed over envs) to train for.")
-    seed: int = _f(0, "Seed of everything: envs, sampling, initialisation.")
+    seed: int = _f(0, "Seed of everything: envs, sampling, initialisation (0 to 2**31 - 1).")
     output_dir: str = _f("runs", "Folder under which each run gets its own directory.")
     run_name: Optional[str] = _f(None, "Name of the run directory; null makes one from env and time.")
     eval_every: Optional[int] = _f(None, "Evaluate every this many env steps; null only at the end.")
@@ -829,6 +851,7 @@ class TrainConfig(_Section):
 
     def _check(self) -> None:
         _check_positive("train", "total_env_steps", self.total_env_steps)
+        _check_seed("train", "seed", self.seed)
         _check_positive("train", "eval_every", self.eval_every)
         _check_positive("train", "eval_episodes", self.eval_episodes, allow_zero=True)
         _check_positive("train", "eval_num_envs", self.eval_num_envs)
@@ -1134,12 +1157,17 @@ def load_config(
     from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from llmgym.yaml_limits import check_interpolations, check_yaml_aliases
+
     layers: list[tuple[Any, str]] = []
     if path is not None:
         p = resolve_config(path)
         try:
-            with p.open(encoding="utf-8") as file:
-                loaded = OmegaConf.load(file)
+            text = p.read_text(encoding="utf-8")
+            check_yaml_aliases(text, f"Config file '{p}'")
+            loaded = OmegaConf.create(text)
+        except ConfigError:
+            raise
         except Exception as exc:  # yaml errors have many types
             raise ConfigError(f"Config file '{p}' is not valid YAML: {exc}") from exc
         if loaded is None:
@@ -1153,6 +1181,7 @@ def load_config(
             raise ConfigError(
                 f"Override '{item}' must look like section.key=value, e.g. algorithm.learning_rate=1e-5."
             )
+        check_yaml_aliases(item.partition("=")[2], f"Override '{item:.80}'")
         layers.append((OmegaConf.from_dotlist([item]), f"override '{item}'"))
     merged = OmegaConf.structured(base if base is not None else Config)
     for layer, source in layers:
@@ -1161,6 +1190,9 @@ def load_config(
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as exc:
             raise _omegaconf_error(exc, source) from None
+    check_interpolations(
+        typing.cast(dict[str, Any], OmegaConf.to_container(merged, resolve=False)), "The config"
+    )
     try:
         result = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:

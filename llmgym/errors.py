@@ -25,6 +25,7 @@ __all__ = [
     "MissingDependencyError",
     "SourceCheckoutError",
     "GenerationError",
+    "NonFiniteError",
     "require",
     "require_installed",
 ]
@@ -99,6 +100,13 @@ class SourceCheckoutError(LLMGymError, FileNotFoundError):
 
 class GenerationError(LLMGymError, RuntimeError):
     """An external generator of an env's games (TextWorld's tw-make) failed; the message carries its output."""
+
+
+class NonFiniteError(LLMGymError, ArithmeticError):
+    """A loss, gradient or weight became NaN or infinite; the message names the step and the setting to change.
+
+    Raised before anything holding the non-finite values is written (a checkpoint, an export, an SFT model).
+    """
 
 
 def require(module: str, extra: str, feature: str) -> object:

@@ -259,6 +259,24 @@ def _load_llm(config: Config, checkpoint: Path) -> LocalLLM:
     return llm
 
 
+def _check_finite(llm: LocalLLM, checkpoint: Path) -> None:
+    """Refuse to export a checkpoint whose trainable weights or heads hold a NaN or an infinity."""
+    from llmgym.errors import NonFiniteError
+    from llmgym.llm.finite import nonfinite_names
+
+    named = [(n, p) for n, p in llm.model.named_parameters() if p.requires_grad]
+    named += [
+        (f"{key}.{n}", p) for key, head in llm.module_functions.items() for n, p in head.named_parameters()
+    ]
+    bad = nonfinite_names(named)
+    if bad:
+        raise NonFiniteError(
+            f"checkpoint {checkpoint} holds NaN or infinite weights ({len(bad)} tensors, first: {bad[0]}); an export "
+            "of it would be a broken model, so nothing was written. Fix: export an earlier checkpoint "
+            "(--checkpoint NAME, see RUN/checkpoints), or retrain with a lower algorithm.learning_rate."
+        )
+
+
 def _save_model(llm: LocalLLM, folder: Path, kind: str, base: str) -> None:
     """Write the adapter (PEFT's layout), the merged model or the full model, and the tokenizer."""
     model = llm.model
@@ -435,6 +453,7 @@ def export_run(
             or the upload fails (the folder is complete then).
         ConfigError: ``merge`` on a 4-bit (QLoRA) run, or an adapter of a base that was not
             pretrained (``model.pretrained=false``) without ``merge``.
+        NonFiniteError: The checkpoint's weights hold a NaN or an infinity; nothing is written.
     """
     from llmgym.atomic_io import write_atomic_dir
     from llmgym.config import load_config
@@ -460,6 +479,7 @@ def export_run(
         config, config_text, env_steps, llm = read(folder)
     kind = "full" if config.model.lora is None else "merged" if merge else "adapter"
     try:
+        _check_finite(llm, folder)
         base, source = _base_model(config.model, llm.model)
         export = Export(target, kind, folder, base)
         card = _model_card(config, export, source, llm.module_function_keys, llm.is_seq2seq, env_steps)

@@ -22,6 +22,9 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# The tests' own user algorithms, updaters and rewards are named by import path (tests.algorithms...:Class),
+# which a config may import only when the user allows it (docs/security.md, "A config is code").
+os.environ.setdefault("LLMGYM_ALLOW_IMPORTS", "tests")
 
 
 @pytest.fixture(scope="session", autouse=True)

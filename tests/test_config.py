@@ -306,3 +306,19 @@ def test_the_removed_launchers_keys_name_what_replaces_them(key):
         match=rf"Unknown config key 'distributed.{key}'.* removed with `llmgym launch`.*ray_address",
     ):
         load_config("quickstart", [f"distributed.{key}=1"])
+
+
+@pytest.mark.parametrize("value", ["-1", "100000000000000000000", "4294967296"])
+@pytest.mark.parametrize("key", ["train.seed", "model.seed"])
+def test_a_seed_out_of_range_is_refused_by_the_config_check(key, value):
+    with pytest.raises(ConfigError, match=rf"{key}=.*\[0, 2147483647\].*Fix: set {key}"):
+        load_config("quickstart", [f"{key}={value}"])
+
+
+def test_a_float_seed_is_refused_as_not_an_integer():
+    with pytest.raises(ConfigError, match="train.seed"):
+        load_config("quickstart", ["train.seed=1e20"])
+
+
+def test_the_largest_seed_is_accepted():
+    assert load_config("quickstart", ["train.seed=2147483647"]).train.seed == 2**31 - 1

@@ -152,9 +152,13 @@ def _commands(block: CodeBlock) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("block", BASH_BLOCKS, ids=[b.id for b in BASH_BLOCKS])
-def test_llmgym_command_lines_parse_and_their_configs_load(block: CodeBlock) -> None:
+def test_llmgym_command_lines_parse_and_their_configs_load(block: CodeBlock, monkeypatch) -> None:
     if block.skip_reason:
         pytest.skip(block.skip_reason)
+    for line in block.code.splitlines():  # the block's `export NAME=value` lines (LLMGYM_ALLOW_IMPORTS...)
+        if line.startswith("export ") and "=" in line:
+            name, _, value = shlex.split(line, comments=True)[1].partition("=")
+            monkeypatch.setenv(name, value)
     parser = build_parser()
     for argv in _commands(block):
         args, extra = parser.parse_known_args(argv)

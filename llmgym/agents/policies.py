@@ -167,7 +167,8 @@ def categorical_log_prob(logits: Tensor, actions: Tensor, mask: Optional[Tensor]
     if bool(((index < 0) | (index >= log_p_all.shape[1])).any()):
         raise InputError(f"actions must lie in [0, {log_p_all.shape[1]}); got {index.tolist()}.")
     log_p = log_p_all.gather(1, index.unsqueeze(1)).squeeze(1)
-    if not bool(torch.isfinite(log_p).all()):
+    # -inf is a masked candidate; NaN (weights gone non-finite) flows on to the loss, which the update checks.
+    if bool(torch.isneginf(log_p).any()):
         raise InputError(
             "an action index points at a padded or masked-out candidate; pick a valid candidate."
         )

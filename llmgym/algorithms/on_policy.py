@@ -11,6 +11,7 @@ callbacks (:mod:`~llmgym.algorithms.callbacks`).
 from __future__ import annotations
 
 import abc
+import math
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,10 +30,10 @@ from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
 from llmgym.algorithms.callbacks import CallbackArgument, as_callback
 from llmgym.algorithms.kl_control import KLController, KLMeasurement, reward_penalty
 from llmgym.algorithms.protocols import NaturalGradientObjective, Objective, PolicyBackend, RolloutObserver
-from llmgym.algorithms.updaters import resolve_updater
+from llmgym.algorithms.updaters import NONFINITE_WEIGHTS_KEY, resolve_updater
 from llmgym.algorithms.user_classes import import_class, is_import_path
 from llmgym.config import AlgorithmConfig
-from llmgym.errors import ConfigError, InputError
+from llmgym.errors import ConfigError, InputError, NonFiniteError
 from llmgym.llm.protocols import PolicyLLM
 from llmgym.llm.updater import Updater
 from llmgym.metrics import EpisodeStats
@@ -289,6 +290,36 @@ class OnPolicyAlgorithm(abc.ABC):
         )
         return weighted_mean(llm.update(rollout.batch.prompts, batch.actions.candidate_sets, batch=batch))
 
+    def check_finite(self, stats: dict[str, float]) -> dict[str, float]:
+        """Stop training when the update's losses or the servers' weights are not finite.
+
+        Runs right after each update, before any callback (so before a checkpoint holds the weights).
+
+        Args:
+            stats: The update's statistics, with the servers' :data:`~llmgym.algorithms.updaters.NONFINITE_WEIGHTS_KEY`.
+
+        Returns:
+            ``stats`` without that key.
+
+        Raises:
+            NonFiniteError: A loss statistic (``loss``, ``policy_loss``...) is NaN or infinite, or a server's weights
+                are; the message names the update, the values and the settings to change.
+        """
+        stats = dict(stats)
+        weights_bad = stats.pop(NONFINITE_WEIGHTS_KEY, 0.0) > 0
+        losses = {k: v for k, v in stats.items() if "loss" in k and not math.isfinite(v)}
+        if not weights_bad and not losses:
+            return stats
+        cfg = self.config
+        found = ", ".join(f"{k}={v}" for k, v in losses.items()) or "finite losses"
+        what = f"{found} and {'non-finite' if weights_bad else 'finite'} weights"
+        raise NonFiniteError(
+            f"Training diverged at update {self.updates + 1} (after {self.env_steps} env steps): {what}. The run stops "
+            "here, before a checkpoint or an export holds these weights. Fix: lower algorithm.learning_rate "
+            f"(now {cfg.learning_rate:g}) and algorithm.head_learning_rate (now {cfg.head_learning_rate:g}), or clip with "
+            f"algorithm.max_grad_norm (now {cfg.max_grad_norm}); with model.dtype=float16 try bfloat16 or float32."
+        )
+
     @property
     def kl_estimator(self) -> KLEstimator:
         """``algorithm.kl.estimator``, typed."""
@@ -425,7 +456,7 @@ class OnPolicyAlgorithm(abc.ABC):
     def update(self) -> dict[str, float]:
         """Train on the collected rollout (:meth:`train`)."""
         agent, _ = self._require_envs()
-        stats = self.train(agent.llm, self.buffer, agent.policy)
+        stats = self.check_finite(self.train(agent.llm, self.buffer, agent.policy))
         self.updates += 1
         decisions = self.buffer.get(torch.arange(len(self.buffer))).decisions
         return {**stats, **self.kl_statistics(stats, agent.policy, decisions)}
@@ -504,7 +535,7 @@ class OnPolicyAlgorithm(abc.ABC):
                 Episode(ep.decisions, [r + p for r, p in zip(ep.rewards, penalties[start:stop])])
             )
             start = stop
-        stats = self.train(llm, self.episode_buffer(penalised), policy)
+        stats = self.check_finite(self.train(llm, self.episode_buffer(penalised), policy))
         self.updates += 1
         returns = [sum(ep.rewards) for ep in episodes]
         stats.update(self.kl_statistics(stats, policy, decisions))

@@ -31,11 +31,15 @@ from llmgym.algorithms.protocols import NaturalGradientObjective
 from llmgym.algorithms.user_classes import import_class
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import InputError
+from llmgym.llm.finite import all_finite
 from llmgym.llm.modules import VALUE_KEY
 from llmgym.llm.precision import LossScaling
 from llmgym.llm.updater import Updater
 
-__all__ = ["PolicyUpdater", "UpdateContext", "resolve_updater"]
+__all__ = ["NONFINITE_WEIGHTS_KEY", "PolicyUpdater", "UpdateContext", "resolve_updater"]
+
+#: The result key by which a server reports trainable weights that hold a NaN or an infinity after an update.
+NONFINITE_WEIGHTS_KEY = "nonfinite_weights"
 
 #: A chunk's loss and its detached statistics, from the policy's outputs and the stored targets.
 LossFunction = Callable[[PolicyOutputs, SampleTargets], tuple[Tensor, dict[str, Tensor]]]
@@ -104,7 +108,8 @@ class PolicyUpdater(Updater):
 
         Returns:
             Sample-weighted means of the objective's statistics over this server's samples (and
-            ``grad_norm``), and ``num_samples``.
+            ``grad_norm``), ``num_samples``, and :data:`NONFINITE_WEIGHTS_KEY`: 1.0 when a trainable
+            weight holds a NaN or an infinity after the update, else 0.0.
 
         Raises:
             InputError: ``batch`` is missing or not an :class:`UpdateBatch`, or other keyword
@@ -121,8 +126,14 @@ class PolicyUpdater(Updater):
             group["lr"] = base * batch.learning_rate_scale
         context = UpdateContext(self, contexts, _current_batch_ids, batch)
         if isinstance(batch.objective, NaturalGradientObjective):
-            return {**batch.objective.step(context), "num_samples": context.num_samples}
-        return context.minibatch_steps(batch.objective.loss, self.params)
+            result = {**batch.objective.step(context), "num_samples": context.num_samples}
+        else:
+            result = context.minibatch_steps(batch.objective.loss, self.params)
+        if (
+            NONFINITE_WEIGHTS_KEY not in result
+        ):  # minibatch_steps reads it with its statistics, in one host copy
+            result[NONFINITE_WEIGHTS_KEY] = 0.0 if bool(all_finite(self.params)) else 1.0
+        return result
 
 
 class UpdateContext:
@@ -231,7 +242,8 @@ class UpdateContext:
 
         Returns:
             Sample-weighted means of the statistics over this server's samples (and
-            ``grad_norm``), and ``num_samples`` (its samples summed over the minibatches).
+            ``grad_norm``), ``num_samples`` (its samples summed over the minibatches) and, when it
+            held samples, :data:`NONFINITE_WEIGHTS_KEY` (1.0: a weight is NaN or infinite after the steps).
         """
         updater, cfg = self._updater, self._updater.config
         stepped = {id(p) for p in parameters}
@@ -256,6 +268,11 @@ class UpdateContext:
             norm = updater.loss_scaling.step(updater.optimizer, list(parameters), cfg.max_grad_norm)  # type: ignore[arg-type]
             if norm is not None:
                 _accumulate(totals, "grad_norm", norm, len(own), device)
+        if seen:
+            # Whether every weight is finite after the steps: one device reduction per update, read back with the
+            # statistics; the client stops the run on it before a checkpoint is written (check_finite).
+            nonfinite = (~all_finite(updater.params)).to(device=device, dtype=torch.float32) * seen
+            totals[NONFINITE_WEIGHTS_KEY] = nonfinite
         sums = torch.stack(list(totals.values())).tolist() if totals else []
         result: dict[str, Any] = {key: value / seen for key, value in zip(totals, sums)} if seen else {}
         result["num_samples"] = seen

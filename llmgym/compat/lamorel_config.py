@@ -279,10 +279,14 @@ def load_lamorel_config(path: str | Path, overrides: Sequence[str] = ()) -> Any:
     """
     from omegaconf import DictConfig, OmegaConf
 
+    from llmgym.yaml_limits import check_yaml_aliases
+
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"Lamorel config path={str(file)!r} does not exist; give the path of a YAML file.")
-    config = OmegaConf.load(file)
+    text = file.read_text(encoding="utf-8")
+    check_yaml_aliases(text, f"Lamorel config {str(file)!r}")
+    config = OmegaConf.create(text)
     if not isinstance(config, DictConfig):
         raise ConfigError(f"Lamorel config {str(file)!r} must hold a mapping with a lamorel_args section.")
     for override in overrides:

@@ -17,6 +17,7 @@ the token agent's :class:`~llmgym.agents.generative.DecoderHistory`).
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -69,6 +70,118 @@ def is_rl4lms_config(mapping: Mapping[str, Any]) -> bool:
     """Whether a loaded YAML mapping is an RL4LMs task config (its ``alg`` and ``reward_fn``/``datapool`` sections)."""
     keys = set(mapping)
     return "alg" in keys and bool(keys & {"reward_fn", "datapool"}) and keys <= set(_TOP)
+
+
+# The RL4LMs values the conversion computes with, by kind; null stands for the default only in _NULLABLE.
+_INT, _FLOAT, _BOOL = "an integer", "a finite number", "true or false"
+_ABSENT = object()
+_NULLABLE = {
+    "alg.args.seed",
+    "alg.args.max_grad_norm",
+    "alg.args.clip_range_vf",
+    "alg.args.target_kl",
+    "alg.kl_div.target_kl",
+    "alg.policy.args.generation_kwargs.top_k",
+    "alg.policy.args.generation_kwargs.max_new_tokens",
+    "train_evaluation.eval_every",
+    "train_evaluation.save_every",
+    "train_evaluation.eval_batch_size",
+    "env.args.terminate_on_eos",
+    "alg.args.normalize_advantage",
+    "alg.args.use_rms_prop",
+}
+_TYPED_VALUES: dict[str, str] = {
+    "env.n_envs": _INT,
+    "env.args.max_episode_length": _INT,
+    "env.args.max_prompt_length": _INT,
+    "env.args.terminate_on_eos": _BOOL,
+    **{f"alg.args.{key}": _INT for key in ("n_steps", "batch_size", "n_epochs", "seed")},
+    **{
+        f"alg.args.{key}": _FLOAT
+        for key in (
+            "learning_rate",
+            "gamma",
+            "gae_lambda",
+            "ent_coef",
+            "vf_coef",
+            "max_grad_norm",
+            "clip_range",
+            "clip_range_vf",
+            "target_kl",
+        )
+    },
+    "alg.args.normalize_advantage": _BOOL,
+    "alg.args.use_rms_prop": _BOOL,
+    "alg.kl_div.coeff": _FLOAT,
+    "alg.kl_div.target_kl": _FLOAT,
+    "alg.policy.args.top_mask": _FLOAT,
+    "alg.policy.args.target_update_iterations": _INT,
+    "alg.policy.args.generation_kwargs.top_k": _INT,
+    "alg.policy.args.generation_kwargs.temperature": _FLOAT,
+    "alg.policy.args.generation_kwargs.max_new_tokens": _INT,
+    "train_evaluation.n_iters": _INT,
+    "train_evaluation.eval_every": _INT,
+    "train_evaluation.save_every": _INT,
+    "train_evaluation.eval_batch_size": _INT,
+    "train_evaluation.generation_kwargs.num_beams": _INT,
+}
+
+
+def _check_values(mapping: Mapping[str, Any]) -> None:
+    """Refuse, by key, an RL4LMs value of the wrong kind before the conversion computes with it.
+
+    Numbers may be written as strings (PyYAML reads ``1e-5`` as one), as RL4LMs takes them.
+
+    Raises:
+        ConfigError: Naming the key, the value and what was expected.
+    """
+
+    def bad(key: str, value: Any, expected: str) -> ConfigError:
+        return ConfigError(
+            f"RL4LMs config: {key}={value!r:.100} is invalid; expected {expected}. Fix: set {key} to {expected}."
+        )
+
+    for key, expected in _TYPED_VALUES.items():
+        node: Any = mapping
+        for part in key.split("."):  # a section that is not a mapping is refused by name when it is read
+            node = node.get(part, _ABSENT) if isinstance(node, Mapping) else _ABSENT
+        if node is None and key not in _NULLABLE:
+            raise bad(key, node, f"{expected} (or no {key} at all, for RL4LMs' default)")
+        if node is None or node is _ABSENT:
+            continue
+        if expected == _BOOL:
+            if not isinstance(node, bool):
+                raise bad(key, node, expected)
+            continue
+        try:
+            number = float(node)
+        except (TypeError, ValueError):
+            raise bad(key, node, expected) from None
+        if (
+            isinstance(node, bool)
+            or not math.isfinite(number)
+            or (expected == _INT and not number.is_integer())
+        ):
+            raise bad(key, node, expected)
+    for section in ("reward_fn", "datapool"):
+        content = mapping.get(section)
+        args = content.get("args") if isinstance(content, Mapping) else None
+        if args is not None and not isinstance(args, Mapping):
+            raise bad(f"{section}.args", args, "a mapping of keyword arguments")
+    evaluation = mapping.get("train_evaluation")
+    metrics = evaluation.get("metrics") if isinstance(evaluation, Mapping) else None
+    if metrics is None:
+        return
+    item = "a list of {id: METRIC, args: {...}} mappings"
+    if not isinstance(metrics, list):
+        raise bad("train_evaluation.metrics", metrics, item)
+    for i, metric in enumerate(metrics):
+        if (
+            not isinstance(metric, Mapping)
+            or not isinstance(metric.get("id"), str)
+            or not isinstance(metric.get("args") or {}, Mapping)
+        ):
+            raise bad(f"train_evaluation.metrics[{i}]", metric, "a mapping {id: METRIC, args: {...}}")
 
 
 class _Reader:
@@ -159,8 +272,10 @@ def convert_rl4lms_config(
 
     Raises:
         ConfigError: Naming the first RL4LMs key that is unknown or unsupported (supervised
-            training), or every key mapped approximately when ``approximate`` is false.
+            training), a value of the wrong kind (``n_steps: abc``, ``metrics: meteor``), or every key mapped
+            approximately when ``approximate`` is false.
     """
+    _check_values(mapping)
     approx: list[str] = []
 
     def approximately(key: str, how: str) -> None:

@@ -25,6 +25,7 @@ from llmgym.llm.adapters import cache_kwarg
 from llmgym.llm.layout import ItemSpec, collate_rows, pack_items, plan_rows
 from llmgym.llm.masking import MaskLogitsProcessor
 from llmgym.llm.precision import activation_dtype
+from llmgym.llm.request_limits import available_bytes, check_generation_memory, generation_bytes
 from llmgym.llm.sampling import RepetitionPenaltyProcessor
 from llmgym.llm.scoring import input_device, split_causal_lm
 from llmgym.llm.tokenization import TextEncoder, decoder_limit
@@ -409,7 +410,9 @@ def generate(
             (:func:`~llmgym.llm.validation.check_generation_kwargs`), for a context that encodes to
             no tokens, or when prompt plus ``max_new_tokens`` (or ``max_length``) would exceed the
             model window (for a seq2seq model: the decoder limit of
-            :func:`~llmgym.llm.tokenization.decoder_limit`).
+            :func:`~llmgym.llm.tokenization.decoder_limit`), or when the request's estimated memory
+            (:func:`~llmgym.llm.request_limits.generation_bytes`: contexts x ``num_return_sequences``
+            rows of step scores and KV cache) exceeds the memory free on the model's device.
     """
     owned = [k for k in _OWNED_KWARGS if k in generation_kwargs]
     if owned:
@@ -437,6 +440,20 @@ def generate(
     if kwargs.get("stop_strings"):
         kwargs.setdefault("tokenizer", tokenizer)
     repeats = int(kwargs.get("num_return_sequences") or 1)
+    check_generation_memory(
+        generation_bytes(
+            model.config,
+            len(prompts) * repeats,
+            max((len(p) for p in prompts), default=0),
+            new_tokens,
+            torch.finfo(model.dtype).bits // 8 if model.dtype.is_floating_point else 4,
+        ),
+        available_bytes(device),
+        len(prompts) * repeats,
+        new_tokens,
+        repeats,
+        str(device),
+    )
     prefixes = check_decoder_prefixes(decoder_prefixes, len(prompts), model.config)
     if seq2seq:
         limit, source = decoder_limit(model.config, tokenizer)

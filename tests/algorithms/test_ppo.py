@@ -186,7 +186,8 @@ class CountingUpdater(Updater):
         return {"num_samples": len(contexts), "seen": float(len(contexts))}
 
 
-def test_custom_updater_by_import_path(tmp_path):
+def test_custom_updater_by_import_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMGYM_ALLOW_IMPORTS", "tests,nowhere,collections")
     assert isinstance(
         resolve_updater(AlgorithmConfig(updater=f"{__name__}:CountingUpdater")), CountingUpdater
     )

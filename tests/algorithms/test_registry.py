@@ -79,7 +79,9 @@ def test_a_user_algorithm_from_yaml_trains_through_the_trainer(tmp_path):
     assert (trainer.run_dir / "checkpoints").is_dir()
 
 
-def test_a_user_algorithm_that_does_not_fit_is_a_config_error():
+def test_a_user_algorithm_that_does_not_fit_is_a_config_error(monkeypatch):
+    # past the opt-in (tests/test_import_path.py), to the import itself
+    monkeypatch.setenv("LLMGYM_ALLOW_IMPORTS", "*")
     with pytest.raises(ConfigError, match="could not be imported"):
         algorithm_class("no_such_module_xyz:Algo")
     with pytest.raises(ConfigError, match="could not be imported"):

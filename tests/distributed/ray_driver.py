@@ -1,7 +1,8 @@
 """A user script on the Ray backend for the signal tests: builds 2 LLM servers, says where, then waits.
 
-Prints one JSON line (``pids``: the Ray processes of the private instance and the servers' actor
-processes) and sleeps until a signal ends it.
+Prints one JSON line (``pids``: every process the driver started, directly or not: the private instance's
+Ray processes, the agents its raylet starts, the servers' actor processes and llmgym's reaper) and sleeps
+until a signal ends it.
 """
 
 import json
@@ -9,6 +10,7 @@ import signal
 import sys
 import time
 
+import psutil
 import ray
 
 from llmgym.config import DistributedConfig, ModelConfig
@@ -29,7 +31,9 @@ def main() -> int:
     llm.score(["Action:"], [[" go"]])
     node = ray._private.worker._global_node
     pids = [info.process.pid for infos in node.all_processes.values() for info in infos]
-    print(json.dumps({"pids": pids + [server.pid for server in llm.servers]}), flush=True)
+    descendants = [child.pid for child in psutil.Process().children(recursive=True)]
+    pids = list(dict.fromkeys(pids + [server.pid for server in llm.servers] + descendants))
+    print(json.dumps({"pids": pids}), flush=True)
     time.sleep(120)
     return 0
 

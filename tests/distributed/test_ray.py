@@ -327,6 +327,36 @@ def test_a_killed_server_is_a_backend_error_in_seconds(pair):
         remote.score(CONTEXTS, CANDIDATES)
 
 
+def test_non_finite_weights_on_the_servers_stop_training_with_the_update_named(runtime):
+    """The updater runs on the servers: each checks its weights there and reports it with the update's statistics."""
+    from llmgym.algorithms.on_policy import weighted_mean
+    from llmgym.errors import NonFiniteError
+
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    diverging = PPO(config=AlgorithmConfig(learning_rate=1e6, head_learning_rate=1e6, max_grad_norm=None))
+    remote = make_backend(
+        ModelConfig(name="tiny", forward_batch_size=4),
+        {"value": ValueHead(hidden_sizes=(8,))},
+        diverging.updater(),
+        model=model,
+        tokenizer=tokenizer,
+        distributed=DistributedConfig(llm_processes=2, timeout_s=30.0),
+    )
+    try:
+        _, candidates, batch = next(iter(batches(tokenizer)))  # PPO's
+        stats: dict[str, float] = {}
+        for _ in range(3):  # a step or two until the weights overflow
+            results = remote.update(CONTEXTS, candidates, batch=batch)
+            stats = weighted_mean(results)
+            if stats["nonfinite_weights"] > 0:
+                break
+        assert all(r["nonfinite_weights"] == 1.0 for r in results)
+        with pytest.raises(NonFiniteError, match=r"update 1 .*algorithm\.learning_rate \(now 1e\+06\)"):
+            diverging.check_finite(stats)
+    finally:
+        remote.close()
+
+
 def test_gpus_on_a_cpu_only_instance_are_a_placement_error_naming_gpu(runtime):
     with pytest.raises(PlacementError, match=r"no node of the Ray cluster has enough GPU"):
         _build(2, gpus_per_server=1.0)
@@ -351,8 +381,13 @@ def test_a_process_without_the_token_cannot_submit_work(runtime):
     assert "InvalidAuthToken" in output and "SUBMITTED" not in output
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_a_signal_to_the_driver_stops_every_server_and_ray_process(signum):
+    """Ctrl-C, SIGTERM and SIGKILL alike leave no process of the instance (its agents included) after 20 s.
+
+    Under SIGKILL no exit handler runs: Ray's dashboard and runtime-env agents then waited ~60 s on the dead
+    GCS before exiting; llmgym's reaper kills them when the driver's end of its pipe closes.
+    """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     driver = subprocess.Popen(
         [sys.executable, "-m", "tests.distributed.ray_driver"],
@@ -363,7 +398,7 @@ def test_a_signal_to_the_driver_stops_every_server_and_ray_process(signum):
     )
     try:
         pids = json.loads(driver.stdout.readline())["pids"]  # type: ignore[union-attr]
-        assert len(pids) >= 4 and all(_alive(pid) for pid in pids)  # gcs, raylet, ..., 2 servers
+        assert len(pids) >= 6 and all(_alive(pid) for pid in pids)  # gcs, raylet, 2 agents, ..., 2 servers
         driver.send_signal(signum)
         driver.wait(timeout=60)
     finally:

@@ -69,6 +69,7 @@ def test_a_run_that_fails_before_its_first_checkpoint_is_refused_with_a_fix_that
 ):
     (tmp_path / "boomenv44.py").write_text(BOOM)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LLMGYM_ALLOW_IMPORTS", "boomenv44")  # a config imports it only when allowed
     with pytest.raises(RuntimeError, match="the env broke"):
         _train(tiny_model_dir, tmp_path, "train.run_name=mine", "env.id=boomenv44:mine/Boom-v0")
     run_dir = tmp_path / "mine"

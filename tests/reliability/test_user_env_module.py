@@ -77,6 +77,7 @@ def _cli(args, pythonpath, input_text=None):
         "HF_HUB_OFFLINE": "1",
         "WANDB_MODE": "disabled",
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(pythonpath)]),
+        "LLMGYM_ALLOW_IMPORTS": "userenvs35",  # a config may import it only when the user allows it
     }
     return subprocess.run(
         [sys.executable, "-m", "llmgym.cli", *args],
@@ -112,6 +113,7 @@ def test_train_eval_play_and_envs_take_a_module_qualified_id(
     monkeypatch.syspath_prepend(
         str(user_module)
     )  # in-process, as the console script runs it (no second torch import)
+    monkeypatch.setenv("LLMGYM_ALLOW_IMPORTS", "userenvs35")
     assert main(["eval", str(run_dir), "--episodes", "2"]) == 0, capsys.readouterr().err[-3000:]
     assert f"{ENV_ID}: success rate" in capsys.readouterr().out
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from llmgym.config import Config
     from llmgym.envs.datapools import Sample
 
-__all__ = ["SFTSettings", "SFTExample", "SFTResult", "SFT_META", "sft_examples", "run_sft"]
+__all__ = ["SFTSettings", "SFTExample", "SFTResult", "SFT_META", "fit_examples", "sft_examples", "run_sft"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ class SFTSettings:
         learning_rate: AdamW learning rate (constant).
         batch_size: Examples per step.
         seed: Seed of the shuffling and the LoRA initialisation; ``None`` uses ``train.seed``.
+        max_length: Longest example (prompt + reference + EOS) in tokens: longer ones are cut to it
+            (an example whose prompt alone fills it is dropped), with a message. ``None``: the model's
+            window, and an example longer than it is a ``ConfigError``.
     """
 
     out: Path
@@ -53,14 +57,21 @@ class SFTSettings:
     learning_rate: float = 1e-4
     batch_size: int = 8
     seed: Optional[int] = None
+    max_length: Optional[int] = None
 
     def __post_init__(self) -> None:
-        for name in ("max_steps", "batch_size"):
+        for name in ("max_steps", "batch_size", "max_length"):
             value = getattr(self, name)
+            if value is None and name == "max_length":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"sft {name}={value!r} is invalid; expected an int >= 1.")
-        if not self.learning_rate > 0:
-            raise ConfigError(f"sft learning_rate={self.learning_rate!r} is invalid; expected a number > 0.")
+        if not (isinstance(self.learning_rate, (int, float)) and math.isfinite(self.learning_rate)) or not (
+            self.learning_rate > 0
+        ):
+            raise ConfigError(
+                f"sft learning_rate={self.learning_rate!r} is invalid; expected a finite number > 0 (e.g. 1e-4)."
+            )
 
 
 @dataclass(frozen=True)
@@ -85,12 +96,16 @@ class SFTResult:
         losses: Training loss at every step, first to last.
         num_examples: (prompt, reference) pairs trained on.
         lora: Whether LoRA adapters were trained (and merged into the written weights).
+        truncated: Examples cut to ``SFTSettings.max_length``.
+        dropped: Examples left out because their prompt alone filled ``SFTSettings.max_length``.
     """
 
     folder: Path
     losses: list[float] = field(default_factory=list)
     num_examples: int = 0
     lora: bool = False
+    truncated: int = 0
+    dropped: int = 0
 
 
 @dataclass(frozen=True)
@@ -177,6 +192,79 @@ def sft_examples(config: Config, tokenizer: PreTrainedTokenizerBase) -> list[SFT
     return examples
 
 
+def fit_examples(
+    examples: list[SFTExample], window: Optional[int], max_length: Optional[int]
+) -> tuple[list[SFTExample], int, int]:
+    """The examples within ``max_length`` tokens (cut to it), or within the model's window.
+
+    Args:
+        examples: The tokenized examples.
+        window: The model's context window (positions), ``None`` when it has none.
+        max_length: ``SFTSettings.max_length``: cut longer examples to it; ``None``: refuse examples over the window.
+
+    Returns:
+        The examples to train on, how many were cut, and how many were dropped (their prompt alone
+        filled ``max_length``, leaving no token to learn).
+
+    Raises:
+        ConfigError: ``max_length`` exceeds the window; without ``max_length``, an example is longer than the
+            window (naming its length, the window and the fix); or no example is left.
+    """
+    if max_length is not None and window is not None and max_length > window:
+        raise ConfigError(
+            f"sft --max-length {max_length} exceeds the model's context window of {window} positions. "
+            f"Fix: pass --max-length {window} or less."
+        )
+    if max_length is None:
+        longest = max(len(e.input_ids) for e in examples)
+        if window is not None and longest > window:
+            over = sum(len(e.input_ids) > window for e in examples)
+            raise ConfigError(
+                f"llmgym sft: {over} of {len(examples)} examples are longer than the model's context window of {window} "
+                f"positions (the longest has {longest} tokens: prompt, reference and EOS); the model cannot be trained "
+                f"on them. Fix: pass --max-length {window} to cut them to the window (or shorten the prompts with "
+                "agent.max_prompt_tokens, or the references)."
+            )
+        return examples, 0, 0
+    kept: list[SFTExample] = []
+    truncated = dropped = 0
+    for example in examples:
+        if len(example.input_ids) <= max_length:
+            kept.append(example)
+        elif sum(example.completion_mask[:max_length]) == 0:
+            dropped += 1
+        else:
+            truncated += 1
+            kept.append(SFTExample(example.input_ids[:max_length], example.completion_mask[:max_length]))
+    if not kept:
+        raise ConfigError(
+            f"llmgym sft: every prompt fills --max-length {max_length} on its own, so no reference token is left to "
+            "train on. Fix: raise --max-length, or shorten the prompts (agent.max_prompt_tokens)."
+        )
+    return kept, truncated, dropped
+
+
+def _check_finite(losses: list[float], model: Any, settings: SFTSettings) -> None:
+    """Refuse a fine-tuning whose loss or weights went NaN or infinite, before anything is written."""
+    from llmgym.errors import NonFiniteError
+    from llmgym.llm.finite import nonfinite_names
+
+    step = next((i + 1 for i, loss in enumerate(losses) if not math.isfinite(loss)), None)
+    bad = nonfinite_names(model.named_parameters())
+    if step is None and not bad:
+        return
+    what = (
+        f"the loss became {losses[step - 1]} at step {step}" if step is not None else "the loss stayed finite"
+    )
+    weights = (
+        f"{len(bad)} weight tensors hold NaN or inf (first: {bad[0]})" if bad else "the weights are finite"
+    )
+    raise NonFiniteError(
+        f"llmgym sft: {what} and {weights}, with --learning-rate {settings.learning_rate:g}; nothing was written to "
+        f"{settings.out}. Fix: lower --learning-rate (the default is 1e-4)."
+    )
+
+
 def _check_out(out: Path) -> None:
     if out.is_file() or (out.is_dir() and any(out.iterdir())):
         raise ConfigError(f"--out {out} already exists and is not empty; give the name of a new folder.")
@@ -218,7 +306,9 @@ def run_sft(
         The folder, the per-step losses and what was trained.
 
     Raises:
-        ConfigError: ``settings.out`` is not empty, the model is a seq2seq model or 4-bit, or the datapool has no references.
+        ConfigError: ``settings.out`` is not empty, the model is a seq2seq model or 4-bit, the datapool has no
+            references, or an example is longer than the model's window (:func:`fit_examples`).
+        NonFiniteError: The loss or the weights became NaN or infinite; nothing is written.
     """
     import torch
     from datasets import Dataset
@@ -235,7 +325,17 @@ def run_sft(
         model, tokenizer = load_model(config.model)
     if getattr(model.config, "is_encoder_decoder", False):
         raise ConfigError("llmgym sft trains causal LMs (TRL's SFTTrainer); model.name is a seq2seq model.")
-    examples = sft_examples(config, tokenizer)
+    from llmgym.llm.tokenization import model_window
+
+    window = model_window(model.config)
+    examples, truncated, dropped = fit_examples(sft_examples(config, tokenizer), window, settings.max_length)
+    if truncated or dropped:
+        logger.warning(
+            "llmgym sft: %d examples cut to --max-length %d tokens, %d left out (their prompt alone filled it)",
+            truncated,
+            settings.max_length,
+            dropped,
+        )
     seed = config.train.seed if settings.seed is None else settings.seed
     torch.manual_seed(seed)
     trained: Any = apply_lora(model, config.model.lora) if config.model.lora is not None else model
@@ -261,10 +361,12 @@ def run_sft(
             bf16=False,
             fp16=False,
             gradient_checkpointing=config.model.gradient_checkpointing,
+            max_length=max(len(e.input_ids) for e in examples),  # fit_examples bounded them
         )
         trainer = SFTTrainer(model=trained, args=args, train_dataset=dataset, processing_class=tokenizer)
         trainer.train()
         losses = [float(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
+    _check_finite(losses, trained, settings)
     final = trained.merge_and_unload() if config.model.lora is not None else trained
     final.eval()
     meta = {
@@ -275,6 +377,9 @@ def run_sft(
         "steps": settings.max_steps,
         "learning_rate": settings.learning_rate,
         "batch_size": settings.batch_size,
+        "max_length": settings.max_length,
+        "truncated": truncated,
+        "dropped": dropped,
         "lora": config.model.lora is not None,
         "losses": losses,
     }
@@ -282,4 +387,4 @@ def run_sft(
     logger.info(
         "SFT loss %.4f -> %.4f over %d steps; model written to %s", losses[0], losses[-1], len(losses), out
     )
-    return SFTResult(out, losses, len(examples), config.model.lora is not None)
+    return SFTResult(out, losses, len(examples), config.model.lora is not None, truncated, dropped)

@@ -1,12 +1,14 @@
 """Where the Ray backend runs: a private local Ray instance, or a cluster the user started.
 
-* **Private instance** (no ``distributed.ray_address``): ``ray.init`` on this machine with the CPUs
+* **Private instance** (no ``distributed.ray_address``): ``ray.init(address="local")`` on this machine, in a
+  temp dir of its own (so neither ``RAY_ADDRESS`` nor another user's ``ray start --head`` can capture it), with the CPUs
   the servers reserve (``llm_processes * cpus_per_server``), the visible GPUs, the dashboard off,
   the object store capped at ``object_store_mb`` and token authentication on with a token drawn
   for this process (``RAY_AUTH_TOKEN`` in the environment of this process and of the Ray processes
   it starts, never written to disk). Ray's processes listen on every interface whatever the
   settings (see docs/security.md): the token is what keeps others out. The instance is shut down
-  by :meth:`RayRuntime.shutdown`, at interpreter exit, and on SIGTERM.
+  by :meth:`RayRuntime.shutdown`, at interpreter exit, and on SIGTERM; a reaper process stops what
+  Ray leaves of it (and removes its temp dir) when the driver is killed outright.
 * **A cluster** (``distributed.ray_address``: ``auto`` or ``host:port``): joined only if it
   refuses a request that carries no token, unless ``distributed.allow_unauthenticated_cluster``
   is set (then with a warning).
@@ -17,13 +19,16 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import secrets
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -35,8 +40,46 @@ from llmgym.errors import AuthenticationError, BackendError, require_installed
 __all__ = ["RayRuntime", "check_token_file", "cluster_requires_token", "reload_ray_auth", "start_ray"]
 
 _AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+#: Variables that would point a private instance's ``ray.init`` (or its processes) at another Ray cluster.
+_ADDRESS_VARS = ("RAY_ADDRESS",)
+#: Set in the environment of the Ray processes a private instance starts, to its temp dir: how the reaper finds them.
+_INSTANCE_VAR = "LLMGYM_RAY_INSTANCE"
 #: This process's token for the private instances it starts (drawn once: Ray caches the token it loads).
 _TOKEN = secrets.token_hex(32)
+
+#: Runs beside a private instance: when the driver dies without shutting Ray down (SIGKILL, the OOM killer),
+#: its end of the pipe closes; then it kills the instance's processes Ray leaves behind (its dashboard and
+#: runtime-env agents wait ~60 s on the dead GCS) and removes the instance's temp dir. "done" ends it quietly.
+_REAPER = """
+import os, shutil, signal, sys, time
+import psutil
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+temp_dir = sys.argv[1]
+if sys.stdin.readline().strip() != "done":
+    def ours():
+        # The instance's processes carry its mark in their environment, or (the agents, whose process titles
+        # overwrite it) hold its log files open.
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.pid == os.getpid() or proc.uids().real != os.getuid():
+                    continue
+                if proc.environ().get(sys.argv[2]) == temp_dir or any(
+                    f.path.startswith(temp_dir + os.sep) for f in proc.open_files()
+                ):
+                    found.append(proc)
+            except psutil.Error:
+                pass
+        return found
+    procs = ours()
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+"""
 
 #: Asks a GCS for a key without any token; prints REFUSED when token authentication turned it away.
 _PROBE = """
@@ -65,6 +108,9 @@ class RayRuntime:
     owned: bool
     _saved_env: dict[str, str | None] = field(default_factory=dict, repr=False)
     _closed: bool = field(default=False, repr=False)
+    #: A private instance's own Ray temp dir (sessions, sockets, logs), removed at shutdown.
+    temp_dir: str | None = None
+    _reaper: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def shutdown(self) -> None:
         """Disconnect (and stop a private instance: no Ray process stays behind); safe to call twice."""
@@ -77,11 +123,24 @@ class RayRuntime:
         global _started
         if _started is self:
             _started = None
-        for name, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _restore(self._saved_env)
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+        if self._reaper is not None and self._reaper.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._reaper.stdin.write(b"done\n")
+                self._reaper.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._reaper.wait(timeout=10)
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    """Put back the environment variables ``saved`` holds (``None``: unset)."""
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 #: The runtime ``start_ray`` started last in this process, while it runs.
@@ -147,16 +206,29 @@ def cluster_requires_token(gcs_address: str, timeout_s: float = 10.0) -> bool:
 
 
 def _start_private(config: DistributedConfig) -> RayRuntime:
+    """Start this process's own Ray instance: never another cluster, whatever the machine or environment holds.
+
+    ``address="local"`` starts a new instance even when ``RAY_ADDRESS`` is set or a ``ray start --head``
+    (running, or only its ``ray_current_cluster`` file) is on the machine, which ``ray.init()`` would
+    join; its own temp dir keeps it from overwriting that file (which ``ray status`` and other users'
+    ``ray.init()`` read) and from mixing its sessions with other instances'. ``RAY_ADDRESS`` is unset
+    while it runs, so none of its processes follows it either.
+    """
     import ray
     import torch
 
-    saved = {name: os.environ.get(name) for name in _AUTH_VARS}
-    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+    saved = {name: os.environ.get(name) for name in (*_AUTH_VARS, *_ADDRESS_VARS)}
+    for name in ("RAY_AUTH_TOKEN_PATH", *_ADDRESS_VARS):
+        os.environ.pop(name, None)
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN"] = _TOKEN
     reload_ray_auth()
+    temp_dir = tempfile.mkdtemp(prefix="llmgym-ray-")
+    os.environ[_INSTANCE_VAR] = temp_dir  # inherited by every Ray process of the instance (the reaper's mark)
     try:
         ray.init(
+            address="local",
+            _temp_dir=temp_dir,
             num_cpus=config.llm_processes * config.cpus_per_server,
             num_gpus=torch.cuda.device_count(),
             include_dashboard=False,
@@ -165,13 +237,19 @@ def _start_private(config: DistributedConfig) -> RayRuntime:
             runtime_env={"env_vars": {"PYTHONPATH": _python_path()}},
         )
     except Exception as exc:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _restore(saved)
+        shutil.rmtree(temp_dir, ignore_errors=True)
         raise BackendError(f"could not start a local Ray instance: {type(exc).__name__}: {exc}") from exc
-    return RayRuntime(_gcs_address(), private=True, owned=True, _saved_env=saved)
+    finally:
+        os.environ.pop(_INSTANCE_VAR, None)
+    reaper = subprocess.Popen(
+        [sys.executable, "-c", _REAPER, temp_dir, _INSTANCE_VAR],
+        stdin=subprocess.PIPE,
+        start_new_session=True,  # a Ctrl-C to the terminal's process group reaches the driver, not the reaper
+    )
+    return RayRuntime(
+        _gcs_address(), private=True, owned=True, _saved_env=saved, temp_dir=temp_dir, _reaper=reaper
+    )
 
 
 def check_token_file() -> None:

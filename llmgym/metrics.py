@@ -11,7 +11,6 @@ import logging
 import math
 import os
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,23 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunLogger", "EpisodeStats", "read_metrics", "trim_metrics", "plot_learning_curve"]
+__all__ = ["RunLogger", "read_metrics", "trim_metrics", "plot_learning_curve"]
+
+
+def __getattr__(name: str) -> Any:
+    """``llmgym.metrics.EpisodeStats``, importable from here for one more release, with a DeprecationWarning."""
+    if name == "EpisodeStats":
+        import warnings
+
+        from llmgym.algorithms.episode_stats import EpisodeStats
+
+        warnings.warn(
+            "llmgym.metrics.EpisodeStats moved to llmgym.algorithms.episode_stats; import it from there.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return EpisodeStats
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _scalar(value: Any) -> float | int | str | bool | None:
@@ -35,39 +50,6 @@ def _scalar(value: Any) -> float | int | str | bool | None:
         return value
     value = float(value)
     return value if math.isfinite(value) else None
-
-
-class EpisodeStats:
-    """Rolling statistics of finished training episodes (return, length, success).
-
-    Args:
-        window: Number of most recent episodes the means are taken over.
-    """
-
-    def __init__(self, window: int = 100) -> None:
-        self.returns: deque[float] = deque(maxlen=window)
-        self.lengths: deque[int] = deque(maxlen=window)
-        self.successes: deque[float] = deque(maxlen=window)
-        self.episodes = 0
-
-    def add(self, episode: Mapping[str, Any]) -> None:
-        """Record one finished episode: a mapping with ``return``, ``length`` and ``success``."""
-        self.returns.append(float(episode["return"]))
-        self.lengths.append(int(episode["length"]))
-        self.successes.append(float(bool(episode.get("success", False))))
-        self.episodes += 1
-
-    def summary(self) -> dict[str, float]:
-        """Means over the window (empty dict before the first episode)."""
-        if not self.returns:
-            return {}
-        n = len(self.returns)
-        return {
-            "episode_return": sum(self.returns) / n,
-            "episode_length": sum(self.lengths) / n,
-            "success_rate": sum(self.successes) / n,
-            "episodes": float(self.episodes),
-        }
 
 
 class RunLogger:

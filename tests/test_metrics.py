@@ -3,7 +3,7 @@ import math
 import torch
 
 from llmgym.config import LoggingConfig
-from llmgym.metrics import EpisodeStats, RunLogger, plot_learning_curve, read_metrics, trim_metrics
+from llmgym.metrics import RunLogger, plot_learning_curve, read_metrics, trim_metrics
 
 
 def test_jsonl_records_and_plot(tmp_path):
@@ -17,15 +17,6 @@ def test_jsonl_records_and_plot(tmp_path):
     assert records[1]["success_rate"] == 0.5 and records[1]["loss"] is None
     png = plot_learning_curve(tmp_path / "metrics.jsonl", tmp_path / "curve.png", title="t")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_episode_stats_window():
-    stats = EpisodeStats(window=2)
-    assert stats.summary() == {}
-    for ret, success in ((0.0, False), (1.0, True), (3.0, True)):
-        stats.add({"return": ret, "length": 2, "success": success})
-    summary = stats.summary()
-    assert summary["episode_return"] == 2.0 and summary["success_rate"] == 1.0 and summary["episodes"] == 3.0
 
 
 def test_trim_drops_records_after_the_checkpoint_and_torn_lines(tmp_path):

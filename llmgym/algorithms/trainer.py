@@ -151,7 +151,6 @@ class Trainer:
             if config.logging.record_episodes
             else None
         )
-        self.algorithm.rollout_observer = self.training_sampler
         self._last_checkpoint_steps = 0
         self._last_eval_steps = 0
         if checkpoint is not None:
@@ -290,8 +289,10 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         """Train until ``train.total_env_steps``; returns the summary (evaluations, paths).
 
-        The loop is :meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.learn` with three
-        callbacks, in order: :class:`RunLogCallback`, :class:`EvalCallback` and :class:`CheckpointCallback`.
+        The loop is :meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.learn` with its
+        callbacks, in order: the training-episode recorder (:attr:`training_sampler`, with
+        ``logging.record_episodes``), :class:`RunLogCallback`, :class:`EvalCallback` and
+        :class:`CheckpointCallback`.
         """
         cfg = self.config
         logger = RunLogger(
@@ -303,7 +304,8 @@ class Trainer:
         )
         start = time.monotonic()
         try:
-            callbacks = [
+            callbacks: list[Callback] = [
+                *([self.training_sampler] if self.training_sampler is not None else []),
                 RunLogCallback(self, logger),
                 EvalCallback(self, logger),
                 CheckpointCallback(self, logger),

@@ -1,0 +1,22 @@
+import pytest
+
+from llmgym.algorithms.episode_stats import EpisodeStats
+
+
+def test_episode_stats_window():
+    stats = EpisodeStats(window=2)
+    assert stats.summary() == {}
+    for ret, success in ((0.0, False), (1.0, True), (3.0, True)):
+        stats.add({"return": ret, "length": 2, "success": success})
+    summary = stats.summary()
+    assert summary["episode_return"] == 2.0 and summary["success_rate"] == 1.0 and summary["episodes"] == 3.0
+
+
+def test_the_old_import_path_still_works_with_a_deprecation_warning():
+    import llmgym.metrics
+
+    with pytest.warns(DeprecationWarning, match="llmgym.algorithms.episode_stats"):
+        from llmgym.metrics import EpisodeStats as Old
+    assert Old is EpisodeStats
+    with pytest.raises(AttributeError):
+        llmgym.metrics.NoSuchName  # noqa: B018

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from llmgym.config import Config, load_config
+from llmgym.config import Config
 from llmgym.errors import ConfigError
 from llmgym.lifetime import exit_with_parent
 from llmgym.metrics import read_metrics
 from llmgym.requirements import check_requirements
+from llmgym.run import load_run_config
 from llmgym.run_lock import default_run_stem, new_run_dir
 from llmgym.stats import bootstrap_ci, iqm
 
@@ -559,7 +560,7 @@ def run_sweep(
         MissingDependencyError: If the config needs an optional package that is not installed.
         KeyboardInterrupt: On Ctrl-C, after ``sweep.json`` is written.
     """
-    config = load_config(config_path, list(overrides))
+    config = load_run_config(config_path, list(overrides))
     check_requirements(config)
     if not seeds:
         raise ConfigError("a sweep needs at least one seed (--seeds).")

@@ -48,6 +48,7 @@ from llmgym.report.records import (
     trim_episode_records,
 )
 from llmgym.requirements import check_requirements
+from llmgym.run import load_run_config
 from llmgym.run_lock import RunLock, check_new_run_dir, default_run_stem, new_run_dir
 
 __all__ = [
@@ -573,7 +574,12 @@ def evaluate_run(
     built: list[Any] = []  # the LLM, built once (a retry loads the newer checkpoint into it)
 
     def load(source: Optional[Path]) -> Config:
-        config = load_config(source / "config.yaml" if source is not None else run_dir, list(overrides))
+        # a run's own config.yaml is llmgym's; a config argument may be an RL4LMs file
+        config = (
+            load_config(source / "config.yaml", list(overrides))
+            if source is not None
+            else load_run_config(run_dir, list(overrides))
+        )
         if not built:
             check_env_id(config.env.id, config.env.kwargs)  # before the model loads
             built.append(build_llm(config))

@@ -24,22 +24,26 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunLogger", "read_metrics", "trim_metrics", "plot_learning_curve"]
+__all__ = ["RunLogger", "trim_metrics", "plot_learning_curve"]
+
+
+#: Names that moved out of this module, and their new modules: they still import from here for one
+#: release, with a DeprecationWarning.
+_MOVED = {"EpisodeStats": "llmgym.algorithms.episode_stats", "read_metrics": "llmgym.report.runs"}
 
 
 def __getattr__(name: str) -> Any:
-    """``llmgym.metrics.EpisodeStats``, importable from here for one more release, with a DeprecationWarning."""
-    if name == "EpisodeStats":
+    """A name of :data:`_MOVED`, from its new module, with a DeprecationWarning naming it."""
+    if name in _MOVED:
+        import importlib
         import warnings
 
-        from llmgym.algorithms.episode_stats import EpisodeStats
-
         warnings.warn(
-            "llmgym.metrics.EpisodeStats moved to llmgym.algorithms.episode_stats; import it from there.",
+            f"llmgym.metrics.{name} moved to {_MOVED[name]}; import it from there.",
             DeprecationWarning,
             stacklevel=2,
         )
-        return EpisodeStats
+        return getattr(importlib.import_module(_MOVED[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -177,12 +181,6 @@ class RunLogger:
         self._file.close()
 
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a ``metrics.jsonl`` file, in order."""
-    with Path(path).open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
 def _kept(line: str, max_env_steps: int) -> bool:
     try:
         return int(json.loads(line)["env_steps"]) <= max_env_steps
@@ -232,6 +230,8 @@ def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: s
         The PNG path.
     """
     import matplotlib
+
+    from llmgym.report.runs import read_metrics
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -1,9 +1,11 @@
 import math
 
+import pytest
 import torch
 
 from llmgym.config import LoggingConfig
-from llmgym.metrics import RunLogger, plot_learning_curve, read_metrics, trim_metrics
+from llmgym.metrics import RunLogger, plot_learning_curve, trim_metrics
+from llmgym.report.runs import read_metrics
 
 
 def test_jsonl_records_and_plot(tmp_path):
@@ -31,3 +33,18 @@ def test_trim_drops_records_after_the_checkpoint_and_torn_lines(tmp_path):
     assert [r["env_steps"] for r in read_metrics(path)] == [0, 8, 16]
     assert trim_metrics(path, 16) == 0 and trim_metrics(tmp_path / "none.jsonl", 0) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("name", "home"), [("EpisodeStats", "algorithms.episode_stats"), ("read_metrics", "report.runs")]
+)
+def test_moved_names_still_import_from_here_with_a_deprecation_warning(name, home):
+    import importlib
+
+    import llmgym.metrics
+
+    with pytest.warns(DeprecationWarning, match=f"llmgym.metrics.{name} moved to llmgym.{home}"):
+        old = getattr(llmgym.metrics, name)
+    assert old is getattr(importlib.import_module(f"llmgym.{home}"), name)
+    with pytest.raises(AttributeError):
+        llmgym.metrics.NoSuchName  # noqa: B018

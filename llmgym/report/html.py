@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from llmgym.atomic_io import write_text_atomic
-from llmgym.report.runs import SWEEP_SUMMARY, RunData, load_runs
+from llmgym.report.runs import SWEEP_SUMMARY, RunData, load_runs, read_run
 from llmgym.report.svg import PALETTE, Band, Series, line_chart, stacked_bars
 
 __all__ = ["REPORT_NAME", "build_html", "write_report", "default_report_path"]
@@ -179,7 +179,6 @@ def _action_distribution(run: RunData) -> Optional[str]:
 def _comparison(runs: Sequence[RunData]) -> str:
     """Side-by-side curves of several runs, their final success with the IQM and its interval."""
     from llmgym.stats import bootstrap_ci, iqm
-    from llmgym.sweep import read_run
 
     parts = []
     series, finals = [], []

@@ -17,10 +17,9 @@ import yaml
 
 from llmgym.atomic_io import write_atomic_dir
 from llmgym.errors import InputError
-from llmgym.metrics import read_metrics
 from llmgym.report.records import EPISODES_NAME, EpisodeRecord, read_episode_records
 
-__all__ = ["RunData", "load_runs", "save_evaluation"]
+__all__ = ["RunData", "SweepRun", "load_runs", "read_metrics", "read_run", "save_evaluation"]
 
 SWEEP_SUMMARY = "sweep.json"
 
@@ -59,6 +58,74 @@ class RunData:
     def evaluations(self) -> list[dict[str, Any]]:
         """The ``kind="eval"`` records."""
         return [r for r in self.records if r.get("kind") == "eval"]
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a ``metrics.jsonl`` file, in order."""
+    with Path(path).open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One training run of a sweep and its evaluations (``None`` where the run has none).
+
+    Attributes:
+        seed: ``train.seed`` of the run.
+        threads: ``OMP_NUM_THREADS`` the run was given; ``None`` when it inherited the environment's.
+        run_dir: The run directory.
+        success_before: Greedy success rate of the evaluation before training.
+        success_after: Greedy success rate of the last evaluation.
+        return_before: Mean episode return of the evaluation before training.
+        return_after: Mean episode return of the last evaluation.
+        train_time_s: Seconds from the start of training to the last logged record (the final evaluation).
+        error: Why the run failed; ``None`` when it succeeded.
+    """
+
+    seed: int
+    threads: Optional[int]
+    run_dir: str
+    success_before: Optional[float] = None
+    success_after: Optional[float] = None
+    return_before: Optional[float] = None
+    return_after: Optional[float] = None
+    train_time_s: Optional[float] = None
+    error: Optional[str] = None
+
+
+def read_run(run_dir: str | Path, seed: int, threads: Optional[int]) -> SweepRun:
+    """A run's evaluations and training time, read from its ``metrics.jsonl``.
+
+    The evaluation labelled ``before`` gives the before columns, the last other evaluation the
+    after columns (the trainer's final evaluation), the last record's ``time_s`` the training time.
+
+    Args:
+        run_dir: The run directory written by ``llmgym train``.
+        seed: Its ``train.seed``.
+        threads: The ``OMP_NUM_THREADS`` it ran with.
+
+    Returns:
+        The run; with ``error`` set when it has no ``metrics.jsonl`` or no evaluation after training.
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return SweepRun(seed, threads, str(run_dir), error=f"no {path}")
+    records = read_metrics(path)
+    evals = [r for r in records if r.get("kind") == "eval"]
+    before = next((r for r in evals if r.get("label") == "before"), None)
+    after = next((r for r in reversed(evals) if r.get("label") != "before"), None)
+    if after is None:
+        return SweepRun(seed, threads, str(run_dir), error=f"no evaluation after training in {path}")
+    return SweepRun(
+        seed=seed,
+        threads=threads,
+        run_dir=str(run_dir),
+        success_before=before["success_rate"] if before else None,
+        success_after=after["success_rate"],
+        return_before=before["episode_return"] if before else None,
+        return_after=after["episode_return"],
+        train_time_s=records[-1]["time_s"],
+    )
 
 
 def _is_run(path: Path) -> bool:

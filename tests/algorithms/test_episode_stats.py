@@ -1,5 +1,3 @@
-import pytest
-
 from llmgym.algorithms.episode_stats import EpisodeStats
 
 
@@ -10,13 +8,3 @@ def test_episode_stats_window():
         stats.add({"return": ret, "length": 2, "success": success})
     summary = stats.summary()
     assert summary["episode_return"] == 2.0 and summary["success_rate"] == 1.0 and summary["episodes"] == 3.0
-
-
-def test_the_old_import_path_still_works_with_a_deprecation_warning():
-    import llmgym.metrics
-
-    with pytest.warns(DeprecationWarning, match="llmgym.algorithms.episode_stats"):
-        from llmgym.metrics import EpisodeStats as Old
-    assert Old is EpisodeStats
-    with pytest.raises(AttributeError):
-        llmgym.metrics.NoSuchName  # noqa: B018

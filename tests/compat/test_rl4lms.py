@@ -10,8 +10,8 @@ import yaml
 
 from llmgym.compat.rl4lms import convert_rl4lms_config, is_rl4lms_config
 from llmgym.config import load_config
-from llmgym.run import load_run_config
 from llmgym.errors import ConfigError
+from llmgym.run import load_run_config
 from llmgym.testing import save_tiny_classifier
 
 CONFIGS = Path(__file__).parent / "rl4lms_configs"

@@ -120,14 +120,14 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         self._rollout_kl = []
         for _ in range(self.config.rollout_steps):
             step = self.rollout_step(observations, infos, callback, live=sorted(running))
-            for index in np.flatnonzero(step.live):
+            for index in np.flatnonzero(step.live).tolist():
                 episodes[index].decisions.append(step.decisions[index])
                 episodes[index].rewards.append(float(step.rewards[index] + step.penalties[index]))
                 env_reward_sum += float(step.rewards[index])
                 parse_failures += int(step.decisions[index].parse_failed)
                 if step.terminated[index] or step.truncated[index]:
-                    running.discard(int(index))
-            observations, infos = step.next_observations, step.infos
+                    running.discard(index)
+            observations, infos = list(step.next_observations), list(step.infos)
             if not running:
                 break
         steps = sum(len(ep.decisions) for ep in episodes)

@@ -48,3 +48,21 @@ def test_moved_names_still_import_from_here_with_a_deprecation_warning(name, hom
     assert old is getattr(importlib.import_module(f"llmgym.{home}"), name)
     with pytest.raises(AttributeError):
         llmgym.metrics.NoSuchName  # noqa: B018
+
+
+def test_llmgym_itself_imports_the_moved_names_from_their_new_homes():
+    import ast
+    from pathlib import Path
+
+    import llmgym.metrics
+
+    package = Path(llmgym.metrics.__file__).parent
+    hits = [
+        f"{path.relative_to(package)}: {alias.name}"
+        for path in package.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "llmgym.metrics"
+        for alias in node.names
+        if alias.name in llmgym.metrics._MOVED
+    ]
+    assert not hits, hits

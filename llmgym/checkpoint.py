@@ -32,9 +32,10 @@ from typing import Any, TypeVar
 from llmgym.atomic_io import OLD_DIR, TMP_DIR, fsync_dir, write_atomic_dir, write_text_atomic
 from llmgym.config import move_renamed_keys
 from llmgym.errors import CheckpointError, ConfigError, DiskFullError, LLMGymError
-from llmgym.run_lock import lock_holder
+from llmgym.run_lock import LOCK_FILE, lock_holder
 
 __all__ = [
+    "check_new_run_dir",
     "write_manifest",
     "verify_manifest",
     "clean_crash_leftovers",
@@ -590,3 +591,35 @@ def check_resume_config(saved: dict[str, Any], current: dict[str, Any], checkpoi
     if accepted:
         logger.warning("Resuming from %s with changed settings: %s", checkpoint, "; ".join(accepted))
     return accepted
+
+
+def check_new_run_dir(run_dir: str | os.PathLike[str]) -> None:
+    """Refuse to start a new run (no ``train.resume``) in a folder that already holds something.
+
+    Args:
+        run_dir: The run folder (locked by this process: its lock file does not count).
+
+    Raises:
+        ConfigError: Naming the folder, what it holds, and the fixes that work: resuming only when
+            it holds a checkpoint.
+    """
+    folder = Path(run_dir)
+    held = sorted(p.name for p in folder.iterdir() if p.name != LOCK_FILE)
+    if not held:
+        return
+    shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+    if not any((folder / name).is_file() for name in ("config.yaml", "metrics.jsonl")):
+        raise ConfigError(
+            f"run folder {folder} already holds files that are not an llmgym run ({shown}); a new run never "
+            f"writes into it. Fix: give another train.run_name, or move those files out of the folder."
+        )
+    if not (folder / CHECKPOINTS / LATEST).is_file():
+        raise ConfigError(
+            f"run folder {folder} holds files of a run that stopped before its first checkpoint ({shown}), so it "
+            f"cannot be resumed, and a new run never writes into it. Fix: give another train.run_name, or remove "
+            f"the folder (rm -r {folder}) and start again."
+        )
+    raise ConfigError(
+        f"run folder {folder} already holds a run ({shown}); a new run never writes into it. Fix: resume it "
+        f"with train.resume={folder}, give another train.run_name, or remove the folder."
+    )

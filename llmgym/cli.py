@@ -451,9 +451,10 @@ def _cmd_config(args: argparse.Namespace) -> int:
         return 0
     import yaml
 
-    from llmgym.config import config_to_dict, load_config
+    from llmgym.config import config_to_dict
+    from llmgym.run import load_run_config
 
-    config = load_config(*_split_config_arg(args.config, args.overrides))
+    config = load_run_config(*_split_config_arg(args.config, args.overrides))
     print(yaml.safe_dump(config_to_dict(config), sort_keys=False), end="")
     return 0
 
@@ -554,8 +555,9 @@ def _quiet_third_party_output() -> None:
 
 def _cmd_train(config_arg: str | None, overrides: list[str], resume: bool = False) -> int:
     """``llmgym train``; a run stopped by a signal exits with ``128 + signum`` once its checkpoint is written."""
-    from llmgym.config import AUTO_RESUME, load_config
+    from llmgym.config import AUTO_RESUME
     from llmgym.requirements import check_requirements
+    from llmgym.run import load_run_config
 
     config_arg, overrides = _split_config_arg(config_arg, overrides)
     if resume:
@@ -565,7 +567,7 @@ def _cmd_train(config_arg: str | None, overrides: list[str], resume: bool = Fals
                 f"--resume is train.resume=auto, and {given[-1]} was given too; keep one of them."
             )
         overrides = [*overrides, f"train.resume={AUTO_RESUME}"]
-    config = load_config(config_arg, overrides)
+    config = load_run_config(config_arg, overrides)
     check_requirements(config)  # before torch is imported, the model loads or the run directory exists
     from llmgym.algorithms.trainer import TrainingStopped, run_training
 
@@ -583,11 +585,11 @@ def _cmd_train(config_arg: str | None, overrides: list[str], resume: bool = Fals
 
 
 def _cmd_sft(args: argparse.Namespace) -> int:
-    from llmgym.config import load_config
     from llmgym.integrations.trl.sft import SFTSettings, run_sft
+    from llmgym.run import load_run_config
 
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-    config = load_config(*_split_config_arg(args.config, args.overrides))
+    config = load_run_config(*_split_config_arg(args.config, args.overrides))
     settings = SFTSettings(
         Path(args.out), args.steps, args.learning_rate, args.batch_size, max_length=args.max_length
     )

@@ -432,9 +432,8 @@ class EnvConfig(_Section):
     )
 
     def _check(self) -> None:
-        from llmgym.envs.reward_checks import check_reward_clip
-
-        check_reward_clip(self.reward_clip, "env.reward_clip")
+        # its upper bound is the envs' rule, checked by llmgym.requirements.check_requirements
+        _check_positive("env", "reward_clip", self.reward_clip)
         module, sep, _ = self.id.partition(":")
         if sep:  # Gymnasium's 'module:Namespace/Name-v0' imports module, as import paths do
             from llmgym.import_path import check_import_allowed
@@ -975,7 +974,13 @@ def _omegaconf_error(exc: Exception, source: str) -> ConfigError:
     kind = type(exc).__name__
     msg = str(exc).splitlines()[0] if str(exc) else kind
     if "ConfigKeyError" in kind or "Key" in kind and "not in" in msg:
-        return ConfigError(f"Unknown config key '{key}' in {source}.{_suggest(str(key))}")
+        hint = _suggest(str(key))
+        if not hint and "." not in str(key) and source.startswith("config file"):  # another library's file?
+            hint = (
+                " An RL4LMs task file? `llmgym train FILE` converts it (in Python: llmgym.run.load_run_config); "
+                "`llmgym convert FILE` writes the llmgym config."
+            )
+        return ConfigError(f"Unknown config key '{key}' in {source}.{hint}")
     return ConfigError(f"Invalid value for config key '{key}' in {source}: {msg}")
 
 
@@ -1120,32 +1125,56 @@ def _renamed(layer: Any, source: str) -> Any:
     return OmegaConf.create(plain) if move_renamed_keys(plain, source) else layer
 
 
-def _from_rl4lms(loaded: Any, overrides: list[str] | tuple[str, ...]) -> Any:
-    """An RL4LMs task config converted (strictly) into an llmgym one; any other config as it is."""
-    from omegaconf import OmegaConf
+def read_config_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
+    """The mapping a YAML config file holds, not yet checked against :class:`Config`.
 
-    from llmgym.compat.rl4lms import convert_rl4lms_config, is_rl4lms_config
+    Args:
+        path: A YAML file or the name of a shipped config (see :func:`resolve_config`).
 
-    plain = typing.cast(dict[str, Any], OmegaConf.to_container(loaded))
-    if not isinstance(plain, dict) or not is_rl4lms_config(plain):
-        return loaded
-    model = next((o.partition("=")[2] for o in reversed(overrides) if o.startswith("model.name=")), None)
-    return OmegaConf.create(convert_rl4lms_config(plain, model_name=model).config)
+    Returns:
+        The mapping (empty for an empty file) and how messages name the file (``config file 'PATH'``).
+
+    Raises:
+        ConfigError: On a missing file or unknown config name, invalid YAML, or a file that holds a list.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    from llmgym.yaml_limits import check_yaml_aliases
+
+    p = resolve_config(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        check_yaml_aliases(text, f"Config file '{p}'")
+        loaded = OmegaConf.create(text)
+    except ConfigError:
+        raise
+    except Exception as exc:  # yaml errors have many types
+        raise ConfigError(f"Config file '{p}' is not valid YAML: {exc}") from exc
+    if loaded is None:
+        return {}, f"config file '{p}'"
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"Config file '{p}' must hold a mapping of sections, not a list.")
+    return typing.cast(dict[str, Any], OmegaConf.to_container(loaded)), f"config file '{p}'"
 
 
 def load_config(
-    path: str | os.PathLike[str] | None = None,
+    path: str | os.PathLike[str] | Mapping[str, Any] | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     base: Config | None = None,
+    *,
+    source: str = "the config mapping",
 ) -> Config:
     """Load a :class:`Config` from YAML and dotted overrides.
 
+    An RL4LMs task file is not read here: :func:`llmgym.run.load_run_config` (what ``llmgym train``
+    uses) converts it first.
+
     Args:
-        path: YAML file whose keys are a subset of :class:`Config` (or an RL4LMs task config, converted
-            by :mod:`llmgym.compat.rl4lms`), or the name of a shipped config (see :func:`resolve_config`);
-            ``None`` starts from defaults.
+        path: YAML file whose keys are a subset of :class:`Config`, or the name of a shipped config
+            (see :func:`resolve_config`), or such a mapping itself; ``None`` starts from defaults.
         overrides: ``section.key=value`` strings applied after the file, in order.
         base: Config to start from instead of the defaults.
+        source: How messages name a ``path`` given as a mapping.
 
     Returns:
         The validated config.
@@ -1154,28 +1183,17 @@ def load_config(
         ConfigError: On a missing file or unknown config name, an unknown key (with a suggestion), a wrong type, an
             override without ``=``, or a value out of range.
     """
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from llmgym.yaml_limits import check_interpolations, check_yaml_aliases
 
     layers: list[tuple[Any, str]] = []
-    if path is not None:
-        p = resolve_config(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-            check_yaml_aliases(text, f"Config file '{p}'")
-            loaded = OmegaConf.create(text)
-        except ConfigError:
-            raise
-        except Exception as exc:  # yaml errors have many types
-            raise ConfigError(f"Config file '{p}' is not valid YAML: {exc}") from exc
-        if loaded is None:
-            loaded = OmegaConf.create({})
-        if not isinstance(loaded, DictConfig):
-            raise ConfigError(f"Config file '{p}' must hold a mapping of sections, not a list.")
-        loaded = _from_rl4lms(loaded, overrides)
-        layers.append((loaded, f"config file '{p}'"))
+    if isinstance(path, Mapping):
+        layers.append((OmegaConf.create(dict(path)), source))
+    elif path is not None:
+        mapping, name = read_config_file(path)
+        layers.append((OmegaConf.create(mapping), name))
     for item in overrides:
         if "=" not in item:
             raise ConfigError(

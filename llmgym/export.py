@@ -318,7 +318,7 @@ def _save_heads(llm: LocalLLM, folder: Path) -> None:
 
 def _evaluation_lines(run: Path, env_steps: int) -> list[str]:
     """The model card's line on the greedy evaluation of the checkpoint's weights, from the run's metrics."""
-    from llmgym.metrics import read_metrics
+    from llmgym.report.runs import read_metrics
 
     try:
         records = read_metrics(run / "metrics.jsonl")

@@ -11,7 +11,6 @@ import logging
 import math
 import os
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,22 +18,34 @@ from typing import TYPE_CHECKING, Any
 from llmgym.atomic_io import write_text_atomic
 from llmgym.config import LoggingConfig
 from llmgym.errors import require
-from llmgym.jsonl import json_lines, read_jsonl
+from llmgym.jsonl import json_lines
 
 if TYPE_CHECKING:
     from llmgym.report.records import EpisodeRecord
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "RunLogger",
-    "EpisodeStats",
-    "NUMERIC_KEYS",
-    "metrics_record",
-    "read_metrics",
-    "trim_metrics",
-    "plot_learning_curve",
-]
+__all__ = ["RunLogger", "trim_metrics", "plot_learning_curve"]
+
+
+#: Names that moved out of this module, and their new modules: they still import from here for one
+#: release, with a DeprecationWarning.
+_MOVED = {"EpisodeStats": "llmgym.algorithms.episode_stats", "read_metrics": "llmgym.report.runs"}
+
+
+def __getattr__(name: str) -> Any:
+    """A name of :data:`_MOVED`, from its new module, with a DeprecationWarning naming it."""
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"llmgym.metrics.{name} moved to {_MOVED[name]}; import it from there.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _scalar(value: Any) -> float | int | str | bool | None:
@@ -44,39 +55,6 @@ def _scalar(value: Any) -> float | int | str | bool | None:
         return value
     value = float(value)
     return value if math.isfinite(value) else None
-
-
-class EpisodeStats:
-    """Rolling statistics of finished training episodes (return, length, success).
-
-    Args:
-        window: Number of most recent episodes the means are taken over.
-    """
-
-    def __init__(self, window: int = 100) -> None:
-        self.returns: deque[float] = deque(maxlen=window)
-        self.lengths: deque[int] = deque(maxlen=window)
-        self.successes: deque[float] = deque(maxlen=window)
-        self.episodes = 0
-
-    def add(self, episode: Mapping[str, Any]) -> None:
-        """Record one finished episode: a mapping with ``return``, ``length`` and ``success``."""
-        self.returns.append(float(episode["return"]))
-        self.lengths.append(int(episode["length"]))
-        self.successes.append(float(bool(episode.get("success", False))))
-        self.episodes += 1
-
-    def summary(self) -> dict[str, float]:
-        """Means over the window (empty dict before the first episode)."""
-        if not self.returns:
-            return {}
-        n = len(self.returns)
-        return {
-            "episode_return": sum(self.returns) / n,
-            "episode_length": sum(self.lengths) / n,
-            "success_rate": sum(self.successes) / n,
-            "episodes": float(self.episodes),
-        }
 
 
 class RunLogger:
@@ -204,57 +182,6 @@ class RunLogger:
         self._file.close()
 
 
-#: Keys of a metrics record that readers (the report, sweeps, the plots) take as numbers.
-NUMERIC_KEYS = frozenset(
-    {
-        "time_s",
-        *(f"{p}{k}" for p in ("", "sampled_") for k in ("success_rate", "episode_return", "episode_length")),
-    }
-    | {"episodes"}
-)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def metrics_record(data: dict[str, Any]) -> dict[str, Any]:
-    """A ``metrics.jsonl`` record checked as :class:`RunLogger` writes it.
-
-    Args:
-        data: One line's JSON object.
-
-    Returns:
-        ``data``.
-
-    Raises:
-        ValueError: When ``kind`` is not a string, ``env_steps`` not an integer, a value of
-            :data:`NUMERIC_KEYS` not a finite number or null, ``label`` not a string, or a value not a scalar.
-    """
-    if not isinstance(data.get("kind"), str):
-        raise ValueError(f"'kind' is {data.get('kind')!r}, expected a string (train or eval)")
-    steps = data.get("env_steps")
-    if not isinstance(steps, (int, float)) or not _finite(steps) or steps != int(steps):
-        raise ValueError(f"'env_steps' is {steps!r}, expected an integer")
-    if "label" in data and not isinstance(data["label"], str):
-        raise ValueError(f"'label' is {data['label']!r}, expected a string")
-    for key, value in data.items():
-        if key in NUMERIC_KEYS and value is not None and not _finite(value):
-            raise ValueError(f"{key!r} is {value!r}, expected a finite number or null")
-        if not isinstance(value, (bool, int, float, str, type(None))):
-            raise ValueError(f"{key!r} is a {type(value).__name__}, expected a number, a string or null")
-    return data
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a ``metrics.jsonl`` file, in order (a torn last line left out with a warning).
-
-    Raises:
-        RunFileError: When the file cannot be read or a line is not a metrics record (file and line named).
-    """
-    return read_jsonl(path, metrics_record, "a metrics record")
-
-
 def _kept(line: str, max_env_steps: int) -> bool:
     try:
         return int(json.loads(line)["env_steps"]) <= max_env_steps
@@ -304,6 +231,8 @@ def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: s
         The PNG path.
     """
     import matplotlib
+
+    from llmgym.report.runs import read_metrics
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -25,12 +25,15 @@ def check_requirements(config: Config) -> None:
         config: The run config.
 
     Raises:
-        ConfigError: If ``env.id`` is not registered (with close matches).
+        ConfigError: If ``env.id`` is not registered (with close matches), or ``env.reward_clip`` is
+            over the largest reward the envs accept.
         MissingDependencyError: If the env (with ``env.kwargs``) or a setting needs an optional
             package that is not installed; the message names the extra to install.
     """
     from llmgym.envs.registration import check_env_id
+    from llmgym.envs.reward_checks import check_reward_clip
 
+    check_reward_clip(config.env.reward_clip, "env.reward_clip")
     check_env_id(config.env.id, config.env.kwargs)
     for setting, uses, module, extra in _SETTING_EXTRAS:
         if uses(config):

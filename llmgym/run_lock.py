@@ -6,7 +6,7 @@ A run folder holds ``.llmgym.lock``: while a run writes the folder, its process 
 (the kernel released its ``flock``, the pid stays written) is taken over with a warning. Readers
 (``llmgym eval``/``export``) never take the lock: :func:`lock_holder` tells them whether a live
 run is writing the folder. A new run (without ``train.resume``) never writes into a folder that
-already holds a run (:func:`check_new_run_dir`), and default names get a ``-2``, ``-3``...
+already holds a run (:func:`llmgym.checkpoint.check_new_run_dir`), and default names get a ``-2``, ``-3``...
 suffix when two runs start in the same second (:func:`new_run_dir`).
 """
 
@@ -22,7 +22,7 @@ from types import TracebackType
 
 from llmgym.errors import ConfigError, RunLockedError
 
-__all__ = ["LOCK_FILE", "RunLock", "lock_holder", "new_run_dir", "check_new_run_dir", "default_run_stem"]
+__all__ = ["LOCK_FILE", "RunLock", "lock_holder", "new_run_dir", "default_run_stem"]
 
 logger = logging.getLogger(__name__)
 
@@ -191,38 +191,4 @@ def new_run_dir(parent: str | os.PathLike[str], stem: str) -> Path:
         return path
     raise ConfigError(
         f"{root} holds {_MAX_SUFFIX} runs named {stem}-*; give train.run_name or another train.output_dir."
-    )
-
-
-def check_new_run_dir(run_dir: str | os.PathLike[str]) -> None:
-    """Refuse to start a new run (no ``train.resume``) in a folder that already holds something.
-
-    Args:
-        run_dir: The run folder (locked by this process: its lock file does not count).
-
-    Raises:
-        ConfigError: Naming the folder, what it holds, and the fixes that work: resuming only when
-            it holds a checkpoint.
-    """
-    from llmgym.checkpoint import CHECKPOINTS, LATEST  # llmgym.checkpoint imports this module
-
-    folder = Path(run_dir)
-    held = sorted(p.name for p in folder.iterdir() if p.name != LOCK_FILE)
-    if not held:
-        return
-    shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
-    if not any((folder / name).is_file() for name in ("config.yaml", "metrics.jsonl")):
-        raise ConfigError(
-            f"run folder {folder} already holds files that are not an llmgym run ({shown}); a new run never "
-            f"writes into it. Fix: give another train.run_name, or move those files out of the folder."
-        )
-    if not (folder / CHECKPOINTS / LATEST).is_file():
-        raise ConfigError(
-            f"run folder {folder} holds files of a run that stopped before its first checkpoint ({shown}), so it "
-            f"cannot be resumed, and a new run never writes into it. Fix: give another train.run_name, or remove "
-            f"the folder (rm -r {folder}) and start again."
-        )
-    raise ConfigError(
-        f"run folder {folder} already holds a run ({shown}); a new run never writes into it. Fix: resume it "
-        f"with train.resume={folder}, give another train.run_name, or remove the folder."
     )

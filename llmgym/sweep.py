@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from llmgym.config import Config, load_config
-from llmgym.errors import ConfigError, RunFileError
+from llmgym.config import Config
+from llmgym.errors import ConfigError
 from llmgym.lifetime import exit_with_parent
-from llmgym.metrics import read_metrics
+from llmgym.report.runs import SweepRun, read_metrics, read_run
 from llmgym.requirements import check_requirements
+from llmgym.run import load_run_config
 from llmgym.run_lock import default_run_stem, new_run_dir
 from llmgym.stats import bootstrap_ci, iqm
 
@@ -55,33 +56,6 @@ STOP_GRACE_S = 10.0
 POLL_S = 0.2
 #: Training records whose rolling means cover fewer episodes than this are left out of the curves.
 MIN_CURVE_EPISODES = 8
-
-
-@dataclass(frozen=True)
-class SweepRun:
-    """One training run of a sweep and its evaluations (``None`` where the run has none).
-
-    Attributes:
-        seed: ``train.seed`` of the run.
-        threads: ``OMP_NUM_THREADS`` the run was given; ``None`` when it inherited the environment's.
-        run_dir: The run directory.
-        success_before: Greedy success rate of the evaluation before training.
-        success_after: Greedy success rate of the last evaluation.
-        return_before: Mean episode return of the evaluation before training.
-        return_after: Mean episode return of the last evaluation.
-        train_time_s: Seconds from the start of training to the last logged record (the final evaluation).
-        error: Why the run failed; ``None`` when it succeeded.
-    """
-
-    seed: int
-    threads: Optional[int]
-    run_dir: str
-    success_before: Optional[float] = None
-    success_after: Optional[float] = None
-    return_before: Optional[float] = None
-    return_after: Optional[float] = None
-    train_time_s: Optional[float] = None
-    error: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -134,45 +108,6 @@ class SweepResult:
     def failed(self) -> list[SweepRun]:
         """The runs that failed."""
         return [run for run in self.runs if run.error is not None]
-
-
-def read_run(run_dir: str | Path, seed: int, threads: Optional[int]) -> SweepRun:
-    """A run's evaluations and training time, read from its ``metrics.jsonl``.
-
-    The evaluation labelled ``before`` gives the before columns, the last other evaluation the
-    after columns (the trainer's final evaluation), the last record's ``time_s`` the training time.
-
-    Args:
-        run_dir: The run directory written by ``llmgym train``.
-        seed: Its ``train.seed``.
-        threads: The ``OMP_NUM_THREADS`` it ran with.
-
-    Returns:
-        The run; with ``error`` set when it has no readable ``metrics.jsonl`` (the error names the
-        file and the line) or no evaluation after training.
-    """
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return SweepRun(seed, threads, str(run_dir), error=f"no {path}")
-    try:
-        records = read_metrics(path)
-    except RunFileError as exc:
-        return SweepRun(seed, threads, str(run_dir), error=str(exc))
-    evals = [r for r in records if r.get("kind") == "eval"]
-    before = next((r for r in evals if r.get("label") == "before"), None)
-    after = next((r for r in reversed(evals) if r.get("label") != "before"), None)
-    if after is None:
-        return SweepRun(seed, threads, str(run_dir), error=f"no evaluation after training in {path}")
-    return SweepRun(
-        seed=seed,
-        threads=threads,
-        run_dir=str(run_dir),
-        success_before=before["success_rate"] if before else None,
-        success_after=after["success_rate"],
-        return_before=before["episode_return"] if before else None,
-        return_after=after["episode_return"],
-        train_time_s=records[-1]["time_s"],
-    )
 
 
 def aggregate(runs: Sequence[SweepRun], resamples: int = 2000, confidence: float = 0.95) -> list[Aggregate]:
@@ -563,7 +498,7 @@ def run_sweep(
         MissingDependencyError: If the config needs an optional package that is not installed.
         KeyboardInterrupt: On Ctrl-C, after ``sweep.json`` is written.
     """
-    config = load_config(config_path, list(overrides))
+    config = load_run_config(config_path, list(overrides))
     check_requirements(config)
     if not seeds:
         raise ConfigError("a sweep needs at least one seed (--seeds).")

@@ -71,6 +71,18 @@ def test_config_prints_resolved_yaml_and_reference(tmp_path):
     )
 
 
+def test_config_and_train_read_an_rl4lms_task_file_converted(tiny_model_dir, tmp_path):
+    # the schema (llmgym.config.load_config) knows no RL4LMs: the commands convert it (llmgym.run)
+    path = ROOT / "tests" / "compat" / "rl4lms_configs" / "synthetic_generate_increasing_numbers_gpt2_ppo.yml"
+    out = run("config", str(path), f"model.name={tiny_model_dir}", "train.seed=4").stdout
+    assert "kl:" in out and "controller: adaptive" in out and "seed: 4" in out
+    args = ["train", str(path), f"model.name={tiny_model_dir}", "env.id=llmgym/EchoWrd-v0"]
+    proc = _main_in_subprocess([*args, f"train.output_dir={tmp_path}"])
+    # the conversion prints its approximations (RL4LMs' separate value model) before the error line
+    last = proc.stderr.splitlines()[-1]
+    assert proc.returncode == 2 and last.startswith("llmgym train: error: env id 'llmgym/EchoWrd-v0'")
+
+
 def test_config_list_and_show_the_shipped_configs(tmp_path):
     listed = dict(line.split(None, 1) for line in run("config", "list").stdout.splitlines())
     assert list(listed) == CONFIGS

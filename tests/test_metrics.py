@@ -1,9 +1,11 @@
 import math
 
+import pytest
 import torch
 
 from llmgym.config import LoggingConfig
-from llmgym.metrics import EpisodeStats, RunLogger, plot_learning_curve, read_metrics, trim_metrics
+from llmgym.metrics import RunLogger, plot_learning_curve, trim_metrics
+from llmgym.report.runs import read_metrics
 
 
 def test_jsonl_records_and_plot(tmp_path):
@@ -19,15 +21,6 @@ def test_jsonl_records_and_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_episode_stats_window():
-    stats = EpisodeStats(window=2)
-    assert stats.summary() == {}
-    for ret, success in ((0.0, False), (1.0, True), (3.0, True)):
-        stats.add({"return": ret, "length": 2, "success": success})
-    summary = stats.summary()
-    assert summary["episode_return"] == 2.0 and summary["success_rate"] == 1.0 and summary["episodes"] == 3.0
-
-
 def test_trim_drops_records_after_the_checkpoint_and_torn_lines(tmp_path):
     logger = RunLogger(tmp_path, LoggingConfig(progress=False))
     for step in (0, 8, 16, 24):
@@ -40,3 +33,36 @@ def test_trim_drops_records_after_the_checkpoint_and_torn_lines(tmp_path):
     assert [r["env_steps"] for r in read_metrics(path)] == [0, 8, 16]
     assert trim_metrics(path, 16) == 0 and trim_metrics(tmp_path / "none.jsonl", 0) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("name", "home"), [("EpisodeStats", "algorithms.episode_stats"), ("read_metrics", "report.runs")]
+)
+def test_moved_names_still_import_from_here_with_a_deprecation_warning(name, home):
+    import importlib
+
+    import llmgym.metrics
+
+    with pytest.warns(DeprecationWarning, match=f"llmgym.metrics.{name} moved to llmgym.{home}"):
+        old = getattr(llmgym.metrics, name)
+    assert old is getattr(importlib.import_module(f"llmgym.{home}"), name)
+    with pytest.raises(AttributeError):
+        llmgym.metrics.NoSuchName  # noqa: B018
+
+
+def test_llmgym_itself_imports_the_moved_names_from_their_new_homes():
+    import ast
+    from pathlib import Path
+
+    import llmgym.metrics
+
+    package = Path(llmgym.metrics.__file__).parent
+    hits = [
+        f"{path.relative_to(package)}: {alias.name}"
+        for path in package.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "llmgym.metrics"
+        for alias in node.names
+        if alias.name in llmgym.metrics._MOVED
+    ]
+    assert not hits, hits

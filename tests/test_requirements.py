@@ -26,3 +26,12 @@ def test_check_requirements_names_the_missing_extra(monkeypatch, module, overrid
 def test_check_requirements_rejects_an_unknown_env_id():
     with pytest.raises(ConfigError, match="llmgym envs"):
         check_requirements(load_config(None, ["env.id=llmgym/NoSuchEnv-v0"]))
+
+
+def test_reward_clip_out_of_the_envs_range_is_refused_before_anything_runs():
+    # the schema checks the sign; the bound is the envs' rule (config.py does not import envs/)
+    with pytest.raises(ConfigError, match=r"env\.reward_clip=0"):
+        load_config(None, ["env.reward_clip=0"])
+    config = load_config(None, ["env.reward_clip=1e12"])
+    with pytest.raises(ConfigError, match=r"env\.reward_clip=1000000000000.0 is invalid.*\(0, 1e\+09\]"):
+        check_requirements(config)

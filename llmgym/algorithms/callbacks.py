@@ -1,9 +1,12 @@
 """Callbacks of :meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.learn` (stable-baselines3's shape).
 
 A :class:`Callback` is told when training starts, around each rollout's collection, after every
-update (with the iteration's metrics, which it may extend) and when training ends. ``llmgym train``'s logging, periodic
-evaluation and checkpoints are three of them (:mod:`llmgym.algorithms.trainer`); a plain function
-``f(algorithm, metrics)`` is a callback too (:class:`FunctionCallback`).
+vector step of a rollout (:meth:`Callback.on_step`, called by every collection loop through
+:meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.rollout_step`), after every update (with the
+iteration's metrics, which it may extend) and when training ends. ``llmgym train``'s logging, periodic
+evaluation and checkpoints are three of them (:mod:`llmgym.algorithms.trainer`), and the recording of
+training episodes for the run report a fourth (:class:`~llmgym.report.records.TrainingEpisodeSampler`);
+a plain function ``f(algorithm, metrics)`` is a callback too (:class:`FunctionCallback`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:
-    from llmgym.algorithms.on_policy import OnPolicyAlgorithm
+    from llmgym.algorithms.on_policy import OnPolicyAlgorithm, RolloutStep
 
 __all__ = ["Callback", "CallbackArgument", "CallbackList", "FunctionCallback", "as_callback"]
 
@@ -25,6 +28,9 @@ class Callback:
 
     def on_rollout_start(self, algorithm: OnPolicyAlgorithm) -> None:
         """Before each rollout is collected."""
+
+    def on_step(self, algorithm: OnPolicyAlgorithm, step: RolloutStep) -> None:
+        """After each vector step of a rollout (it must not change the step: training uses it)."""
 
     def on_rollout_end(self, algorithm: OnPolicyAlgorithm, metrics: dict[str, float]) -> None:
         """After each rollout is collected, before its update; ``metrics`` are the rollout's statistics."""
@@ -70,6 +76,11 @@ class CallbackList(Callback):
         """Each callback's, in order."""
         for callback in self.callbacks:
             callback.on_rollout_start(algorithm)
+
+    def on_step(self, algorithm: OnPolicyAlgorithm, step: RolloutStep) -> None:
+        """Each callback's, in order."""
+        for callback in self.callbacks:
+            callback.on_step(algorithm, step)
 
     def on_rollout_end(self, algorithm: OnPolicyAlgorithm, metrics: dict[str, float]) -> None:
         """Each callback's, in order."""

@@ -16,12 +16,14 @@ import abc
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from llmgym.agents.base import BaseAgent
 from llmgym.agents.learning import Episode
 from llmgym.algorithms.buffer import RolloutBuffer
+from llmgym.algorithms.callbacks import Callback
 from llmgym.algorithms.on_policy import RolloutTargets, lay_end_to_end
 from llmgym.algorithms.ppo import PPO, PPOObjective
 from llmgym.config import AlgorithmConfig
@@ -95,14 +97,19 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         first = self._seed + self._rounds * groups
         return [first + g for g in range(groups) for _ in range(self.config.group.size)]
 
-    def collect_rollout(self) -> dict[str, float]:
+    def collect_rollout(self, callback: Optional[Callback] = None) -> dict[str, float]:
         """Play one round: every env's first episode from its group's seed; store them end to end.
+
+        Args:
+            callback: Told of every step (:meth:`~llmgym.algorithms.callbacks.Callback.on_step`);
+                an env whose episode has ended steps on outside ``live``.
 
         Returns:
             Rollout statistics (invalid-action rate, mean env reward per step: without the KL penalty).
         """
         agent, envs = self._require_envs()
         observations, infos = envs.reset(seed=self._round_seeds(envs.num_envs))
+        self._episode_starts = np.ones(envs.num_envs, dtype=bool)
         self._rounds += 1
         for index in range(envs.num_envs):
             agent.reset_env(index)
@@ -112,24 +119,18 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         env_reward_sum = 0.0
         self._rollout_kl = []
         for _ in range(self.config.rollout_steps):
-            actions = agent.act_batch(observations, infos)
-            decisions = agent.last_decisions
-            live = sorted(running)
-            penalties = self.kl_penalties(agent.llm, agent.policy, [decisions[i] for i in live])
-            observations, rewards, terminated, truncated, infos = envs.step(actions)
-            shaped, _ = agent.observe(rewards, terminated, truncated, infos)
-            for index, penalty in zip(live, penalties):
-                episodes[index].decisions.append(decisions[index])
-                episodes[index].rewards.append(float(shaped[index] + penalty))
-                env_reward_sum += float(shaped[index])
-                parse_failures += int(decisions[index].parse_failed)
-                if terminated[index] or truncated[index]:
+            step = self.rollout_step(observations, infos, callback, live=sorted(running))
+            for index in np.flatnonzero(step.live).tolist():
+                episodes[index].decisions.append(step.decisions[index])
+                episodes[index].rewards.append(float(step.rewards[index] + step.penalties[index]))
+                env_reward_sum += float(step.rewards[index])
+                parse_failures += int(step.decisions[index].parse_failed)
+                if step.terminated[index] or step.truncated[index]:
                     running.discard(index)
-                    self._record_episode(infos[index])
+            observations, infos = list(step.next_observations), list(step.infos)
             if not running:
                 break
         steps = sum(len(ep.decisions) for ep in episodes)
-        self.env_steps += steps
         self.buffer = self.episode_buffer(episodes)
         return {"invalid_action_rate": parse_failures / steps, "reward_per_step": env_reward_sum / steps}
 

@@ -27,22 +27,23 @@ from llmgym.agents.policies import Decision, KLEstimator, Policy
 from llmgym.algorithms.advantages import whiten
 from llmgym.algorithms.batch import UpdateBatch
 from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer
-from llmgym.algorithms.callbacks import CallbackArgument, as_callback
+from llmgym.algorithms.callbacks import Callback, CallbackArgument, as_callback
+from llmgym.algorithms.episode_stats import EpisodeStats
 from llmgym.algorithms.kl_control import KLController, KLMeasurement, reward_penalty
-from llmgym.algorithms.protocols import NaturalGradientObjective, Objective, PolicyBackend, RolloutObserver
+from llmgym.algorithms.protocols import NaturalGradientObjective, Objective, PolicyBackend
 from llmgym.algorithms.updaters import NONFINITE_WEIGHTS_KEY, resolve_updater
 from llmgym.algorithms.user_classes import import_class, is_import_path
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import ConfigError, InputError, NonFiniteError
 from llmgym.llm.protocols import PolicyLLM
 from llmgym.llm.updater import Updater
-from llmgym.metrics import EpisodeStats
 
 if TYPE_CHECKING:
     from llmgym.envs.vector import TextVectorEnv
 
 __all__ = [
     "OnPolicyAlgorithm",
+    "RolloutStep",
     "RolloutTargets",
     "lay_end_to_end",
     "minibatch_schedule",
@@ -123,6 +124,44 @@ def weighted_mean(results: Sequence[dict[str, Any]]) -> dict[str, float]:
             if key != "num_samples" and isinstance(value, (int, float)):
                 merged[key] = merged.get(key, 0.0) + float(value) * weight
     return merged
+
+
+@dataclass(frozen=True)
+class RolloutStep:
+    """One vector step of a rollout, as :meth:`~llmgym.algorithms.callbacks.Callback.on_step` sees it.
+
+    Attributes:
+        env_steps: Training env steps after the step.
+        observations: Per env, the observation the agent acted on.
+        actions: Per env, the action sent to the env.
+        decisions: Per env, the agent's decision.
+        rewards: ``[N]`` the env's rewards after the agent's shaping (without the KL penalty).
+        penalties: ``[N]`` the KL penalties training adds to them (zeros unless ``algorithm.kl.penalty``
+            is ``reward``; zero for an env not ``live``).
+        terminated: ``[N]`` whether each episode reached a terminal state.
+        truncated: ``[N]`` whether a time limit cut it.
+        truncation_values: ``[N]`` the agent's values of the cut episodes' final observations.
+        next_observations: Per env, the observation after the step (the next episode's first one
+            where an episode ended).
+        infos: Per env, the step's info.
+        live: ``[N]`` whether each env's step belongs to an episode training uses (GRPO and RLOO
+            keep stepping an env whose episode of the round has ended, its decisions discarded).
+        episode_starts: ``[N]`` whether each env's step is the first of its episode.
+    """
+
+    env_steps: int
+    observations: Sequence[Any]
+    actions: Sequence[Any]
+    decisions: Sequence[Decision]
+    rewards: np.ndarray
+    penalties: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    truncation_values: np.ndarray
+    next_observations: Sequence[Any]
+    infos: Sequence[dict[str, Any]]
+    live: np.ndarray
+    episode_starts: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -227,11 +266,11 @@ class OnPolicyAlgorithm(abc.ABC):
         self._rollout_start_steps = 0
         self.updates = 0
         self.action_log: list[list[Any]] = []
-        #: Sees every rollout step (the trainer's run-report sampler); ``None``: nobody watches.
-        self.rollout_observer: Optional[RolloutObserver] = None
         self._seed = seed
         self._observations: Optional[list[Any]] = None
         self._infos: list[dict[str, Any]] = []
+        #: ``[N]`` whether each env's next step is the first of an episode (:attr:`RolloutStep.episode_starts`).
+        self._episode_starts = np.ones(self.buffer.num_envs, dtype=bool)
         #: The weight of the KL to the reference and its controller (``algorithm.kl``).
         self.kl = KLController(self.config.kl)
         self._rollout_kl: list[KLMeasurement] = []
@@ -342,9 +381,13 @@ class OnPolicyAlgorithm(abc.ABC):
     def _reset_envs(self) -> None:
         _, envs = self._require_envs()
         self._observations, self._infos = envs.reset(seed=self._seed)
+        self._episode_starts = np.ones(envs.num_envs, dtype=bool)
 
-    def collect_rollout(self) -> dict[str, float]:
+    def collect_rollout(self, callback: Optional[Callback] = None) -> dict[str, float]:
         """Fill the buffer with ``rollout_steps`` vector steps and compute advantages.
+
+        Args:
+            callback: Told of every step (:meth:`~llmgym.algorithms.callbacks.Callback.on_step`).
 
         Returns:
             Rollout statistics (invalid-action rate, mean reward per step).
@@ -358,35 +401,82 @@ class OnPolicyAlgorithm(abc.ABC):
         reward_sum = 0.0
         self._rollout_kl = []
         for _ in range(self.config.rollout_steps):
-            actions = agent.act_batch(self._observations or [], self._infos)
-            decisions = agent.last_decisions
-            penalties = self.kl_penalties(agent.llm, agent.policy, decisions)
-            observations, rewards, terminated, truncated, infos = envs.step(actions)
-            self.action_log.append(list(actions))
-            shaped, truncation_values = agent.observe(rewards, terminated, truncated, infos)
-            self.buffer.add(decisions, shaped + penalties, terminated, truncated, truncation_values)
-            if self.rollout_observer is not None:
-                self.rollout_observer.on_step(
-                    self.env_steps + envs.num_envs,
-                    self._observations or [],
-                    decisions,
-                    shaped.tolist(),
-                    terminated.tolist(),
-                    truncated.tolist(),
-                    infos,
-                )
-            for i in np.flatnonzero(terminated | truncated):
-                self._record_episode(infos[int(i)])
-            parse_failures += sum(d.parse_failed for d in decisions)
-            reward_sum += float(shaped.sum())
-            self._observations, self._infos = observations, infos
-            self.env_steps += envs.num_envs
+            step = self.rollout_step(self._observations or [], self._infos, callback)
+            self.action_log.append(list(step.actions))
+            self.buffer.add(
+                step.decisions,
+                step.rewards + step.penalties,
+                step.terminated,
+                step.truncated,
+                step.truncation_values,
+            )
+            parse_failures += sum(d.parse_failed for d in step.decisions)
+            reward_sum += float(step.rewards.sum())
+            self._observations, self._infos = list(step.next_observations), list(step.infos)
         last = agent.values_of(dict(enumerate(self._observations or [])))
         self.buffer.compute_returns_and_advantages(
             [last[i] for i in range(envs.num_envs)], self.config.gamma, self.config.gae_lambda
         )
         steps = self.config.rollout_steps * envs.num_envs
         return {"invalid_action_rate": parse_failures / steps, "reward_per_step": reward_sum / steps}
+
+    def rollout_step(
+        self,
+        observations: Sequence[Any],
+        infos: Sequence[dict[str, Any]],
+        callback: Optional[Callback] = None,
+        live: Optional[Sequence[int]] = None,
+    ) -> RolloutStep:
+        """One vector step of a rollout, the same for every collection loop.
+
+        The agent acts, the ``live`` decisions are priced for their KL to the reference
+        (:meth:`kl_penalties`), the envs step, the agent observes the outcome, the ``live`` envs'
+        ended episodes join :attr:`episode_stats`, the env steps are counted, and ``callback`` is
+        told (:meth:`~llmgym.algorithms.callbacks.Callback.on_step`).
+
+        Args:
+            observations: Per env, the current observation.
+            infos: Per env, the current info.
+            callback: Told of the step; ``None``: nobody.
+            live: The envs whose step counts (all by default); the others still act and step,
+                their decisions discarded by the caller.
+
+        Returns:
+            The step.
+        """
+        agent, envs = self._require_envs()
+        indices = list(range(envs.num_envs)) if live is None else list(live)
+        actions = agent.act_batch(list(observations), list(infos))
+        decisions = agent.last_decisions
+        priced = self.kl_penalties(agent.llm, agent.policy, [decisions[i] for i in indices])
+        penalties = np.zeros(envs.num_envs, dtype=priced.dtype)
+        penalties[indices] = priced
+        next_observations, rewards, terminated, truncated, next_infos = envs.step(actions)
+        shaped, truncation_values = agent.observe(rewards, terminated, truncated, next_infos)
+        live_mask = np.zeros(envs.num_envs, dtype=bool)
+        live_mask[indices] = True
+        for i in np.flatnonzero((terminated | truncated) & live_mask):
+            self._record_episode(next_infos[int(i)])
+        self.env_steps += len(indices)
+        step = RolloutStep(
+            env_steps=self.env_steps,
+            observations=observations,
+            actions=actions,
+            decisions=decisions,
+            rewards=shaped,
+            penalties=penalties,
+            terminated=terminated,
+            truncated=truncated,
+            truncation_values=truncation_values,
+            next_observations=next_observations,
+            infos=next_infos,
+            live=live_mask,
+            episode_starts=self._episode_starts,
+        )
+        self._episode_starts = terminated | truncated
+        if callback is not None:
+            callback.on_step(self, step)
+        return step
 
     def kl_penalties(self, llm: object, policy: Policy, decisions: Sequence[Decision]) -> np.ndarray:
         """``[B]`` rewards added to the decisions for their KL to the reference (``algorithm.kl.penalty: reward``).
@@ -479,7 +569,7 @@ class OnPolicyAlgorithm(abc.ABC):
         hooks.on_training_start(self)
         while self.env_steps < total_env_steps:
             hooks.on_rollout_start(self)
-            metrics = self.collect_rollout()
+            metrics = self.collect_rollout(hooks)
             hooks.on_rollout_end(self, metrics)
             metrics.update(self.update())
             metrics.update(self.episode_stats.summary())
@@ -576,7 +666,8 @@ class OnPolicyAlgorithm(abc.ABC):
         agent, envs = self._require_envs()
         self._reset_envs()
         for actions in state["action_log"]:
-            self._observations, _, _, _, self._infos = envs.step(actions)
+            self._observations, _, terminated, truncated, self._infos = envs.step(actions)
+            self._episode_starts = terminated | truncated
         self.action_log = [list(a) for a in state["action_log"]]
         agent.load_history_state(state["histories"])
         self.env_steps = int(state["env_steps"])

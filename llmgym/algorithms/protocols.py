@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from llmgym.agents.policies import Decision
     from llmgym.algorithms.batch import PolicyOutputs, SampleTargets
     from llmgym.algorithms.updaters import UpdateContext
 
-__all__ = ["MaskedPolicyBackend", "NaturalGradientObjective", "Objective", "PolicyBackend", "RolloutObserver"]
+__all__ = ["MaskedPolicyBackend", "NaturalGradientObjective", "Objective", "PolicyBackend"]
 
 
 @runtime_checkable
@@ -75,21 +74,4 @@ class MaskedPolicyBackend(PolicyBackend, Protocol):
 
     def refresh_mask_policy(self) -> None:
         """Snapshot the current trainable weights as the mask policy, on every LLM server."""
-        ...
-
-
-class RolloutObserver(Protocol):
-    """Sees every vector step of a rollout without changing it (the run report's training episodes)."""
-
-    def on_step(
-        self,
-        env_steps: int,
-        observations: Sequence[Any],
-        decisions: Sequence[Decision],
-        rewards: Sequence[float],
-        terminated: Sequence[bool],
-        truncated: Sequence[bool],
-        infos: Sequence[dict[str, Any]],
-    ) -> None:
-        """One vector step: per env the observation acted on, the decision, and what the step returned."""
         ...

@@ -31,6 +31,7 @@ from llmgym.algorithms.stop_signals import SignalStop, StopRequest, TrainingStop
 from llmgym.build import build_agent, build_llm, env_instructions, make_envs, seed_everything
 from llmgym.checkpoint import (
     capture_rng_state,
+    check_new_run_dir,
     check_resume_config,
     clean_crash_leftovers,
     has_checkpoint,
@@ -56,7 +57,8 @@ from llmgym.report.records import (
     trim_episode_records,
 )
 from llmgym.requirements import check_requirements
-from llmgym.run_lock import LOCK_FILE, RunLock, check_new_run_dir, default_run_stem, new_run_dir
+from llmgym.run import load_run_config
+from llmgym.run_lock import LOCK_FILE, RunLock, default_run_stem, new_run_dir
 
 __all__ = [
     "CheckpointCallback",
@@ -210,7 +212,6 @@ class Trainer:
             if config.logging.record_episodes
             else None
         )
-        self.algorithm.rollout_observer = self.training_sampler
         self._last_checkpoint_steps = 0
         self._last_checkpoint: Optional[Path] = None
         self._last_eval_steps = 0
@@ -426,10 +427,12 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         """Train until ``train.total_env_steps``; returns the summary (evaluations, paths).
 
-        The loop is :meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.learn` with four
-        callbacks, in order: :class:`RunLogCallback`, :class:`EvalCallback`, :class:`CheckpointCallback`
-        and :class:`StopCallback`. While it runs, SIGTERM and SIGINT stop it with a checkpoint and
-        ``train.checkpoint_signals`` write one (:mod:`llmgym.algorithms.stop_signals`).
+        The loop is :meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.learn` with its
+        callbacks, in order: the training-episode recorder (:attr:`training_sampler`, with
+        ``logging.record_episodes``), :class:`RunLogCallback`, :class:`EvalCallback`,
+        :class:`CheckpointCallback` and :class:`StopCallback`. While it runs, SIGTERM and SIGINT
+        stop it with a checkpoint and ``train.checkpoint_signals`` write one
+        (:mod:`llmgym.algorithms.stop_signals`).
 
         Raises:
             TrainingStopped: After a stop signal, once the checkpoint, the learning curve and the
@@ -447,7 +450,8 @@ class Trainer:
         stopped: Optional[TrainingStopped] = None
         try:
             with SignalStop(cfg.train.checkpoint_signals) as self.signals:
-                callbacks = [
+                callbacks: list[Callback] = [
+                    *([self.training_sampler] if self.training_sampler is not None else []),
                     RunLogCallback(self, logger),
                     EvalCallback(self, logger),
                     CheckpointCallback(self, logger),
@@ -803,7 +807,12 @@ def evaluate_run(
     built: list[Any] = []  # the LLM, built once (a retry loads the newer checkpoint into it)
 
     def load(source: Optional[Path]) -> Config:
-        config = load_config(source / "config.yaml" if source is not None else run_dir, list(overrides))
+        # a run's own config.yaml is llmgym's; a config argument may be an RL4LMs file
+        config = (
+            load_config(source / "config.yaml", list(overrides))
+            if source is not None
+            else load_run_config(run_dir, list(overrides))
+        )
         if not built:
             check_env_id(config.env.id, config.env.kwargs)  # before the model loads
             built.append(build_llm(config))

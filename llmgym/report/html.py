@@ -25,7 +25,15 @@ from typing import Any, Optional
 
 from llmgym.atomic_io import write_text_atomic
 from llmgym.errors import InputError
-from llmgym.report.runs import RUN_FILES, RUN_FOLDERS, SWEEP_SUMMARY, RunData, holds_records, load_runs
+from llmgym.report.runs import (
+    RUN_FILES,
+    RUN_FOLDERS,
+    SWEEP_SUMMARY,
+    RunData,
+    holds_records,
+    load_runs,
+    read_run,
+)
 from llmgym.report.svg import PALETTE, Band, Series, line_chart, stacked_bars
 
 __all__ = ["REPORT_NAME", "build_html", "write_report", "default_report_path", "is_report", "report_target"]
@@ -189,7 +197,6 @@ def _action_distribution(run: RunData) -> Optional[str]:
 def _comparison(runs: Sequence[RunData]) -> str:
     """Side-by-side curves of several runs, their final success with the IQM and its interval."""
     from llmgym.stats import bootstrap_ci, iqm
-    from llmgym.sweep import read_run
 
     parts = []
     series, finals = [], []

@@ -20,12 +20,16 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from llmgym.agents.policies import CandidateChoice, Decision, TokenChoice
+from llmgym.algorithms.callbacks import Callback
 from llmgym.atomic_io import write_text_atomic
 from llmgym.errors import InputError
 from llmgym.jsonl import read_jsonl
+
+if TYPE_CHECKING:
+    from llmgym.algorithms.on_policy import OnPolicyAlgorithm, RolloutStep
 
 logger = logging.getLogger(__name__)
 
@@ -377,15 +381,19 @@ class EpisodeRecorder:
         return result
 
 
-class TrainingEpisodeSampler:
+class TrainingEpisodeSampler(Callback):
     """Records one training episode after each :meth:`arm`: the next episode the first env starts.
 
     Training runs many envs for many steps; the report needs only a glimpse of what the behaviour
     policy does between evaluations. After :meth:`arm` (the trainer arms it after each evaluation),
     the sampler waits until env 0's current episode ends, records the next one whole, and holds it
-    in :attr:`finished` until the trainer writes it. It only reads what the rollout already computed
-    (no forward pass, no random draw), so training is the same with or without it. The reward of a
-    step is the one training uses (shaping and penalties included).
+    in :attr:`finished` until the trainer writes it. It is a callback of the training loop
+    (:meth:`~llmgym.algorithms.callbacks.Callback.on_step`), so it sees every algorithm's rollouts,
+    GRPO's and RLOO's rounds included (there env 0's next episode starts with the next round; an
+    episode a round cuts short is dropped and the round's next one recorded instead). It only reads
+    what the rollout already computed (no forward pass, no random draw), so training is the same
+    with or without it. The reward of a step is the one training uses (the agent's shaping and
+    penalties included, the KL penalty not).
 
     Args:
         format_observation: The agent's ``format_observation`` (the text it saw).
@@ -408,46 +416,41 @@ class TrainingEpisodeSampler:
         #: Recorded training episodes not yet written.
         self.finished: list[EpisodeRecord] = []
         self._evaluation: Optional[int] = None
+        self._ready = False  # armed, and env 0's episode running at the arming has ended
         self._recorder: Optional[EpisodeRecorder] = None
 
     def arm(self, evaluation: int) -> None:
         """Record the next episode env 0 starts, filed under evaluation ``evaluation``."""
         self._evaluation = evaluation
 
-    def on_step(
-        self,
-        env_steps: int,
-        observations: Sequence[Any],
-        decisions: Sequence[Decision],
-        rewards: Sequence[float],
-        terminated: Sequence[bool],
-        truncated: Sequence[bool],
-        infos: Sequence[dict[str, Any]],
-    ) -> None:
-        """See one vector step (the observations the agent acted on, its decisions, what came back).
+    def on_step(self, algorithm: OnPolicyAlgorithm, step: RolloutStep) -> None:
+        """See one vector step: record env 0's step when its episode is recorded.
 
         Args:
-            env_steps: Training env steps after the step.
-            observations: Per env, the observation acted on.
-            decisions: Per env, the agent's decision.
-            rewards: Per env, the reward training uses.
-            terminated: Per env, whether the episode reached a terminal state.
-            truncated: Per env, whether a time limit cut it.
-            infos: Per env, the step's info.
+            algorithm: The algorithm collecting the rollout.
+            step: The step (the observations the agent acted on, its decisions, what came back).
         """
-        done = bool(terminated[0]) or bool(truncated[0])
+        if not step.live[0]:
+            return
+        if step.episode_starts[0] and (self._ready or self._recorder is not None):
+            self._recorder = EpisodeRecorder(1, self.tokenizer, self.gamma, self.gae_lambda)
+            self._ready = False
+        done = bool(step.terminated[0]) or bool(step.truncated[0])
         recorder = self._recorder
         if recorder is not None:
-            recorder.add_step(0, self.format_observation(observations[0]), decisions[0], float(rewards[0]))
+            reward = float(step.rewards[0])
+            recorder.add_step(0, self.format_observation(step.observations[0]), step.decisions[0], reward)
             if done:
-                success = infos[0].get("success")
+                success = step.infos[0].get("success")
                 recorder.end_episode(
-                    0, -1, bool(success if success is not None else rewards[0] > 0), bool(terminated[0])
+                    0, -1, bool(success if success is not None else reward > 0), bool(step.terminated[0])
                 )
-                self.finished.extend(recorder.records(env_steps, "train", self._evaluation or 0, "training"))
+                self.finished.extend(
+                    recorder.records(step.env_steps, "train", self._evaluation or 0, "training")
+                )
                 self._recorder, self._evaluation = None, None
         elif self._evaluation is not None and done:  # env 0 starts a new episode at its next step
-            self._recorder = EpisodeRecorder(1, self.tokenizer, self.gamma, self.gae_lambda)
+            self._ready = True
 
     def take(self) -> list[EpisodeRecord]:
         """The finished records, handed over once."""

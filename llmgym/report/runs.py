@@ -8,6 +8,7 @@ runs. ``llmgym eval`` saves its evaluation as a run directory of its own (one ev
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +19,24 @@ import yaml
 from llmgym.atomic_io import write_atomic_dir
 from llmgym.checkpoint import CHECKPOINTS, is_checkpoint_name
 from llmgym.errors import InputError, RunFileError
-from llmgym.metrics import read_metrics
+from llmgym.jsonl import read_jsonl
 from llmgym.report.records import EPISODES_NAME, EpisodeRecord, read_episode_records
 from llmgym.run_lock import LOCK_FILE
 
-__all__ = ["RunData", "holds_records", "is_run", "load_runs", "save_evaluation", "RUN_FILES", "RUN_FOLDERS"]
+__all__ = [
+    "RunData",
+    "SweepRun",
+    "holds_records",
+    "is_run",
+    "load_runs",
+    "metrics_record",
+    "read_metrics",
+    "read_run",
+    "save_evaluation",
+    "NUMERIC_KEYS",
+    "RUN_FILES",
+    "RUN_FOLDERS",
+]
 
 SWEEP_SUMMARY = "sweep.json"
 #: Files a run or sweep folder records (a report never replaces them).
@@ -102,6 +116,123 @@ class RunData:
             steps += [int(d.name.split("-")[1]) for d in folder.iterdir() if is_checkpoint_name(d.name)]
         reached = max(steps, default=0)
         return None if reached >= total else f"stopped at {reached} of {total} env steps"
+
+
+#: Keys of a metrics record that readers (the report, sweeps, the plots) take as numbers.
+NUMERIC_KEYS = frozenset(
+    {
+        "time_s",
+        *(f"{p}{k}" for p in ("", "sampled_") for k in ("success_rate", "episode_return", "episode_length")),
+    }
+    | {"episodes"}
+)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def metrics_record(data: dict[str, Any]) -> dict[str, Any]:
+    """A ``metrics.jsonl`` record checked as :class:`RunLogger` writes it.
+
+    Args:
+        data: One line's JSON object.
+
+    Returns:
+        ``data``.
+
+    Raises:
+        ValueError: When ``kind`` is not a string, ``env_steps`` not an integer, a value of
+            :data:`NUMERIC_KEYS` not a finite number or null, ``label`` not a string, or a value not a scalar.
+    """
+    if not isinstance(data.get("kind"), str):
+        raise ValueError(f"'kind' is {data.get('kind')!r}, expected a string (train or eval)")
+    steps = data.get("env_steps")
+    if not isinstance(steps, (int, float)) or not _finite(steps) or steps != int(steps):
+        raise ValueError(f"'env_steps' is {steps!r}, expected an integer")
+    if "label" in data and not isinstance(data["label"], str):
+        raise ValueError(f"'label' is {data['label']!r}, expected a string")
+    for key, value in data.items():
+        if key in NUMERIC_KEYS and value is not None and not _finite(value):
+            raise ValueError(f"{key!r} is {value!r}, expected a finite number or null")
+        if not isinstance(value, (bool, int, float, str, type(None))):
+            raise ValueError(f"{key!r} is a {type(value).__name__}, expected a number, a string or null")
+    return data
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a ``metrics.jsonl`` file, in order (a torn last line left out with a warning).
+
+    Raises:
+        RunFileError: When the file cannot be read or a line is not a metrics record (file and line named).
+    """
+    return read_jsonl(path, metrics_record, "a metrics record")
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One training run of a sweep and its evaluations (``None`` where the run has none).
+
+    Attributes:
+        seed: ``train.seed`` of the run.
+        threads: ``OMP_NUM_THREADS`` the run was given; ``None`` when it inherited the environment's.
+        run_dir: The run directory.
+        success_before: Greedy success rate of the evaluation before training.
+        success_after: Greedy success rate of the last evaluation.
+        return_before: Mean episode return of the evaluation before training.
+        return_after: Mean episode return of the last evaluation.
+        train_time_s: Seconds from the start of training to the last logged record (the final evaluation).
+        error: Why the run failed; ``None`` when it succeeded.
+    """
+
+    seed: int
+    threads: Optional[int]
+    run_dir: str
+    success_before: Optional[float] = None
+    success_after: Optional[float] = None
+    return_before: Optional[float] = None
+    return_after: Optional[float] = None
+    train_time_s: Optional[float] = None
+    error: Optional[str] = None
+
+
+def read_run(run_dir: str | Path, seed: int, threads: Optional[int]) -> SweepRun:
+    """A run's evaluations and training time, read from its ``metrics.jsonl``.
+
+    The evaluation labelled ``before`` gives the before columns, the last other evaluation the
+    after columns (the trainer's final evaluation), the last record's ``time_s`` the training time.
+
+    Args:
+        run_dir: The run directory written by ``llmgym train``.
+        seed: Its ``train.seed``.
+        threads: The ``OMP_NUM_THREADS`` it ran with.
+
+    Returns:
+        The run; with ``error`` set when it has no readable ``metrics.jsonl`` (the error names the
+        file and the line) or no evaluation after training.
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return SweepRun(seed, threads, str(run_dir), error=f"no {path}")
+    try:
+        records = read_metrics(path)
+    except RunFileError as exc:
+        return SweepRun(seed, threads, str(run_dir), error=str(exc))
+    evals = [r for r in records if r.get("kind") == "eval"]
+    before = next((r for r in evals if r.get("label") == "before"), None)
+    after = next((r for r in reversed(evals) if r.get("label") != "before"), None)
+    if after is None:
+        return SweepRun(seed, threads, str(run_dir), error=f"no evaluation after training in {path}")
+    return SweepRun(
+        seed=seed,
+        threads=threads,
+        run_dir=str(run_dir),
+        success_before=before["success_rate"] if before else None,
+        success_after=after["success_rate"],
+        return_before=before["episode_return"] if before else None,
+        return_after=after["episode_return"],
+        train_time_s=records[-1]["time_s"],
+    )
 
 
 def is_run(path: Path) -> bool:

@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 
+from llmgym.algorithms.callbacks import Callback
 from llmgym.algorithms.kl_control import KLController, KLMeasurement, adaptive_kl_coef, reward_penalty
 from llmgym.config import KLConfig, load_config
 from llmgym.errors import ConfigError
@@ -101,16 +102,16 @@ def _perturb_adapter(llm, seed: int = 0) -> None:
                 param.copy_(0.5 * torch.randn(param.shape, generator=generator))
 
 
-class _EnvRewards:
-    """A rollout observer keeping the env's rewards and the decisions of every step."""
+class _EnvRewards(Callback):
+    """A callback keeping the env's rewards and the decisions of every rollout step."""
 
     def __init__(self) -> None:
         self.rewards: list[list[float]] = []
         self.decisions: list = []
 
-    def on_step(self, env_steps, observations, decisions, rewards, terminated, truncated, infos) -> None:
-        self.rewards.append(list(rewards))
-        self.decisions.append(list(decisions))
+    def on_step(self, algorithm, step) -> None:
+        self.rewards.append(step.rewards.tolist())
+        self.decisions.append(list(step.decisions))
 
 
 def test_reward_penalty_is_minus_beta_times_the_tokens_log_ratio_to_the_reference(tmp_path):
@@ -132,8 +133,7 @@ def test_reward_penalty_is_minus_beta_times_the_tokens_log_ratio_to_the_referenc
     llm, envs, _, algorithm = build(config)
     _perturb_adapter(llm)
     observer = _EnvRewards()
-    algorithm.rollout_observer = observer
-    algorithm.collect_rollout()
+    algorithm.collect_rollout(observer)
     decisions = [d for step in observer.decisions for d in step]
     with torch.no_grad(), llm.model.disable_adapter():  # the reference: the base model, by peft itself
         ref = llm.token_logprobs(

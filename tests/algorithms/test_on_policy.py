@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from llmgym.agents.learning import Decision, Episode
 from llmgym.agents.policies import CandidateActions, CandidateChoice, CandidatePolicy, TokenActions
 from llmgym.algorithms import A2C, ALGORITHMS, PPO, UpdateBatch, algorithm_class
+from llmgym.algorithms.callbacks import Callback, FunctionCallback
 from llmgym.algorithms.on_policy import lay_end_to_end, minibatch_schedule, weighted_mean
 from llmgym.algorithms.updaters import PolicyUpdater
 from llmgym.config import ALGORITHM_NAMES, AlgorithmConfig
@@ -139,3 +140,34 @@ def test_episodes_laid_end_to_end_end_terminal_and_never_share_returns():
     assert batch.prompts == ["p0", "p1", "p2"]
     assert buffer.terminated.reshape(-1).tolist() == [False, True, True]
     assert batch.returns.tolist() == [0.5, 1.0, 5.0]  # the second episode's 5 does not flow back
+
+
+class _Steps(Callback):
+    """Keeps what every ``on_step`` saw."""
+
+    def __init__(self) -> None:
+        self.steps: list = []
+
+    def on_step(self, algorithm, step) -> None:
+        self.steps.append(step)
+
+
+@pytest.mark.parametrize("name", ["ppo", "grpo"])
+def test_every_collection_loop_tells_on_step_of_each_step(tmp_path, name):
+    overrides = ["algorithm.rollout_steps=3", "agent.action_head=false", f"algorithm.name={name}"]
+    config = tiny_config(tmp_path, "llmgym/Countdown-v0", "env.kwargs.length=2", *overrides)
+    _, envs, _, algorithm = build(config)
+    seen, functions = _Steps(), []
+    algorithm.learn(1, [seen, FunctionCallback(lambda algo, metrics: functions.append(algo.env_steps))])
+    envs.close()
+    steps = seen.steps
+    assert 1 <= len(steps) <= 3 and steps[0].episode_starts.all() and steps[0].live.all()
+    counted = [int(s.live.sum()) for s in steps]
+    assert [s.env_steps for s in steps] == [sum(counted[: i + 1]) for i in range(len(steps))]
+    assert functions == [algorithm.env_steps] == [steps[-1].env_steps]
+    for before, after in zip(steps, steps[1:]):
+        done = before.terminated | before.truncated
+        assert (after.episode_starts == done).all()
+        assert name == "grpo" or after.live.all()  # PPO trains on every step
+        assert name == "ppo" or not (after.live & done).any()  # GRPO: an ended episode steps on, discarded
+    assert all(len(s.decisions) == 4 and s.rewards.shape == (4,) for s in steps)

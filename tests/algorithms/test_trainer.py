@@ -11,7 +11,7 @@ import torch
 
 from llmgym.algorithms.trainer import Trainer, evaluate_run, evaluation_summary, run_training
 from llmgym.errors import CheckpointError, ConfigError
-from llmgym.metrics import read_metrics
+from llmgym.report.runs import read_metrics
 from llmgym.testing import tiny_causal_lm
 from tests.algorithms.helpers import tiny_config
 from tests.algorithms.test_nlpo import TOKEN_TEXTGEN

@@ -11,6 +11,7 @@ import yaml
 from llmgym.compat.rl4lms import convert_rl4lms_config, is_rl4lms_config
 from llmgym.config import load_config
 from llmgym.errors import ConfigError
+from llmgym.run import load_run_config
 from llmgym.testing import save_tiny_classifier
 
 CONFIGS = Path(__file__).parent / "rl4lms_configs"
@@ -221,7 +222,7 @@ def test_imdb_config_trains_on_fixture_data_with_tiny_models(tiny_model_dir, tmp
 
 def test_llmgym_train_converts_an_rl4lms_file_strictly(tiny_model_dir):
     # every key of the synthetic PPO config, its adaptive KL included, has an exact llmgym equivalent
-    config = load_config(
+    config = load_run_config(
         str(CONFIGS / "synthetic_generate_increasing_numbers_gpt2_ppo.yml"), [f"model.name={tiny_model_dir}"]
     )
     kl = config.algorithm.kl
@@ -234,7 +235,9 @@ def test_llmgym_train_converts_an_rl4lms_file_strictly(tiny_model_dir):
     )
     assert config.model.reference_copy and config.model.lora is None
     with pytest.raises(ConfigError, match=r"generation_kwargs\.min_length.*approximate"):
-        load_config(str(CONFIGS / "imdb_text_continuation_gpt2_ppo.yml"), [f"model.name={tiny_model_dir}"])
+        load_run_config(
+            str(CONFIGS / "imdb_text_continuation_gpt2_ppo.yml"), [f"model.name={tiny_model_dir}"]
+        )
 
 
 def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsys):

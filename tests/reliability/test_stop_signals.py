@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from llmgym import cli
 from llmgym.checkpoint import latest_checkpoint, load_trainer_state
-from llmgym.metrics import read_metrics
+from llmgym.report.runs import read_metrics
 from tests.algorithms.helpers import FAST
 from tests.reliability._process_tools import REPO, reaped
 

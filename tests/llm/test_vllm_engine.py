@@ -7,6 +7,7 @@ which has no vLLM, they are skipped and only the refusals below run.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import signal
@@ -319,3 +320,39 @@ def test_model_copy_is_removed_when_the_driver_is_killed(vllm_model_dir, sig):
     finally:
         proc.kill()
         proc.wait()
+
+
+@needs_vllm
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_two_ray_servers_each_with_an_engine_generate_as_one_llm_and_follow_an_update(vllm_model_dir):
+    """Every server writes its own model copy and builds its engine in the same call; greedy outputs equal one LLM's.
+
+    Before, the servers but rank 0 wrote no copy (transformers saves on a group's rank 0 only), and
+    an engine built alone hung: vLLM makes its groups over the servers' ``torch.distributed`` group.
+    """
+    pytest.importorskip("ray")
+    from llmgym.config import DistributedConfig
+    from llmgym.llm.client import LLM
+
+    config = ModelConfig(
+        name=str(vllm_model_dir), dtype="float32", generation_engine="vllm", trunk_cache_mb=0
+    )
+    prompts = [LONG_PROMPT, *PROMPTS]
+    pair = LLM(
+        config, updater=_LikelihoodStep, distributed=DistributedConfig(llm_processes=2, timeout_s=300.0)
+    )
+    try:
+        got = pair.generate(prompts, max_new_tokens=6, do_sample=False)
+        pair.update([LONG_PROMPT] * 2, [[" cherry banana cherry"]] * 2)
+        after = pair.generate(prompts, max_new_tokens=6, do_sample=False)
+    finally:
+        pair.close()
+    one = LocalLLM(dataclasses.replace(config, generation_engine="builtin"), updater=_LikelihoodStep)
+    want = one.generate(prompts, max_new_tokens=6, do_sample=False)
+    one.update([LONG_PROMPT], [[" cherry banana cherry"]])
+    want_after = one.generate(prompts, max_new_tokens=6, do_sample=False)
+    one.close()
+    tokens = lambda gens: [group[0].token_ids for group in gens]  # noqa: E731
+    assert tokens(got) == tokens(want)
+    assert tokens(after) == tokens(want_after) != tokens(want)

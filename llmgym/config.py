@@ -18,6 +18,7 @@ import logging
 import math
 import numbers
 import os
+import re
 import typing
 import warnings
 from collections.abc import Mapping
@@ -356,6 +357,57 @@ class ModelConfig(_Section):
         _check_positive("model", "row_tokens", self.row_tokens, allow_zero=True)
 
 
+#: Environment variables ``distributed.runtime_env.env_vars`` may not set, and why.
+_RESERVED_ENV_VARS = {
+    "PYTHONPATH": "llmgym sets it so that the servers import the driver's own code",
+    "CUDA_VISIBLE_DEVICES": "Ray sets it to the GPUs it gives each server (distributed.gpus_per_server)",
+    "RAY_AUTH_TOKEN": "the servers get the token from Ray itself",
+    "RAY_AUTH_MODE": "the servers get it from Ray itself",
+    "RAY_AUTH_TOKEN_PATH": "the servers get the token from Ray itself",
+}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_runtime_env(value: Mapping[str, Any]) -> dict[str, Any]:
+    """Check ``distributed.runtime_env``: only ``env_vars``, a mapping of variable names to strings.
+
+    Args:
+        value: The mapping given.
+
+    Returns:
+        ``{}`` or ``{"env_vars": {NAME: "value"}}``, integers turned into strings.
+
+    Raises:
+        ConfigError: Another key than ``env_vars``, a name that is not a variable name or that llmgym
+            or Ray set themselves, or a value that is not a string or an integer.
+    """
+    unknown = sorted(str(key) for key in value if key != "env_vars")
+    if unknown:
+        raise ConfigError(
+            f"distributed.runtime_env.{unknown[0]} is not supported: only env_vars (the servers' environment "
+            "variables) passes to the LLM servers. Install packages and files on the nodes themselves."
+        )
+    env_vars = value.get("env_vars", {})
+    if not isinstance(env_vars, Mapping):
+        raise ConfigError(
+            f"distributed.runtime_env.env_vars={env_vars!r:.200} is a {type(env_vars).__name__}; expected a mapping "
+            "of variable names to strings, e.g. {NCCL_DEBUG: INFO}."
+        )
+    checked: dict[str, str] = {}
+    for name, item in env_vars.items():
+        key = f"distributed.runtime_env.env_vars.{name}"
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise ConfigError(f"{key}: {name!r} is not an environment variable name (letters, digits and _).")
+        if name in _RESERVED_ENV_VARS:
+            raise ConfigError(f"{key} may not be set here: {_RESERVED_ENV_VARS[name]}.")
+        if isinstance(item, bool) or not isinstance(item, (str, int)):
+            raise ConfigError(
+                f"{key}={item!r:.200} is a {type(item).__name__}; expected a string (quote it in YAML: '{item}')."
+            )
+        checked[name] = str(item)
+    return {"env_vars": checked} if checked else {}
+
+
 @dataclass
 class DistributedConfig(_Section):
     """How many LLM servers serve the RL client (the ``distributed`` section)."""
@@ -366,7 +418,14 @@ class DistributedConfig(_Section):
     model_parallelism_size: int = _f(1, "GPUs per LLM server (the model is sharded across them).")
     timeout_s: float = _f(
         60.0,
-        "Longest wait of the LLM servers in a collective (rendezvous, all-reduce) and for their resources.",
+        "Longest wait for the LLM servers' resources and for their rendezvous (joining their group).",
+    )
+    collective_timeout_s: float = _f(
+        600.0,
+        "Longest wait of an LLM server for its peers in a collective (the gradient all-reduce of an update, a "
+        "load's broadcast): a server that has not joined by then is named in a BackendTimeoutError. Raise it when "
+        "one server's share of an update can take longer than its peers' by more than this (large models, "
+        "uneven batches); a dead server is reported at once whatever it is.",
     )
     call_timeout_s: float = _f(
         600.0,
@@ -387,12 +446,20 @@ class DistributedConfig(_Section):
         False, "Join a Ray cluster whose token authentication is off (anyone who reaches it runs code)."
     )
     check_weights: bool = _f(False, "Debug: compare the servers' weight fingerprints after every update.")
+    runtime_env: dict[str, Any] = _f(
+        {},
+        "Ray runtime environment of the LLM servers; only env_vars, a mapping of environment variables set in "
+        "every server (e.g. {env_vars: {NCCL_DEBUG: INFO, HF_HOME: /data/hf}}). Values are strings (integers "
+        "are turned into strings). Secrets put here are saved with the config: set them on the nodes instead.",
+    )
 
     def _check(self) -> None:
+        self.runtime_env = check_runtime_env(self.runtime_env)
         for name in (
             "llm_processes",
             "model_parallelism_size",
             "timeout_s",
+            "collective_timeout_s",
             "call_timeout_s",
             "cpus_per_server",
             "object_store_mb",

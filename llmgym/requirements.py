@@ -27,11 +27,14 @@ def check_requirements(config: Config) -> None:
     Raises:
         ConfigError: If ``env.id`` is not registered (with close matches).
         MissingDependencyError: If the env (with ``env.kwargs``) or a setting needs an optional
-            package that is not installed; the message names the extra to install.
+            package that is not installed (``model.attn_implementation=flash_attention_2`` included);
+            the message names what to install.
     """
     from llmgym.envs.registration import check_env_id
+    from llmgym.llm.validation import check_attention_implementation
 
     check_env_id(config.env.id, config.env.kwargs)
+    check_attention_implementation(config.model)
     for setting, uses, module, extra in _SETTING_EXTRAS:
         if uses(config):
             require_installed(module, extra, setting)

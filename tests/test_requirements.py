@@ -26,3 +26,21 @@ def test_check_requirements_names_the_missing_extra(monkeypatch, module, overrid
 def test_check_requirements_rejects_an_unknown_env_id():
     with pytest.raises(ConfigError, match="llmgym envs"):
         check_requirements(load_config(None, ["env.id=llmgym/NoSuchEnv-v0"]))
+
+
+def test_flash_attention_without_its_package_names_the_fix_before_anything_loads(monkeypatch):
+    import importlib.util
+
+    from llmgym.config import ModelConfig
+    from llmgym.llm.models import load_model
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else found(name, *a)
+    )
+    config = load_config(None, ["model.attn_implementation=flash_attention_2"])
+    fix = r"model.attn_implementation=flash_attention_2 needs the package 'flash_attn'.*pip install flash-attn.*sdpa"
+    with pytest.raises(MissingDependencyError, match=fix):
+        check_requirements(config)
+    with pytest.raises(MissingDependencyError, match=fix):  # raised before the weights are looked for
+        load_model(ModelConfig(name="/no/such/model", attn_implementation="flash_attention_2"))

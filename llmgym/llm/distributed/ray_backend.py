@@ -181,9 +181,9 @@ class RayLLM(ShardedBackend):
             try:
                 results[rank] = ray.get(done[0])
             except RayTaskError as exc:
-                late = [ranks[ref] for ref in pending]
-                if fatal and late and _TIMED_OUT.search(_cause(exc)):
-                    raise self._stuck(method, rank, late, _cause(exc)) from None
+                running = [ranks[ref] for ref in pending]
+                if fatal and running and _TIMED_OUT.search(_cause(exc)):
+                    raise self._stuck(method, rank, running, _cause(exc)) from None
                 error = BackendError(
                     f"LLM server {self._where(rank)} raised during {method}(): {_cause(exc)}\n"
                     f"--- server traceback ---\n{exc}"

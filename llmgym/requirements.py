@@ -13,6 +13,7 @@ __all__ = ["check_requirements"]
 _SETTING_EXTRAS: tuple[tuple[str, Callable[[Config], bool], str, str], ...] = (
     ("logging.tensorboard=true", lambda c: c.logging.tensorboard, "tensorboard", "tensorboard"),
     ("model.load_in_4bit=true", lambda c: c.model.load_in_4bit, "bitsandbytes", "quantization"),
+    ("model.generation_engine=vllm", lambda c: c.model.generation_engine == "vllm", "vllm", "vllm"),
 )
 
 

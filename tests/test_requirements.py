@@ -14,6 +14,7 @@ from llmgym.requirements import check_requirements
         ("rouge_score", ["env.id=llmgym/TextGen-v0", "env.kwargs.reward=rouge"], "metrics"),
         ("tensorboard", ["logging.tensorboard=true"], "tensorboard"),
         ("bitsandbytes", ["model.load_in_4bit=true"], "quantization"),
+        ("vllm", ["model.generation_engine=vllm"], "vllm"),
     ],
 )
 def test_check_requirements_names_the_missing_extra(monkeypatch, module, overrides, extra):

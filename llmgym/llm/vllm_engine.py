@@ -356,10 +356,9 @@ class VLLMEngine:
             grouped = _distributed_initialized()
             with _process_state_kept():
                 self._llm = vllm.LLM(**kwargs)  # type: ignore[attr-defined]
+            # Alone in its process, vLLM made a torch.distributed group through a ``vllm_dist_*`` file in the temp folder.
             store_file = None if grouped else _group_store_file()
-            if (
-                store_file is not None
-            ):  # vLLM's own group's rendezvous file (``vllm_dist_*`` in the temp folder)
+            if store_file is not None:
                 self._scratch.adopt(store_file)
         except BaseException:
             self._scratch.remove()

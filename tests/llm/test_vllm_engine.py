@@ -273,6 +273,8 @@ def test_greedy_after_a_full_update_is_the_trained_models(vllm_model_dir):
         )  # the update changed the greedy output, so the check below means something
         assert after.token_ids == trained.token_ids
         assert torch.allclose(after.engine_logprobs, trained.logprobs, atol=1e-4)
+        with pytest.raises(ConfigError, match="NLPO's mask policy.*generation_engine=builtin"):
+            llm.generate(PROMPTS[:1], max_new_tokens=2, **Sampling(mask_top_p=0.9).generation_kwargs())
     finally:
         llm.close()
 

@@ -25,10 +25,10 @@ WORKLOAD = Path(__file__).parent / "data" / "score_workload.json"
 
 def main() -> None:
     """Run the benchmark and print the table."""
-    from llmgym.config import ModelConfig
+    from llmgym.config import ModelConfig, VLLMConfig
     from llmgym.llm import generation
     from llmgym.llm.local import LocalLLM
-    from llmgym.llm.vllm_engine import engine_request
+    from llmgym.llm.vllm_engine import VLLMEngine, engine_request
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -40,23 +40,26 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32, help="new tokens per prompt")
     args = parser.parse_args()
     prompts = json.loads(WORKLOAD.read_text())["contexts"][: args.prompts]
-    llm = LocalLLM(
+    kwargs = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "do_sample": False}
+    start = time.perf_counter()
+    llm = LocalLLM(  # builds the engine
         ModelConfig(
-            name=args.model, device="cpu", dtype="float32", generation_engine="vllm", vllm_kv_cache_mb=512
+            name=args.model,
+            device="cpu",
+            dtype="float32",
+            generation_engine="vllm",
+            vllm=VLLMConfig(kv_cache_mb=512),
         )
     )
-    kwargs = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "do_sample": False}
-
-    start = time.perf_counter()
-    llm.generate(prompts[:2], max_new_tokens=2)  # builds the engine (and warms it up)
+    llm.generate(prompts[:2], max_new_tokens=2)  # warms it up
     t_start = time.perf_counter() - start
     print(f"[progress] vLLM start-up: {t_start:.2f} s", flush=True)
     start = time.perf_counter()
     ours = llm.generate(prompts, **kwargs)
     t_vllm = time.perf_counter() - start
     print(f"[progress] vLLM + llmgym log-probs: {t_vllm:.2f} s", flush=True)
-    engine = llm._engine
-    assert engine is not None
+    engine = llm.engine
+    assert isinstance(engine, VLLMEngine)
     encoded = llm.encoder.encode_contexts(llm.encoder.fit_contexts(prompts))
     request = engine_request(kwargs, llm.model.generation_config, args.new_tokens, set())
     start = time.perf_counter()

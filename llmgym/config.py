@@ -18,6 +18,7 @@ import logging
 import math
 import numbers
 import os
+import re
 import typing
 import warnings
 from collections.abc import Iterator, Mapping
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_SEED",
     "LoRAConfig",
     "ModelConfig",
+    "VLLMConfig",
     "DistributedConfig",
     "EnvConfig",
     "AgentConfig",
@@ -238,6 +240,46 @@ class LoRAConfig(_Section):
 
 
 @dataclass
+class VLLMConfig(_Section):
+    """The vLLM engine of ``model.generation_engine: vllm`` (the ``model.vllm`` section)."""
+
+    _section: ClassVar[str] = "model.vllm"
+    kv_cache_mb: int = _f(
+        1024,
+        "Memory of vLLM's KV cache, in MiB (its copy of the weights comes on top). Named model.vllm_kv_cache_mb "
+        "before; that key still loads, with a FutureWarning.",
+    )
+    gpu_memory_utilization: Optional[float] = _f(
+        None,
+        "GPU only: the fraction of the GPU's memory vLLM may hold, which vLLM checks against the memory free when "
+        "its engine starts (the trainer's weights beside it count as used); null: 90% of the fraction free then.",
+    )
+    sleep_mode: bool = _f(
+        False,
+        "GPU only: vLLM frees its GPU memory during every update (its KV cache, and its weights: offloaded to the "
+        "CPU with LoRA, dropped in full fine-tuning, where the new ones are pushed anyway) and wakes before it "
+        "samples again, so the update's activations and optimizer fit beside it.",
+    )
+    enforce_eager: Optional[bool] = _f(
+        None, "Run vLLM's model eagerly, without CUDA graphs; null: eager on a CPU, CUDA graphs on a GPU."
+    )
+    max_model_len: Optional[int] = _f(
+        None,
+        "Longest prompt plus completion vLLM holds (a shorter one saves KV cache); null: the model's window.",
+    )
+
+    def _check(self) -> None:
+        _check_positive(self._section, "kv_cache_mb", self.kv_cache_mb)
+        _check_positive(self._section, "max_model_len", self.max_model_len)
+        value = self.gpu_memory_utilization
+        if value is not None and not 0.0 < value <= 1.0:
+            raise ConfigError(
+                f"{self._section}.gpu_memory_utilization={value!r} must lie in (0, 1] (a fraction of the GPU's "
+                "memory), or be null to compute it from the memory free when vLLM starts."
+            )
+
+
+@dataclass
 class ModelConfig(_Section):
     """Which LLM to load and how (the ``model`` section)."""
 
@@ -271,7 +313,7 @@ class ModelConfig(_Section):
         "process, given the trained weights after every update; pip install 'llmgym[vllm]', causal models, not NLPO). "
         "PPO's log-probs are always recomputed by llmgym's scorer (docs/gpus.md).",
     )
-    vllm_kv_cache_mb: int = _f(1024, "generation_engine=vllm: memory of vLLM's KV cache, in MiB.")
+    vllm: VLLMConfig = _f(VLLMConfig, "The vLLM engine (generation_engine=vllm; docs/gpus.md).")
     pretrained: bool = _f(True, "false builds the same architecture with freshly initialised weights.")
     trust_remote_code: bool = _f(False, "Allow model code from the hub (only for models you trust).")
     load_in_4bit: bool = _f(False, "QLoRA: load the base weights in 4 bit (bitsandbytes, CUDA only).")
@@ -331,13 +373,63 @@ class ModelConfig(_Section):
         )
         _check_choice("model", "context_overflow", self.context_overflow, ("truncate_left", "error"))
         _check_choice("model", "generation_engine", self.generation_engine, ("builtin", "vllm"))
-        _check_positive("model", "vllm_kv_cache_mb", self.vllm_kv_cache_mb)
         _check_positive("model", "forward_batch_size", self.forward_batch_size)
         _check_positive("model", "forward_batch_tokens", self.forward_batch_tokens, allow_zero=True)
         _check_positive("model", "max_context_tokens", self.max_context_tokens)
         _check_positive("model", "trunk_cache_mb", self.trunk_cache_mb, allow_zero=True)
         _check_positive("model", "row_tokens", self.row_tokens, allow_zero=True)
         _check_seed("model", "seed", self.seed)
+
+
+#: Environment variables ``distributed.runtime_env.env_vars`` may not set, and why.
+_RESERVED_ENV_VARS = {
+    "PYTHONPATH": "llmgym sets it so that the servers import the driver's own code",
+    "CUDA_VISIBLE_DEVICES": "Ray sets it to the GPUs it gives each server (distributed.gpus_per_server)",
+    "RAY_AUTH_TOKEN": "the servers get the token from Ray itself",
+    "RAY_AUTH_MODE": "the servers get it from Ray itself",
+    "RAY_AUTH_TOKEN_PATH": "the servers get the token from Ray itself",
+}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_runtime_env(value: Mapping[str, Any]) -> dict[str, Any]:
+    """Check ``distributed.runtime_env``: only ``env_vars``, a mapping of variable names to strings.
+
+    Args:
+        value: The mapping given.
+
+    Returns:
+        ``{}`` or ``{"env_vars": {NAME: "value"}}``, integers turned into strings.
+
+    Raises:
+        ConfigError: Another key than ``env_vars``, a name that is not a variable name or that llmgym
+            or Ray set themselves, or a value that is not a string or an integer.
+    """
+    unknown = sorted(str(key) for key in value if key != "env_vars")
+    if unknown:
+        raise ConfigError(
+            f"distributed.runtime_env.{unknown[0]} is not supported: only env_vars (the servers' environment "
+            "variables) passes to the LLM servers. Install packages and files on the nodes themselves."
+        )
+    env_vars = value.get("env_vars", {})
+    if not isinstance(env_vars, Mapping):
+        raise ConfigError(
+            f"distributed.runtime_env.env_vars={env_vars!r:.200} is a {type(env_vars).__name__}; expected a mapping "
+            "of variable names to strings, e.g. {NCCL_DEBUG: INFO}."
+        )
+    checked: dict[str, str] = {}
+    for name, item in env_vars.items():
+        key = f"distributed.runtime_env.env_vars.{name}"
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise ConfigError(f"{key}: {name!r} is not an environment variable name (letters, digits and _).")
+        if name in _RESERVED_ENV_VARS:
+            raise ConfigError(f"{key} may not be set here: {_RESERVED_ENV_VARS[name]}.")
+        if isinstance(item, bool) or not isinstance(item, (str, int)):
+            raise ConfigError(
+                f"{key}={item!r:.200} is a {type(item).__name__}; expected a string (quote it in YAML: '{item}')."
+            )
+        checked[name] = str(item)
+    return {"env_vars": checked} if checked else {}
 
 
 @dataclass
@@ -350,7 +442,14 @@ class DistributedConfig(_Section):
     model_parallelism_size: int = _f(1, "GPUs per LLM server (the model is sharded across them).")
     timeout_s: float = _f(
         60.0,
-        "Longest wait of the LLM servers in a collective (rendezvous, all-reduce) and for their resources.",
+        "Longest wait for the LLM servers' resources and for their rendezvous (joining their group).",
+    )
+    collective_timeout_s: float = _f(
+        600.0,
+        "Longest wait of an LLM server for its peers in a collective (the gradient all-reduce of an update, a "
+        "load's broadcast): a server that has not joined by then is named in a BackendTimeoutError. Raise it when "
+        "one server's share of an update can take longer than its peers' by more than this (large models, "
+        "uneven batches); a dead server is reported at once whatever it is.",
     )
     call_timeout_s: float = _f(
         600.0,
@@ -371,12 +470,20 @@ class DistributedConfig(_Section):
         False, "Join a Ray cluster whose token authentication is off (anyone who reaches it runs code)."
     )
     check_weights: bool = _f(False, "Debug: compare the servers' weight fingerprints after every update.")
+    runtime_env: dict[str, Any] = _f(
+        {},
+        "Ray runtime environment of the LLM servers; only env_vars, a mapping of environment variables set in "
+        "every server (e.g. {env_vars: {NCCL_DEBUG: INFO, HF_HOME: /data/hf}}). Values are strings (integers "
+        "are turned into strings). Secrets put here are saved with the config: set them on the nodes instead.",
+    )
 
     def _check(self) -> None:
+        self.runtime_env = check_runtime_env(self.runtime_env)
         for name in (
             "llm_processes",
             "model_parallelism_size",
             "timeout_s",
+            "collective_timeout_s",
             "call_timeout_s",
             "cpus_per_server",
             "object_store_mb",
@@ -1067,6 +1174,7 @@ def resolve_config(config: str | os.PathLike[str]) -> Path | Traversable:
 #: Config keys that were renamed: old dotted key -> new one (the old one loads, with a FutureWarning).
 RENAMED_KEYS: dict[str, str] = {
     "model.minibatch_size": "model.forward_batch_size",
+    "model.vllm_kv_cache_mb": "model.vllm.kv_cache_mb",
     "algorithm.kl_coef": "algorithm.kl.coef",
     # each algorithm's own knobs moved into its subsection
     "algorithm.clip_range": "algorithm.ppo.clip_range",

@@ -13,6 +13,7 @@ __all__ = ["check_requirements"]
 _SETTING_EXTRAS: tuple[tuple[str, Callable[[Config], bool], str, str], ...] = (
     ("logging.tensorboard=true", lambda c: c.logging.tensorboard, "tensorboard", "tensorboard"),
     ("model.load_in_4bit=true", lambda c: c.model.load_in_4bit, "bitsandbytes", "quantization"),
+    ("model.generation_engine=vllm", lambda c: c.model.generation_engine == "vllm", "vllm", "vllm"),
 )
 
 
@@ -28,13 +29,16 @@ def check_requirements(config: Config) -> None:
         ConfigError: If ``env.id`` is not registered (with close matches), or ``env.reward_clip`` is
             over the largest reward the envs accept.
         MissingDependencyError: If the env (with ``env.kwargs``) or a setting needs an optional
-            package that is not installed; the message names the extra to install.
+            package that is not installed (``model.attn_implementation=flash_attention_2`` included);
+            the message names what to install.
     """
     from llmgym.envs.registration import check_env_id
     from llmgym.envs.reward_checks import check_reward_clip
+    from llmgym.llm.validation import check_attention_implementation
 
     check_reward_clip(config.env.reward_clip, "env.reward_clip")
     check_env_id(config.env.id, config.env.kwargs)
+    check_attention_implementation(config.model)
     for setting, uses, module, extra in _SETTING_EXTRAS:
         if uses(config):
             require_installed(module, extra, setting)

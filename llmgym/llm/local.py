@@ -17,21 +17,17 @@ import torch
 from llmgym.config import ModelConfig
 from llmgym.errors import BackendError, ConfigError, InputError
 from llmgym.llm.adapters import apply_lora, check_quantization, is_peft_model
+from llmgym.llm.builtin_engine import BuiltinEngine
 from llmgym.llm.collectives import Collectives, SingleProcess
 from llmgym.llm.fingerprint import base_fingerprint
-from llmgym.llm.generation import Generation, MaskFactory, eos_token_ids, generate
+from llmgym.llm.generation import Generation, eos_token_ids
 from llmgym.llm.layout import ItemSpec, plan_minibatches
-from llmgym.llm.masking import (
-    DecoderIncrementalMask,
-    IncrementalMask,
-    MaskPolicy,
-    check_mask_min_tokens,
-    check_mask_top_p,
-)
+from llmgym.llm.masking import MaskPolicy, check_mask_min_tokens, check_mask_top_p
 from llmgym.llm.memory import enable_gradient_checkpointing, trunk_cache_bytes
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, load_mask_policy, save_llm_state
 from llmgym.llm.precision import compute_autocast, keep_trainable_fp32
+from llmgym.llm.protocols import GenerationEngine
 from llmgym.llm.sampling import Sampling, history_masks
 from llmgym.llm.scoring import (
     Minibatch,
@@ -56,7 +52,7 @@ from llmgym.llm.validation import (
     check_normalize,
     check_token_ids,
 )
-from llmgym.llm.vllm_engine import VLLMEngine, engine_generate
+from llmgym.llm.vllm_engine import VLLMEngine
 
 __all__ = ["LocalLLM", "SCORE_KEY"]
 
@@ -149,10 +145,11 @@ class LocalLLM:
         self.mask_policy = MaskPolicy()
         #: Counts the changes of the trained weights (updates, loads): ``generation_engine=vllm`` pushes them when it lags.
         self.weights_version = 0
-        self._engine: VLLMEngine | None = None
         self._closed = False
         if self.updater is not None:
             self.updater.bind(self)
+        #: Who samples :meth:`generate`'s continuations (``model.generation_engine``), chosen here once.
+        self.engine: GenerationEngine = _make_engine(self)
 
     # ------------------------------------------------------------------ helpers
     def autocast(self) -> contextlib.AbstractContextManager[None]:
@@ -263,18 +260,9 @@ class LocalLLM:
                         )
         return results
 
-    def _special_ids(self) -> list[int]:
+    def special_ids(self) -> list[int]:
         """Token ids the NLPO mask always keeps (the tokenizer's special tokens, EOS among them, as RL4LMs)."""
         return [int(i) for i in getattr(self.tokenizer, "all_special_ids", [])]
-
-    def _mask_keep(self, top_p: float, min_tokens: int) -> MaskFactory:
-        """For ``generate``: per call, the ``[R, V]`` tokens the mask policy keeps after each row so far."""
-        special, pad = self._special_ids(), self.pad_token_id
-        if self.is_seq2seq:
-            return lambda prompts: DecoderIncrementalMask(
-                self.mask_policy, self.model, top_p, special, pad, prompts, min_tokens
-            )
-        return lambda prompts: IncrementalMask(self.mask_policy, self.model, top_p, special, pad, min_tokens)
 
     def _trunk_partition(self, items: Sequence[ItemSpec]) -> list[list[int]]:
         """Item indices in groups of passes: items the frozen-trunk cache holds apart from the others.
@@ -468,7 +456,7 @@ class LocalLLM:
                         decoded[start : start + size],
                         sampling.mask_top_p,
                         self.pad_token_id,
-                        self._special_ids(),
+                        self.special_ids(),
                         firsts[start : start + size],
                         sampling.mask_min_tokens,
                     )
@@ -540,35 +528,8 @@ class LocalLLM:
         mask_min_tokens = check_mask_min_tokens(generation_kwargs.pop("mask_min_tokens", 1))
         if not contexts:
             return []
-        if self.config.generation_engine == "vllm":
-            if mask_top_p < 1.0:
-                raise ConfigError(
-                    "NLPO's mask policy is a second model consulted at every decoding step, which vLLM cannot run; "
-                    "set model.generation_engine=builtin with algorithm.name=nlpo."
-                )
-            return self._vllm_generate(contexts, generation_kwargs)
-        if mask_top_p < 1.0:
-            generation_kwargs["logits_mask"] = self._mask_keep(mask_top_p, mask_min_tokens)
-        with self.autocast():
-            return generate(self.model, self.tokenizer, self.encoder, contexts, **generation_kwargs)
-
-    def _vllm_generate(
-        self, contexts: list[str], generation_kwargs: dict[str, Any]
-    ) -> list[list[Generation]]:
-        """Sample with the vLLM engine (built on first use), after giving it the weights of the last update."""
-        if self._engine is None:
-            self._engine = VLLMEngine(
-                self.model,
-                self.tokenizer,
-                dtype=self.compute_dtype,
-                max_model_len=self.window,
-                kv_cache_mb=self.config.vllm_kv_cache_mb,
-                seed=self.config.seed,
-            )
-        if self._engine.synced_version != self.weights_version:
-            self._engine.push_weights(self.model, self.weights_version)
-        with self.autocast():
-            return engine_generate(self, self._engine, contexts, generation_kwargs)
+        self.engine.sync_weights(self.weights_version)
+        return self.engine.generate(contexts, generation_kwargs, mask_top_p, mask_min_tokens)
 
     def refresh_mask_policy(self) -> None:
         """Snapshot the current trainable weights as NLPO's mask policy (:class:`~llmgym.llm.masking.MaskPolicy`)."""
@@ -605,6 +566,7 @@ class LocalLLM:
         contexts = check_contexts(contexts)
         groups = check_candidates(candidates, len(contexts)) if candidates is not None else None
         batch_ids = list(_current_batch_ids) if _current_batch_ids is not None else list(range(len(contexts)))
+        self.engine.release()
         result = self.updater.perform_update(contexts, groups, batch_ids, **kwargs)
         self.weights_version += 1
         return [result]
@@ -720,13 +682,18 @@ class LocalLLM:
             return
         self._closed = True
         self.trunk_cache.clear()
-        if self._engine is not None:
-            self._engine.close()
-            self._engine = None
+        self.engine.close()
         self.model = None
         self.module_functions = torch.nn.ModuleDict()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _make_engine(llm: LocalLLM) -> GenerationEngine:
+    """The engine ``model.generation_engine`` names: llmgym's own, or vLLM's (built now, from the model as loaded)."""
+    if llm.config.generation_engine == "vllm":
+        return VLLMEngine(llm)
+    return BuiltinEngine(llm)
 
 
 def _weights_dtype(model: Any) -> torch.dtype:

@@ -31,6 +31,7 @@ from llmgym.config import ModelConfig
 from llmgym.errors import ConfigError, ModelNotFoundError
 from llmgym.llm.adapters import check_quantization
 from llmgym.llm.precision import enable_tf32
+from llmgym.llm.validation import check_attention_implementation
 
 if TYPE_CHECKING:
     import torch
@@ -287,10 +288,12 @@ def load_model(
     Raises:
         ModelNotFoundError: When the weights cannot be found.
         ConfigError: On an impossible combination (4-bit without CUDA, unknown dtype...).
+        MissingDependencyError: ``model.attn_implementation`` needs a package that is not installed.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     check_quantization(config.load_in_4bit)
+    check_attention_implementation(config)
     source = resolve_model(config)
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)

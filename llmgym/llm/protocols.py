@@ -8,6 +8,10 @@
 * :class:`TrainableLLM`: what an :class:`~llmgym.llm.updater.Updater` and a policy's ``evaluate``
   run on, next to the model (:class:`~llmgym.llm.local.LocalLLM` on every LLM server): the heads,
   the trainable parameters, the frozen reference and the cross-server reductions.
+* :class:`GenerationEngine`: who samples for a :class:`~llmgym.llm.local.LocalLLM` (llmgym's own
+  batched ``generate``, :class:`~llmgym.llm.builtin_engine.BuiltinEngine`, or vLLM,
+  :class:`~llmgym.llm.vllm_engine.VLLMEngine`), chosen once when the LLM is built; it reads the
+  model and the scorer from its :class:`EngineHost`.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ if TYPE_CHECKING:
 
     from llmgym.config import ModelConfig
     from llmgym.llm.generation import Generation
+    from llmgym.llm.masking import MaskPolicy
+    from llmgym.llm.tokenization import TextEncoder
 
-__all__ = ["LLMBackend", "PolicyLLM", "TrainableLLM"]
+__all__ = ["EngineHost", "GenerationEngine", "LLMBackend", "PolicyLLM", "TrainableLLM"]
 
 
 @runtime_checkable
@@ -157,4 +163,77 @@ class TrainableLLM(Protocol):
 
     def all_reduce_mean(self, values: torch.Tensor, num_samples: int) -> torch.Tensor:
         """The sample-weighted mean of ``values`` over the LLM servers."""
+        ...
+
+
+class EngineHost(Protocol):
+    """What a :class:`GenerationEngine` reads of the LLM it samples for (a :class:`~llmgym.llm.local.LocalLLM`).
+
+    Read at every call, not kept: the model is another one inside ``LocalLLM.reference()``.
+    """
+
+    config: ModelConfig
+    model: Any
+    tokenizer: Any
+    encoder: TextEncoder
+    is_seq2seq: bool
+    pad_token_id: int
+    mask_policy: MaskPolicy
+    compute_dtype: torch.dtype
+    device: torch.device
+    window: int | None
+
+    def special_ids(self) -> list[int]:
+        """Token ids NLPO's mask always keeps (the tokenizer's special tokens)."""
+        ...
+
+    def autocast(self) -> AbstractContextManager[None]:
+        """The autocast forward passes of this model run under."""
+        ...
+
+    def token_logprobs(
+        self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], **kwargs: Any
+    ) -> list[dict[str, Any]]:
+        """Per-token log-probs ``[T_i]`` of given completions (``"logprobs"``), llmgym's scorer."""
+        ...
+
+
+class GenerationEngine(Protocol):
+    """Who samples a :class:`~llmgym.llm.local.LocalLLM`'s generations, after every update from its current weights.
+
+    The LLM calls :meth:`release` before its trained weights change (an update, a load) and
+    :meth:`sync_weights` before every :meth:`generate`.
+    """
+
+    def generate(
+        self,
+        contexts: list[str],
+        generation_kwargs: dict[str, Any],
+        mask_top_p: float,
+        mask_min_tokens: int = 1,
+    ) -> list[list[Generation]]:
+        """Sample continuations of ``B`` validated contexts.
+
+        Args:
+            contexts: The prompts (checked, not empty).
+            generation_kwargs: Transformers-style sampling settings (``max_new_tokens``,
+                ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``num_return_sequences``...).
+            mask_top_p: NLPO's mask: each token restricted to the mask policy's top-p set; 1: none.
+            mask_min_tokens: NLPO's mask keeps at least this many of the mask policy's most likely tokens.
+
+        Returns:
+            Per context, ``num_return_sequences`` generations.
+        """
+        ...
+
+    def sync_weights(self, version: int) -> None:
+        """Sample from the host's trained weights of ``version`` from now on (nothing to do when already)."""
+        ...
+
+    def release(self) -> None:
+        """The trained weights are about to change: free what the engine can until the next :meth:`sync_weights`."""
+        ...
+
+    def close(self) -> None:
+        """Free everything the engine holds (memory, files); safe to call twice."""
         ...

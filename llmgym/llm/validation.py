@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llmgym.config import ModelConfig
-from llmgym.errors import ConfigError, InputError
+from llmgym.errors import ConfigError, InputError, MissingDependencyError
 
 __all__ = [
     "as_model_config",
@@ -19,7 +19,16 @@ __all__ = [
     "check_token_ids",
     "check_generation_kwargs",
     "check_decoder_prefixes",
+    "check_attention_implementation",
 ]
+
+#: Attention implementations that need a package of their own: ``(module, how to install it)``.
+_ATTENTION_PACKAGES = {
+    "flash_attention_2": (
+        "flash_attn",
+        "pip install flash-attn --no-build-isolation (CUDA GPUs, built for your torch)",
+    ),
+}
 
 
 def _preview(value: Any) -> str:
@@ -264,3 +273,27 @@ def check_decoder_prefixes(
             "the model config has no decoder_start_token_id; set it to continue a decoder prefix."
         )
     return [[int(t) for t in prefix] for prefix in prefixes]
+
+
+def check_attention_implementation(config: ModelConfig) -> None:
+    """Check that the package ``model.attn_implementation`` needs is installed, before any model loads.
+
+    Fast: nothing is imported. Transformers would otherwise raise its own ``ImportError`` while
+    loading the weights.
+
+    Args:
+        config: The model section.
+
+    Raises:
+        MissingDependencyError: The implementation's package is missing; the message says how to
+            install it, or which implementation needs none.
+    """
+    import importlib.util
+
+    needs = _ATTENTION_PACKAGES.get(config.attn_implementation)
+    if needs is None or importlib.util.find_spec(needs[0]) is not None:
+        return
+    raise MissingDependencyError(
+        f"model.attn_implementation={config.attn_implementation} needs the package '{needs[0]}', which is not "
+        f"installed. Fix: {needs[1]}, or set model.attn_implementation=sdpa (PyTorch's fused kernels, no package)."
+    )

@@ -7,7 +7,13 @@ to it as llmgym's token ids (no re-tokenization) and come back as sampled token 
 * **Weights.** After every update the trained weights reach the engine before it samples again:
   a LoRA model's adapter is written to a folder and given to vLLM as a new ``LoRARequest``
   (the frozen base is never copied again); a fully fine-tuned model's weights are copied into
-  vLLM's in place with its ``reload_weights``, tensor by tensor, in memory.
+  vLLM's in place with its ``reload_weights``, tensor by tensor, in memory. Then vLLM's prefix
+  cache is emptied: it holds the KV states of prompts seen before, computed with the old weights,
+  and vLLM would otherwise continue them with the new ones (every greedy token then differed from
+  the trained model's after a full fine-tuning update).
+* **Settings** (``model.vllm``): the KV cache's size, the GPU memory vLLM may hold (by default 90%
+  of what is free when it starts, beside the trainer), sleep mode around the updates, eager mode
+  and the longest sequence; see :func:`engine_arguments`.
 * **Log-probs.** PPO's ratio divides the new policy's probability of a sampled token by the old
   one's, and the trained model must be the old policy: vLLM's kernels (paged attention, bf16
   matmuls in another order, CUDA graphs) give log-probs that differ from the trainer's by
@@ -24,10 +30,10 @@ to it as llmgym's token ids (no re-tokenization) and come back as sampled token 
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,16 +42,26 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from llmgym.errors import ConfigError, InputError, require
+from llmgym.errors import ConfigError, GenerationError, InputError, require
 from llmgym.llm.adapters import is_peft_model
+from llmgym.llm.protocols import EngineHost
 from llmgym.llm.sampling import Sampling
+from llmgym.llm.scratch import ScratchFolder
 from llmgym.llm.validation import check_generation_kwargs
 
 if TYPE_CHECKING:
+    from llmgym.config import VLLMConfig
     from llmgym.llm.generation import Generation
-    from llmgym.llm.local import LocalLLM
 
-__all__ = ["EngineRequest", "EngineSample", "VLLMEngine", "engine_generate", "engine_request"]
+__all__ = [
+    "EngineRequest",
+    "EngineSample",
+    "VLLMEngine",
+    "engine_arguments",
+    "engine_generate",
+    "engine_request",
+    "gpu_memory_utilization",
+]
 
 #: The ``generate`` arguments the vLLM engine understands; anything else is refused, not ignored.
 SUPPORTED_KWARGS = frozenset(
@@ -196,36 +212,119 @@ def _base_state_dict(model: Any) -> dict[str, torch.Tensor]:
     return {k.replace(".base_layer.", "."): v for k, v in state.items() if "lora_" not in k}
 
 
+@contextmanager
+def _saving_on_every_rank(model: Any) -> Iterator[None]:
+    """Let ``save_pretrained`` write on this process although a ``torch.distributed`` group is up.
+
+    Transformers writes a model only on the group's rank 0 (``should_save_on_this_rank``), but
+    every LLM server builds its own engine from its own copy, on its own node.
+    """
+    model.should_save_on_this_rank = lambda is_main_process: True
+    try:
+        yield
+    finally:
+        del model.should_save_on_this_rank
+
+
+def gpu_memory_utilization(settings: VLLMConfig, device: torch.device) -> float | None:
+    """The fraction of the GPU's memory vLLM may hold: ``model.vllm.gpu_memory_utilization``, or 90% of the free fraction.
+
+    vLLM refuses to start when less than that fraction of the GPU is free; the trainer's
+    weights, already loaded beside it, count as used.
+
+    Args:
+        settings: The ``model.vllm`` section.
+        device: The LLM's device.
+
+    Returns:
+        The fraction, or ``None`` off a CUDA device (vLLM's CPU backend sizes its memory itself).
+
+    Raises:
+        ConfigError: A set fraction over what is free.
+    """
+    if device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    if settings.gpu_memory_utilization is None:
+        return math.floor(900 * free / total) / 1000
+    if settings.gpu_memory_utilization * total > free:
+        raise ConfigError(
+            f"model.vllm.gpu_memory_utilization={settings.gpu_memory_utilization:g} asks vLLM for "
+            f"{settings.gpu_memory_utilization * total / 2**30:.1f} GiB of the GPU's {total / 2**30:.1f} GiB, but only "
+            f"{free / 2**30:.1f} GiB are free when its engine starts (the trainer's weights count as used). Fix: set it "
+            f"to at most {free / total:.2f}, or null to take 90% of what is free."
+        )
+    return settings.gpu_memory_utilization
+
+
+def engine_arguments(host: EngineHost, model_folder: Path, lora_rank: int | None) -> dict[str, Any]:
+    """The keyword arguments of vLLM's ``LLM`` for ``host``'s model, read from ``model.vllm``.
+
+    Raises:
+        ConfigError: ``max_model_len`` over the model's window, ``sleep_mode`` off a CUDA GPU, or a
+            ``gpu_memory_utilization`` over what is free.
+    """
+    settings = host.config.vllm
+    on_gpu = host.device.type == "cuda"
+    if (
+        settings.max_model_len is not None
+        and host.window is not None
+        and settings.max_model_len > host.window
+    ):
+        raise ConfigError(
+            f"model.vllm.max_model_len={settings.max_model_len} is over the model's window of {host.window} tokens; "
+            "lower it or set it to null (the window)."
+        )
+    if settings.sleep_mode and not on_gpu:
+        raise ConfigError(
+            f"model.vllm.sleep_mode=true needs a CUDA GPU (vLLM's sleep mode), not model.device={str(host.device)!r}; "
+            "set it to false."
+        )
+    kwargs: dict[str, Any] = {
+        "model": str(model_folder),
+        "dtype": _dtype_name(host.compute_dtype),
+        "seed": host.config.seed,
+        "enforce_eager": settings.enforce_eager if settings.enforce_eager is not None else not on_gpu,
+        "kv_cache_memory_bytes": settings.kv_cache_mb << 20,
+        "logprobs_mode": "processed_logprobs",
+        "disable_log_stats": True,
+    }
+    max_model_len = settings.max_model_len or host.window
+    if max_model_len is not None:
+        kwargs["max_model_len"] = max_model_len
+    utilization = gpu_memory_utilization(settings, host.device)
+    if utilization is not None:
+        kwargs["gpu_memory_utilization"] = utilization
+    if settings.sleep_mode:
+        kwargs["enable_sleep_mode"] = True
+    if lora_rank is not None:
+        kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=lora_rank)
+    return kwargs
+
+
 class VLLMEngine:
     """A vLLM engine in this process, loaded with the model llmgym trains, that samples for it.
 
-    The base model is written once (safetensors and tokenizer) to a private temporary folder
-    vLLM loads; the folder and the adapters written later are removed by :meth:`close`.
+    A :class:`~llmgym.llm.protocols.GenerationEngine`. The base model is written once (safetensors
+    and tokenizer) to a private temporary folder vLLM loads (:class:`~llmgym.llm.scratch.ScratchFolder`:
+    removed by :meth:`close`, and by a reaper process on any other exit, SIGKILL included); the
+    adapters written later go there too. The engine is built when the LLM is, so the LLM servers
+    of the Ray backend build theirs in the same call (vLLM joins their ``torch.distributed`` group
+    to make its own, a collective step).
 
     Args:
-        model: The transformers causal LM (optionally PEFT-wrapped with LoRA).
-        tokenizer: Its tokenizer.
-        dtype: The dtype vLLM computes in (the frozen weights' dtype).
-        max_model_len: Longest prompt plus completion (the model window).
-        kv_cache_mb: Memory of vLLM's KV cache, in MiB.
-        seed: vLLM's seed (each request gets its own seed from torch's RNG besides).
+        host: The LLM it samples for (its model, optionally PEFT-wrapped with LoRA; its ``model.vllm``
+            settings).
 
     Raises:
         MissingDependencyError: vLLM is not installed.
-        ConfigError: The model is a seq2seq model, or its LoRA rank is over what vLLM takes.
+        ConfigError: The model is a seq2seq or 4-bit model, its LoRA rank is over what vLLM takes,
+            or a ``model.vllm`` setting does not fit (:func:`engine_arguments`).
     """
 
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        *,
-        dtype: torch.dtype,
-        max_model_len: int | None,
-        kv_cache_mb: int,
-        seed: int,
-    ) -> None:
-        if bool(getattr(model.config, "is_encoder_decoder", False)):
+    def __init__(self, host: EngineHost) -> None:
+        model = host.model
+        if host.is_seq2seq:
             raise ConfigError(
                 "model.generation_engine=vllm samples causal LMs only; set model.generation_engine=builtin for seq2seq models."
             )
@@ -240,34 +339,97 @@ class VLLMEngine:
         # vLLM reports usage statistics to its authors' server unless told not to: llmgym sends nothing anywhere.
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
         vllm = require("vllm", "vllm", "model.generation_engine=vllm")
+        self._host = host
         self._lora_rank = _lora_rank(model)
-        self._folder = Path(tempfile.mkdtemp(prefix="llmgym-vllm-"))
+        self._full = self._lora_rank is None
         self._adapter: tuple[int, Path] | None = None
+        self._asleep = False
         self._closed = False
-        base = self._folder / "model"
-        state = _base_state_dict(model)
-        target = model.get_base_model() if is_peft_model(model) else model
-        target.save_pretrained(base, state_dict=state)
-        tokenizer.save_pretrained(base)
-        kwargs: dict[str, Any] = {
-            "model": str(base),
-            "dtype": _dtype_name(dtype),
-            "seed": seed,
-            "enforce_eager": not torch.cuda.is_available(),
-            "kv_cache_memory_bytes": kv_cache_mb << 20,
-            "logprobs_mode": "processed_logprobs",
-            "disable_log_stats": True,
-        }
-        if max_model_len is not None:
-            kwargs["max_model_len"] = max_model_len
-        if self._lora_rank is not None:
-            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=self._lora_rank)
-        with _process_state_kept():
-            self._llm = vllm.LLM(**kwargs)  # type: ignore[attr-defined]
-        #: The weights version (:attr:`llmgym.llm.local.LocalLLM.weights_version`) vLLM holds; ``None``: an adapter is still to be written.
-        self.synced_version: int | None = None if self._lora_rank is not None else 0
+        self._scratch = ScratchFolder("llmgym-vllm-")
+        try:
+            base = self._scratch.path / "model"
+            target = model.get_base_model() if is_peft_model(model) else model
+            with _saving_on_every_rank(target):
+                target.save_pretrained(base, state_dict=_base_state_dict(model))
+            host.tokenizer.save_pretrained(base)
+            kwargs = engine_arguments(host, base, self._lora_rank)
+            grouped = _distributed_initialized()
+            with _process_state_kept():
+                self._llm = vllm.LLM(**kwargs)  # type: ignore[attr-defined]
+            # Alone in its process, vLLM made a torch.distributed group through a ``vllm_dist_*`` file in the temp folder.
+            store_file = None if grouped else _group_store_file()
+            if store_file is not None:
+                self._scratch.adopt(store_file)
+        except BaseException:
+            self._scratch.remove()
+            raise
+        #: The weights version (:attr:`llmgym.llm.local.LocalLLM.weights_version`) vLLM holds; ``None``: not yet
+        #: pushed (the LLM servers align their weights after building the engine, and a load changes them).
+        self.synced_version: int | None = None
 
-    def push_weights(self, model: Any, version: int) -> None:
+    @property
+    def folder(self) -> Path:
+        """The temporary folder of the model copy and adapters vLLM loads."""
+        return self._scratch.path
+
+    def generate(
+        self,
+        contexts: list[str],
+        generation_kwargs: dict[str, Any],
+        mask_top_p: float,
+        mask_min_tokens: int = 1,
+    ) -> list[list[Generation]]:
+        """Sample with vLLM, then score the samples with llmgym (:func:`engine_generate`).
+
+        Raises:
+            ConfigError: NLPO's mask (``mask_top_p < 1``), which vLLM cannot run.
+            InputError: As :func:`engine_request`.
+        """
+        if mask_top_p < 1.0:
+            raise ConfigError(
+                "NLPO's mask policy is a second model consulted at every decoding step, which vLLM cannot run; "
+                "set model.generation_engine=builtin with algorithm.name=nlpo."
+            )
+        with self._host.autocast():
+            return engine_generate(self._host, self, contexts, generation_kwargs)
+
+    def release(self) -> None:
+        """Put vLLM to sleep while the weights change (``model.vllm.sleep_mode``), freeing its GPU memory.
+
+        Its KV cache is dropped; so are its weights in full fine-tuning (new ones are pushed on
+        waking), while a LoRA model's base is offloaded to the CPU and restored.
+        """
+        if not self._host.config.vllm.sleep_mode or self._asleep:
+            return
+        self._llm.sleep(level=2 if self._full else 1)
+        self._asleep = True
+        if self._full:
+            self.synced_version = None
+
+    def sync_weights(self, version: int) -> None:
+        """Wake vLLM if asleep and give it the weights of ``version`` if it lacks them, then empty its prefix cache.
+
+        vLLM's prefix cache keeps the KV states of the prompts it has seen, computed with the
+        weights of then: after a full fine-tuning update they would make it sample the old model.
+        """
+        changed = False
+        if self._asleep:
+            self._llm.wake_up(tags=["weights"])
+            if self._full:  # its weights were dropped: fill them before the KV cache comes back
+                self._load_weights(self._host.model, version)
+            self._llm.wake_up(tags=["kv_cache"])
+            self._asleep = False
+            changed = True
+        if self.synced_version != version:
+            self._load_weights(self._host.model, version)
+            changed = True
+        if changed and self._llm.reset_prefix_cache() is False:
+            raise GenerationError(
+                "vLLM did not empty its prefix cache after a weight update, so it would sample from the old weights; "
+                "this is a bug (no request should be running between two generate calls)."
+            )
+
+    def _load_weights(self, model: Any, version: int) -> None:
         """Give vLLM the trained weights: the LoRA adapter as a new request, or every full weight in place.
 
         Args:
@@ -275,7 +437,7 @@ class VLLMEngine:
             version: The weights version they are, recorded in :attr:`synced_version`.
         """
         if self._lora_rank is not None:
-            folder = self._folder / f"adapter-{version}"
+            folder = self.folder / f"adapter-{version}"
             model.save_pretrained(folder)
             previous, self._adapter = self._adapter, (version + 1, folder)
             if previous is not None:
@@ -352,7 +514,26 @@ class VLLMEngine:
             destroy_model_parallel()
             destroy_distributed_environment()
         finally:
-            shutil.rmtree(self._folder, ignore_errors=True)
+            self._scratch.remove()
+
+
+def _distributed_initialized() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def _group_store_file() -> str | None:
+    """The file of the default ``torch.distributed`` group's ``FileStore``, if the group rendezvoused through one."""
+    if not _distributed_initialized():
+        return None
+    import torch.distributed as dist
+
+    store: Any = dist.distributed_c10d._get_default_store()
+    while hasattr(store, "underlying_store"):
+        store = store.underlying_store
+    path = getattr(store, "path", None)
+    return path if isinstance(path, str) else None
 
 
 def _lora_rank(model: Any) -> int | None:
@@ -373,7 +554,7 @@ def _lora_rank(model: Any) -> int | None:
 
 
 def engine_generate(
-    llm: LocalLLM, engine: VLLMEngine, contexts: Sequence[str], generation_kwargs: dict[str, Any]
+    llm: EngineHost, engine: VLLMEngine, contexts: Sequence[str], generation_kwargs: dict[str, Any]
 ) -> list[list[Generation]]:
     """Sample with vLLM, then score the samples with llmgym (see the module docstring).
 

@@ -9,12 +9,14 @@ actor or a lost node (at once, as Ray reports it), resources no node has (at onc
 free up within ``timeout_s``, and a call that has not answered within ``call_timeout_s`` (a
 ``BackendTimeoutError`` naming the server and the call); the collective calls (``update``,
 ``load``, ``refresh_mask_policy``) are not timed: each server bounds its waits for its peers by
-``timeout_s`` itself, and a long update is not a hang.
+``collective_timeout_s`` itself, and a long update is not a hang. When a server's wait runs out,
+the error names the servers that had not finished the call (the stuck ones), not the one that waited.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from typing import Any
 
@@ -28,6 +30,8 @@ from llmgym.llm.distributed.ray_server import LLMServer, ServerLocation
 __all__ = ["RayLLM"]
 
 _CLOSE_GRACE_S = 5.0
+#: What gloo's and NCCL's errors say when a collective's wait for a peer ran out.
+_TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)
 
 
 class RayLLM(ShardedBackend):
@@ -56,6 +60,7 @@ class RayLLM(ShardedBackend):
             balance_by_tokens,
         )
         self.timeout_s = config.timeout_s
+        self.collective_timeout_s = config.collective_timeout_s
         self.call_timeout_s = config.call_timeout_s
         self._actors: list[Any] = []
         self._locations: list[ServerLocation] = []
@@ -96,7 +101,15 @@ class RayLLM(ShardedBackend):
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self._group, placement_group_bundle_index=rank
                 ),
-            ).remote(rank, self.num_servers, config.cpus_per_server, config.timeout_s, self._runtime.private)
+                runtime_env=config.runtime_env or None,
+            ).remote(
+                rank,
+                self.num_servers,
+                config.cpus_per_server,
+                config.timeout_s,
+                self._runtime.private,
+                config.collective_timeout_s,
+            )
             for rank in range(self.num_servers)
         ]
         where = self._wait("start", {rank: a.where.remote() for rank, a in enumerate(self._actors)}, True)
@@ -168,6 +181,9 @@ class RayLLM(ShardedBackend):
             try:
                 results[rank] = ray.get(done[0])
             except RayTaskError as exc:
+                running = [ranks[ref] for ref in pending]
+                if fatal and running and _TIMED_OUT.search(_cause(exc)):
+                    raise self._stuck(method, rank, running, _cause(exc)) from None
                 error = BackendError(
                     f"LLM server {self._where(rank)} raised during {method}(): {_cause(exc)}\n"
                     f"--- server traceback ---\n{exc}"
@@ -182,6 +198,22 @@ class RayLLM(ShardedBackend):
                     f"{_first_lines(str(exc))}"
                 ) from None
         return results
+
+    def _stuck(self, method: str, waited: int, late: list[int], cause: str) -> BackendTimeoutError:
+        """The error of a collective that timed out on server ``waited`` while servers ``late`` had not finished.
+
+        The server that raised waited for its peers and is not the one to blame: the servers still
+        running the call never joined the collective in time.
+        """
+        names = ", ".join(self._where(rank) for rank in late)
+        self._broken = f"LLM server {names} did not join a collective of {method}() in time"
+        return BackendTimeoutError(
+            f"LLM server {names} did not join a collective of {method}() within "
+            f"distributed.collective_timeout_s={self.collective_timeout_s:g}s and is still running it (slow, or hung in "
+            f"a module function, the Updater or a kernel); server {self._where(waited)} waited for it and timed out "
+            f"({cause}). This LLM cannot be used any more: close it and create a new one; raise "
+            "distributed.collective_timeout_s if one server's share can take that much longer than its peers'."
+        )
 
     def _where(self, rank: int) -> str:
         return self._locations[rank].describe() if rank < len(self._locations) else f"rank {rank}"

@@ -6,8 +6,8 @@ placement-group bundle, then:
 1. asks server 0 for a rendezvous address (:meth:`LLMServer.host_store`: a ``TCPStore`` bound to
    server 0's node address only, or to loopback on a private instance);
 2. calls :meth:`LLMServer.start` on every server at once: each joins the servers'
-   ``torch.distributed`` group (NCCL with whole GPUs, else gloo; every collective bounded by
-   ``timeout_s``), builds its ``LocalLLM`` with the group's collectives passed in, and takes
+   ``torch.distributed`` group (NCCL with whole GPUs, else gloo; the rendezvous bounded by
+   ``timeout_s``, every collective by ``collective_timeout_s``), builds its ``LocalLLM`` with the group's collectives passed in, and takes
    server 0's trainable weights (broadcast), so every server starts identical;
 3. calls :meth:`LLMServer.call` with a backend method's name and arguments; results come back
    with every tensor on the CPU. An exception travels back through Ray (with its traceback) and the
@@ -81,12 +81,21 @@ class LLMServer:
         rank: Server rank in ``[0, world_size)``.
         world_size: Number of servers.
         threads: torch intra-op threads (Ray sets ``OMP_NUM_THREADS=1`` in its workers).
-        timeout_s: Deadline of the group's rendezvous and of every collective.
+        timeout_s: Deadline of the group's rendezvous.
         loopback: Bind the group's store and sockets to ``127.0.0.1`` (every server on the
             driver's machine: a private Ray instance); else to the node's address.
+        collective_timeout_s: Deadline of every collective of the group; ``None``: ``timeout_s``.
     """
 
-    def __init__(self, rank: int, world_size: int, threads: int, timeout_s: float, loopback: bool) -> None:
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        threads: int,
+        timeout_s: float,
+        loopback: bool,
+        collective_timeout_s: float | None = None,
+    ) -> None:
         import ray
         import torch
 
@@ -94,6 +103,7 @@ class LLMServer:
         self.rank = rank
         self.world_size = world_size
         self.timeout = timedelta(seconds=timeout_s)
+        self.collective_timeout = timedelta(seconds=collective_timeout_s or timeout_s)
         context = ray.get_runtime_context()
         gpus = tuple(str(g) for g in context.get_accelerator_ids().get("GPU", []))
         self.location = ServerLocation(
@@ -145,7 +155,11 @@ class LLMServer:
             if self.bind_address == "127.0.0.1":
                 os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
             dist.init_process_group(
-                group_backend, store=store, rank=self.rank, world_size=self.world_size, timeout=self.timeout
+                group_backend,
+                store=store,
+                rank=self.rank,
+                world_size=self.world_size,
+                timeout=self.collective_timeout,
             )
         self.backend = factory(placement, collectives)
         if self.world_size > 1:

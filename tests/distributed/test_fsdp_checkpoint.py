@@ -1,0 +1,87 @@
+"""Sharded checkpoints (``distributed.sharding=fsdp``, torch.distributed.checkpoint) on a real local Ray.
+
+A checkpoint written by two sharded servers resumes bit-identically on two new ones (weights and
+optimizer state), loads resharded into three, and loads whole into one in-process LLM (what
+``llmgym export`` does); a checkpoint of whole weights is refused by sharded servers, naming the fix.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llmgym.algorithms import PPO
+from llmgym.config import DistributedConfig
+from llmgym.errors import CheckpointError
+from llmgym.llm.distributed.ray_runtime import start_ray
+from llmgym.llm.local import LocalLLM
+from llmgym.llm.modules import ValueHead
+from llmgym.testing import tiny_causal_lm
+from tests.distributed.helpers import CANDIDATES, CONTEXTS, OPTIMIZER
+from tests.distributed.test_fsdp import KL, MODEL, _assert_close_weights, _build, _candidate_batch
+
+ray = pytest.importorskip("ray")
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    started = start_ray(DistributedConfig(llm_processes=4))
+    yield started
+    started.shutdown()
+
+
+def _whole(llm: LocalLLM) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in llm.trainable_parameters()]
+
+
+def test_a_sharded_checkpoint_resumes_exactly_and_loads_resharded_or_whole(runtime, tmp_path):
+    batch = _candidate_batch(PPO(config=KL).objective())
+    path = str(tmp_path / "ckpt")
+    first = _build(2, "fsdp")
+    try:
+        first.update(CONTEXTS, CANDIDATES, batch=batch)  # optimizer state to save
+        first.save(path)
+        saved = first.parameters_of(0)
+        first.update(CONTEXTS, CANDIDATES, batch=batch)
+        want = first.parameters_of(1)
+    finally:
+        first.close()
+    resumed = _build(2, "fsdp")
+    try:
+        resumed.load(path)
+        _assert_close_weights(saved, resumed.parameters_of(0), atol=0)
+        resumed.update(CONTEXTS, CANDIDATES, batch=batch)
+        _assert_close_weights(want, resumed.parameters_of(1), atol=0)
+    finally:
+        resumed.close()
+    three = _build(3, "fsdp")
+    try:  # DCP reshards the two servers' shards over three
+        three.load(path)
+        _assert_close_weights(saved, three.parameters_of(2), atol=0)
+        three.update(CONTEXTS, CANDIDATES, batch=batch)
+        _assert_close_weights(want, three.parameters_of(0))
+        model, tokenizer = tiny_causal_lm("llama", seed=0)
+        whole = LocalLLM(
+            MODEL, {"value": ValueHead(hidden_sizes=(8,))}, None, model=model, tokenizer=tokenizer
+        )
+        whole.save(str(tmp_path / "whole"))
+        with pytest.raises(CheckpointError, match="written by unsharded LLM servers"):
+            three.load(str(tmp_path / "whole"))
+    finally:
+        three.close()
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    local = LocalLLM(
+        MODEL,
+        {"value": ValueHead(hidden_sizes=(8,))},
+        PPO(config=OPTIMIZER).updater(),
+        model=model,
+        tokenizer=tokenizer,
+    )
+    try:  # whole in one process (llmgym export's path), the optimizer state included
+        local.load(path)
+        _assert_close_weights(saved, _whole(local), atol=0)
+        local.update(CONTEXTS, CANDIDATES, batch=batch)
+        _assert_close_weights(want, _whole(local))
+    finally:
+        local.close()

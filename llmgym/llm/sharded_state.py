@@ -4,7 +4,7 @@ Layout of a folder written by sharded servers::
 
     meta.json              {"format": 1, "weights": "sharded", "sharding": "fsdp", "servers": N,
                             "modules": [...], "base_model": {...}}
-    sharded/               DCP: the trainable weights ("model.<name>"), the heads ("modules.<name>.<param>")
+    sharded/               DCP: the trainable weights ("model.<name>"), the heads ("heads.<name>.<param>")
                            and the optimizer state, each server writing its own shards (+ DCP's .metadata)
     updater.pt             the updater's state besides its optimizer (the fp16 loss scale...), if any
     mask_policy.safetensors  NLPO's mask policy, whole, when one was taken
@@ -42,12 +42,12 @@ def _dcp_state(
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """The state DCP saves or loads in place: trainable weights, heads and (if given) the optimizer's state.
 
-    Keys are the parameters' names under ``model.`` and ``modules.`` (FSDP keeps the unsharded
+    Keys are the parameters' names under ``model.`` and ``heads.`` (FSDP keeps the unsharded
     names), so shards and whole tensors of the same model line up.
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    container = torch.nn.ModuleDict({"model": model, "modules": torch.nn.ModuleDict(dict(modules))})
+    container = torch.nn.ModuleDict({"model": model, "heads": torch.nn.ModuleDict(dict(modules))})
     options = StateDictOptions(ignore_frozen_params=True)
     weights, optim = get_state_dict(container, [optimizer] if optimizer is not None else [], options=options)
     state: dict[str, Any] = {"model": weights}

@@ -140,6 +140,7 @@ def load_sharded_state(
         CheckpointError: When the heads differ from the saved ones, or the folder does not load.
     """
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
     if sorted(modules) != meta.get("modules"):
@@ -155,9 +156,16 @@ def load_sharded_state(
             [optimizer] if optimizer is not None else [],
             model_state_dict=state["model"],
             optim_state_dict=state.get("optimizer", {}),
-            options=StateDictOptions(ignore_frozen_params=True),
+            # the frozen weights are not in the checkpoint; DCP has already failed on a missing trainable one
+            options=StateDictOptions(ignore_frozen_params=True, strict=False),
         )
-    except (RuntimeError, ValueError, KeyError, OSError) as exc:
+    except (
+        RuntimeError,
+        ValueError,
+        KeyError,
+        OSError,
+        CheckpointException,
+    ) as exc:  # DCP's is a BaseException
         raise CheckpointError(
             f"sharded checkpoint {str(folder)!r} (written by {meta.get('servers')} servers) could not be loaded "
             f"into this LLM ({str(exc).splitlines()[0][:300]}); load it into an LLM built with the same model and "

@@ -3,15 +3,19 @@
 A checkpoint written by two sharded servers resumes bit-identically on two new ones (weights and
 optimizer state), loads resharded into three, and loads whole into one in-process LLM (what
 ``llmgym export`` does); a checkpoint of whole weights is refused by sharded servers, naming the fix.
+LoRA adapters on a sharded base train like LoRA replicas (which load the sharded checkpoint, whole)
+and reload from their sharded checkpoint.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 
 from llmgym.algorithms import PPO
-from llmgym.config import DistributedConfig
+from llmgym.config import DistributedConfig, LoRAConfig
 from llmgym.errors import BackendError
 from llmgym.llm.distributed.ray_runtime import start_ray
 from llmgym.llm.local import LocalLLM
@@ -85,3 +89,24 @@ def test_a_sharded_checkpoint_resumes_exactly_and_loads_resharded_or_whole(runti
         _assert_close_weights(want, _whole(local))
     finally:
         local.close()
+
+
+def test_lora_adapters_train_sharded_like_replicas_and_reload(runtime, tmp_path):
+    lora = dataclasses.replace(MODEL, reference_copy=False, lora=LoRAConfig(r=4))
+    batch = _candidate_batch(PPO(config=KL).objective())  # the reference: the adapter disabled
+    replica, sharded = _build(2, "none", lora), _build(2, "fsdp", lora)
+    try:  # PEFT draws each server group's adapters at random: the replicas start from the sharded ones
+        sharded.save(str(tmp_path / "start"))
+        replica.load(str(tmp_path / "start"))
+        for llm in (replica, sharded):
+            llm.update(CONTEXTS, CANDIDATES, batch=batch)
+        want = replica.parameters_of(0)
+        assert len(want) == len(sharded.parameters_of(0)) < 40  # adapters and heads only
+        _assert_close_weights(want, sharded.parameters_of(0))
+        sharded.save(str(tmp_path / "lora"))
+        sharded.update(CONTEXTS, CANDIDATES, batch=batch)
+        sharded.load(str(tmp_path / "lora"))
+        _assert_close_weights(want, sharded.parameters_of(1))
+    finally:
+        sharded.close()
+        replica.close()

@@ -123,6 +123,7 @@ class ShardedLLM(LocalLLM):
         super().__init__(
             config, module_functions, None, model=model, tokenizer=tokenizer, collectives=collectives
         )
+        _broadcast_trainable(self.model)
         self._fsdp_modules = shard_model(self.model, self.compute_dtype)
         if self.reference_model is not None:
             self._fsdp_modules += shard_model(self.reference_model, self.compute_dtype)
@@ -286,6 +287,16 @@ class ShardedLLM(LocalLLM):
                 run_check=False,
             )
             param.grad = None
+
+
+def _broadcast_trainable(model: torch.nn.Module) -> None:
+    """Give every server server 0's trainable weights (LoRA's random init), one tensor at a time, in place."""
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                dist.broadcast(param.data, src=0)
 
 
 def _shard_of(full: torch.Tensor, shape: torch.Size, rank: int, world: int) -> torch.Tensor:

@@ -887,7 +887,7 @@ def check_sharding(model: ModelConfig, distributed: DistributedConfig, algorithm
             model.dtype == "float16"
         ),
         "model.load_in_4bit (4-bit weights cannot be sharded by FSDP)": model.load_in_4bit,
-        "model.gradient_checkpointing (recomputing blocks in backward re-enters FSDP's hooks)": (
+        "model.gradient_checkpointing (its recomputation in backward is not tested under FSDP's hooks)": (
             model.gradient_checkpointing
         ),
         "algorithm.name=trpo (its natural-gradient step differentiates the whole parameters twice)": (

@@ -146,11 +146,15 @@ def clip_grad_norm(parameters: Sequence[torch.nn.Parameter], max_norm: float) ->
     if not sharded:
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
     whole = [p for p in params if not isinstance(p.grad, DTensor)]
-    norm = torch.nn.utils.get_total_norm([p.grad for p in sharded]).full_tensor()  # type: ignore[attr-defined]
+    norm: torch.Tensor = torch.nn.utils.get_total_norm(_grads(sharded)).full_tensor()  # type: ignore[attr-defined]
     if whole:
-        rest = torch.nn.utils.get_total_norm([p.grad for p in whole]).to(norm.device)
+        rest = torch.nn.utils.get_total_norm(_grads(whole)).to(norm.device)
         norm = torch.linalg.vector_norm(torch.stack([norm, rest]))
     for group in (sharded, whole):
         if group:
             torch.nn.utils.clip_grads_with_norm_(group, max_norm, norm)
     return norm
+
+
+def _grads(parameters: Sequence[torch.nn.Parameter]) -> list[torch.Tensor]:
+    return [p.grad for p in parameters if p.grad is not None]

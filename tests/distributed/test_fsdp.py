@@ -4,6 +4,7 @@ Two servers forming one FSDP2 group answer and train like two replicated servers
 generations and the weights after PPO (both policies, with the KL to a sharded reference copy)
 and GRPO updates agree within 1e-5 (fp32), also when one server's share of the batch is empty.
 Each sharded server holds about half of a replica's parameters, gradients and optimizer state.
+NLPO's mask policy, snapshotted from the gathered weights, is whole on every sharded server.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmgym.agents.policies import CandidateActions, CandidatePolicy
-from llmgym.algorithms import GRPO, PPO, UpdateBatch
+from llmgym.agents.policies import CandidateActions, CandidatePolicy, TokenActions, TokenPolicy
+from llmgym.algorithms import GRPO, NLPO, PPO, UpdateBatch
 from llmgym.config import AlgorithmConfig, DistributedConfig, KLConfig, ModelConfig
 from llmgym.llm.distributed.backend import make_backend
 from llmgym.llm.distributed.ray_backend import RayLLM
 from llmgym.llm.distributed.ray_runtime import start_ray
 from llmgym.llm.modules import ValueHead
+from llmgym.llm.sampling import Sampling
 from llmgym.testing import tiny_causal_lm
-from tests.distributed.helpers import CANDIDATES, CONTEXTS, OPTIMIZER, batches, common
+from tests.distributed.helpers import CANDIDATES, CONTEXTS, OPTIMIZER, batches, common, generated
 
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -118,3 +120,24 @@ def test_each_sharded_server_holds_about_half_of_a_replicas_training_state(pair)
         assert whole[kind] > 0
         assert sum(s[kind] for s in shards.values()) == pytest.approx(whole[kind], rel=0.02)
         assert max(s[kind] for s in shards.values()) < 0.6 * whole[kind]
+
+
+def test_nlpo_mask_policy_is_whole_on_sharded_servers(pair):
+    replica, sharded = pair
+    sampling = Sampling(temperature=0.8, mask_top_p=0.5)
+    prompt_ids, action_ids = generated(replica.tokenizer)
+    batch = UpdateBatch(
+        objective=NLPO().objective(),
+        policy=TokenPolicy(sampling),
+        actions=TokenActions(prompt_ids, action_ids),
+        **common(),
+    )
+    for llm in (replica, sharded):
+        llm.refresh_mask_policy()
+    want = replica.token_logprobs(prompt_ids, action_ids, require_grad=False, sampling=sampling)
+    got = sharded.token_logprobs(prompt_ids, action_ids, require_grad=False, sampling=sampling)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g["logprobs"], w["logprobs"], atol=TOL, rtol=0)
+    replica.update(CONTEXTS, None, batch=batch)
+    sharded.update(CONTEXTS, None, batch=batch)
+    _assert_close_weights(replica.parameters_of(0), sharded.parameters_of(0))

@@ -124,7 +124,8 @@ class ShardedLLM(LocalLLM):
             config, module_functions, None, model=model, tokenizer=tokenizer, collectives=collectives
         )
         _broadcast_trainable(self.model)
-        self._fsdp_modules = shard_model(self.model, self.compute_dtype)
+        self._trained_modules = shard_model(self.model, self.compute_dtype)
+        self._fsdp_modules = list(self._trained_modules)
         if self.reference_model is not None:
             self._fsdp_modules += shard_model(self.reference_model, self.compute_dtype)
         #: The trainable parameters' master shards by name (the optimizer's parameters).
@@ -165,9 +166,9 @@ class ShardedLLM(LocalLLM):
         """After an optimizer step on the shards: gather the stepped parameters again (inside a call)."""
         if not self._depth:
             return
-        for module in self._fsdp_modules:
+        for module in self._trained_modules:
             module.reshard()
-        for module in self._fsdp_modules:
+        for module in self._trained_modules:
             module.unshard()
 
     # ------------------------------------------------------------------ public API, gathered

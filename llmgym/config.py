@@ -874,8 +874,8 @@ def check_sharding(model: ModelConfig, distributed: DistributedConfig, algorithm
         algorithm: ``algorithm.name``, when known.
 
     Raises:
-        ConfigError: vLLM generation, float16 weights, 4-bit (QLoRA) weights, gradient
-            checkpointing or TRPO with ``sharding=fsdp``.
+        ConfigError: vLLM generation, float16 weights, 4-bit (QLoRA) weights or TRPO with
+            ``sharding=fsdp``.
     """
     if distributed.sharding != "fsdp":
         return
@@ -887,9 +887,6 @@ def check_sharding(model: ModelConfig, distributed: DistributedConfig, algorithm
             model.dtype == "float16"
         ),
         "model.load_in_4bit (4-bit weights cannot be sharded by FSDP)": model.load_in_4bit,
-        "model.gradient_checkpointing (its recomputation in backward is not tested under FSDP's hooks)": (
-            model.gradient_checkpointing
-        ),
         "algorithm.name=trpo (its natural-gradient step differentiates the whole parameters twice)": (
             algorithm == "trpo"
         ),

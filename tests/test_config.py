@@ -317,7 +317,6 @@ def test_sharding_needs_several_servers_and_names_its_choices():
         ("model.generation_engine=vllm", "model.generation_engine=vllm"),
         ("model.dtype=float16", "model.dtype=float16"),
         ("model.load_in_4bit=true", "model.load_in_4bit"),
-        ("model.gradient_checkpointing=true", "model.gradient_checkpointing"),
         ("algorithm.name=trpo", "algorithm.name=trpo"),
     ],
 )

@@ -4,7 +4,8 @@ A checkpoint written by two sharded servers resumes bit-identically on two new o
 optimizer state), loads resharded into three, and loads whole into one in-process LLM (what
 ``llmgym export`` does); a checkpoint of whole weights is refused by sharded servers, naming the fix.
 LoRA adapters on a sharded base train like LoRA replicas (which load the sharded checkpoint, whole)
-and reload from their sharded checkpoint.
+and reload from their sharded checkpoint. Gradient checkpointing (blocks recomputed in backward,
+through FSDP's hooks) updates like replicas.
 """
 
 from __future__ import annotations
@@ -107,6 +108,19 @@ def test_lora_adapters_train_sharded_like_replicas_and_reload(runtime, tmp_path)
         sharded.update(CONTEXTS, CANDIDATES, batch=batch)
         sharded.load(str(tmp_path / "lora"))
         _assert_close_weights(want, sharded.parameters_of(1))
+    finally:
+        sharded.close()
+        replica.close()
+
+
+def test_gradient_checkpointing_under_fsdp_updates_like_replicas(runtime):
+    recomputed = dataclasses.replace(MODEL, gradient_checkpointing=True)
+    batch = _candidate_batch(PPO(config=KL).objective())
+    replica, sharded = _build(2, "none", recomputed), _build(2, "fsdp", recomputed)
+    try:
+        for llm in (replica, sharded):
+            llm.update(CONTEXTS, CANDIDATES, batch=batch)
+        _assert_close_weights(replica.parameters_of(0), sharded.parameters_of(0))
     finally:
         sharded.close()
         replica.close()

@@ -5,7 +5,8 @@ optimizer state), loads resharded into three, and loads whole into one in-proces
 ``llmgym export`` does); a checkpoint of whole weights is refused by sharded servers, naming the fix.
 LoRA adapters on a sharded base train like LoRA replicas (which load the sharded checkpoint, whole)
 and reload from their sharded checkpoint. Gradient checkpointing (blocks recomputed in backward,
-through FSDP's hooks) updates like replicas.
+through FSDP's hooks) updates like replicas. A sharded training run resumed from its checkpoint
+(on new servers) ends with the weights of the uninterrupted run, bit for bit.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import pytest
 import torch
 
 from llmgym.algorithms import PPO
+from llmgym.algorithms.trainer import Trainer
 from llmgym.config import DistributedConfig, LoRAConfig
 from llmgym.errors import BackendError
 from llmgym.llm.distributed.ray_runtime import start_ray
 from llmgym.llm.local import LocalLLM
 from llmgym.llm.modules import ValueHead
 from llmgym.testing import tiny_causal_lm
+from tests.algorithms.helpers import tiny_config
+from tests.algorithms.test_trainer import COUNTDOWN
 from tests.distributed.helpers import CANDIDATES, CONTEXTS, OPTIMIZER
 from tests.distributed.test_fsdp import KL, MODEL, _assert_close_weights, _build, _candidate_batch
 
@@ -124,3 +128,24 @@ def test_gradient_checkpointing_under_fsdp_updates_like_replicas(runtime):
     finally:
         sharded.close()
         replica.close()
+
+
+def test_a_sharded_training_run_resumed_from_its_checkpoint_equals_the_uninterrupted_one(runtime, tmp_path):
+    sharded = ["distributed.llm_processes=2", "distributed.sharding=fsdp", "distributed.timeout_s=60"]
+    base = [*COUNTDOWN, "algorithm.epochs=2", "algorithm.minibatch_size=4", *sharded]
+
+    def run(name: str, *overrides: str) -> list[torch.Tensor]:
+        model, tokenizer = tiny_causal_lm("llama", seed=0)
+        config = tiny_config(tmp_path, "llmgym/Countdown-v0", *base, f"train.run_name={name}", *overrides)
+        trainer = Trainer(config, model=model, tokenizer=tokenizer)
+        try:
+            trainer.train()
+            return list(trainer.llm.backend.trainable_parameters())
+        finally:
+            trainer.close()
+
+    expected = run("a", "train.total_env_steps=32", "train.checkpoint_every=16")
+    run("b", "train.total_env_steps=16")  # a run killed after its checkpoint at step 16
+    (tmp_path / "b" / "checkpoints" / ".step-0000000024-tmp-x").mkdir()  # and its half-written next one
+    got = run("b", "train.total_env_steps=32", f"train.resume={tmp_path / 'b'}")
+    _assert_close_weights(expected, got, atol=0)

@@ -15,12 +15,18 @@ servers write their shards into it (a collective), then server 0 writes the rest
 into place. DCP records each tensor's global shape and every shard's offsets, so a folder loads
 into any number of sharded servers (DCP reshards), into replicated servers and into one
 in-process LLM (``llmgym export``), whole tensors being assembled from the shards.
+
+DCP's index (``sharded/.metadata``) is a pickle; it is read back with an unpickler that builds
+only DCP's own metadata classes, torch sizes, dtypes and layouts, and paths, so a crafted
+checkpoint cannot run code (as ``torch.load(weights_only=True)`` guards the other files). The
+folder's name reaches the other servers as a tensor of bytes, never as a pickle.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -90,13 +96,11 @@ def save_sharded_state(
 
     _, state = _dcp_state(model, modules, optimizer)
     if dist.get_rank() != 0:
-        where: list[Any] = [None]
-        dist.broadcast_object_list(where, src=0)
-        dcp.save(state, checkpoint_id=Path(where[0]) / SHARDED_DIR)
+        dcp.save(state, checkpoint_id=Path(_broadcast_text(None)) / SHARDED_DIR)
         return
 
     def write(tmp: Path) -> None:
-        dist.broadcast_object_list([str(tmp)], src=0)
+        _broadcast_text(str(tmp))
         dcp.save(state, checkpoint_id=tmp / SHARDED_DIR)
         if updater_state:
             torch.save(updater_state, tmp / "updater.pt")
@@ -150,7 +154,7 @@ def load_sharded_state(
         )
     container, state = _dcp_state(model, modules, optimizer)
     try:
-        dcp.load(state, checkpoint_id=folder / SHARDED_DIR, no_dist=not _distributed())
+        dcp.load(state, storage_reader=_checked_reader(folder / SHARDED_DIR), no_dist=not _distributed())
         set_state_dict(
             container,
             [optimizer] if optimizer is not None else [],
@@ -159,17 +163,88 @@ def load_sharded_state(
             # the frozen weights are not in the checkpoint; DCP has already failed on a missing trainable one
             options=StateDictOptions(ignore_frozen_params=True, strict=False),
         )
-    except (
-        RuntimeError,
-        ValueError,
-        KeyError,
-        OSError,
-        CheckpointException,
-    ) as exc:  # DCP's is a BaseException
+    except (RuntimeError, ValueError, KeyError, OSError, pickle.UnpicklingError, CheckpointException) as exc:
+        causes = (
+            [pair[0] for pair in exc.failures.values()] if isinstance(exc, CheckpointException) else [exc]
+        )
+        cause = "; ".join(f"{type(c).__name__}: {(str(c).splitlines() or [''])[0][:300]}" for c in causes)
         raise CheckpointError(
             f"sharded checkpoint {str(folder)!r} (written by {meta.get('servers')} servers) could not be loaded "
-            f"into this LLM ({str(exc).splitlines()[0][:300]}); load it into an LLM built with the same model and "
-            "model.lora settings as the one that saved it."
+            f"into this LLM ({cause}); load it into an LLM built with the same model and model.lora settings as "
+            "the one that saved it."
         ) from exc
     updater_path = folder / "updater.pt"
     return torch.load(updater_path, map_location="cpu", weights_only=True) if updater_path.is_file() else None
+
+
+def _broadcast_text(text: str | None) -> str:
+    """Server 0's ``text`` on every server (a collective), sent as a length and a tensor of UTF-8 bytes."""
+    import torch.distributed as dist
+
+    device = _group_device()
+    data = torch.tensor(list(text.encode()) if text is not None else [], dtype=torch.uint8, device=device)
+    size = torch.tensor([data.numel()], dtype=torch.int64, device=device)
+    dist.broadcast(size, src=0)
+    if text is None:
+        data = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+    dist.broadcast(data, src=0)
+    return bytes(data.cpu().tolist()).decode()
+
+
+def _group_device() -> torch.device:
+    """Where the default group's collectives run: the current GPU under NCCL, else the CPU."""
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+#: What DCP's ``.metadata`` pickle may build: DCP's metadata classes and a few plain torch and path types.
+_SAFE_GLOBALS = {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PureWindowsPath"),
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles DCP's index and nothing else (no function or class that could run code)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        if module == "torch.distributed.checkpoint.metadata":
+            from torch.distributed.checkpoint import metadata
+
+            found = getattr(metadata, name, None)
+            if isinstance(found, type):
+                return found
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(
+            f"the checkpoint's index asks for {module}.{name}, which a DCP index never holds; refusing to load it"
+        )
+
+
+def _checked_reader(path: Path) -> Any:
+    """DCP's file reader for ``path``, whose index is read with :class:`_MetadataUnpickler`."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+
+    class CheckedReader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+            with open(path / ".metadata", "rb") as stream:
+                metadata = _MetadataUnpickler(stream).load()
+            if not isinstance(metadata, Metadata):
+                raise pickle.UnpicklingError(f"{path / '.metadata'} holds no DCP index")
+            storage = metadata.storage_meta or StorageMeta()
+            storage.load_id = self.load_id
+            metadata.storage_meta = storage
+            return metadata
+
+    return CheckedReader(path)

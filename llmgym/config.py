@@ -476,6 +476,11 @@ class DistributedConfig(_Section):
         "every server (e.g. {env_vars: {NCCL_DEBUG: INFO, HF_HOME: /data/hf}}). Values are strings (integers "
         "are turned into strings). Secrets put here are saved with the config: set them on the nodes instead.",
     )
+    sharding: str = _f(
+        "none",
+        "none: every LLM server holds the whole model, its gradients and optimizer state; fsdp: the servers form one "
+        "FSDP2 group and each holds 1/llm_processes of them (docs/distributed.md).",
+    )
 
     def _check(self) -> None:
         self.runtime_env = check_runtime_env(self.runtime_env)
@@ -513,6 +518,13 @@ class DistributedConfig(_Section):
             raise ConfigError(
                 f"distributed.rl_processes={self.rl_processes} is not supported; use 1 "
                 "(one RL client drives all LLM servers)."
+            )
+        _check_choice("distributed", "sharding", self.sharding, ("none", "fsdp"))
+        if self.sharding == "fsdp" and (self.llm_processes < 2 or self.model_parallelism_size != 1):
+            raise ConfigError(
+                f"distributed.sharding=fsdp shards the model over the LLM servers, but llm_processes="
+                f"{self.llm_processes} and model_parallelism_size={self.model_parallelism_size}: set "
+                "distributed.llm_processes to 2 or more with model_parallelism_size=1, or distributed.sharding=none."
             )
 
 
@@ -1026,6 +1038,43 @@ class Config(_Section):
     algorithm: AlgorithmConfig = _f(AlgorithmConfig, "RL algorithm.")
     train: TrainConfig = _f(TrainConfig, "Training loop.")
     logging: LoggingConfig = _f(LoggingConfig, "Metrics and logs.")
+
+    def _check(self) -> None:
+        check_sharding(self.model, self.distributed, self.algorithm.name)
+
+
+def check_sharding(model: ModelConfig, distributed: DistributedConfig, algorithm: str | None = None) -> None:
+    """Refuse what sharded servers (``distributed.sharding=fsdp``) cannot run, naming the fix.
+
+    Args:
+        model: The ``model`` section.
+        distributed: The ``distributed`` section.
+        algorithm: ``algorithm.name``, when known.
+
+    Raises:
+        ConfigError: vLLM generation, float16 weights, 4-bit (QLoRA) weights or TRPO with
+            ``sharding=fsdp``.
+    """
+    if distributed.sharding != "fsdp":
+        return
+    refused = {
+        "model.generation_engine=vllm (vLLM would need the whole weights pushed at every update)": (
+            model.generation_engine == "vllm"
+        ),
+        "model.dtype=float16 (the loss scaler would skip a step on some shards only; use bfloat16)": (
+            model.dtype == "float16"
+        ),
+        "model.load_in_4bit (4-bit weights cannot be sharded by FSDP)": model.load_in_4bit,
+        "algorithm.name=trpo (its natural-gradient step differentiates the whole parameters twice)": (
+            algorithm == "trpo"
+        ),
+    }
+    found = [what for what, bad in refused.items() if bad]
+    if found:
+        raise ConfigError(
+            "distributed.sharding=fsdp cannot run with " + "; ".join(found) + ". Change them, or set "
+            "distributed.sharding=none (each server a whole replica; LoRA/QLoRA replicas for big models)."
+        )
 
 
 def _valid_keys(node_type: type, prefix: str = "") -> list[str]:

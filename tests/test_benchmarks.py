@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -127,3 +129,21 @@ def test_textgen_table_summarises_a_setting_over_its_seeds(monkeypatch):
         line.startswith("| ppo (kl) | 3 | 0.500 [0.000, 1.000] | 0.500 [")
         and "| 1.667 | 4.00 | 0.500 |" in line
     )
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_sharding_memory_prints_half_a_replicas_state_per_fsdp_server():
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "sharding_memory.py", "--hidden-size", "64", "--layers", "2"],
+        cwd=ROOT / "benchmarks",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(re.findall(r"^(none|fsdp) +[01] ", proc.stdout, re.MULTILINE)) == 4
+    ratio = float(re.search(r"largest fsdp server / replica: (\d\.\d+) with 2 servers", proc.stdout)[1])
+    assert 0.45 < ratio < 0.6

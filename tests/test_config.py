@@ -1,5 +1,6 @@
 import dataclasses
 import math
+import re
 
 import pytest
 from hypothesis import given
@@ -297,6 +298,49 @@ def test_distributed_ray_settings_are_checked(overrides, message):
         {"gpus_per_server": 0.0},
     ):
         assert DistributedConfig(**fits).gpus_per_server == fits["gpus_per_server"]
+
+
+def test_sharding_needs_several_servers_and_names_its_choices():
+    from llmgym.config import DistributedConfig
+
+    with pytest.raises(ConfigError, match=r"distributed.sharding='zero3' is not allowed; expected one of"):
+        DistributedConfig(sharding="zero3")
+    with pytest.raises(
+        ConfigError, match=r"sharding=fsdp .* llm_processes=1 .* set distributed.llm_processes to 2"
+    ):
+        DistributedConfig(sharding="fsdp")
+    with pytest.raises(ConfigError, match=r"model_parallelism_size=2: .* with model_parallelism_size=1"):
+        DistributedConfig(sharding="fsdp", llm_processes=2, model_parallelism_size=2)
+    assert DistributedConfig(sharding="fsdp", llm_processes=2).sharding == "fsdp"
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("model.generation_engine=vllm", "model.generation_engine=vllm"),
+        ("model.dtype=float16", "model.dtype=float16"),
+        ("model.load_in_4bit=true", "model.load_in_4bit"),
+        ("algorithm.name=trpo", "algorithm.name=trpo"),
+    ],
+)
+def test_sharding_refuses_what_sharded_servers_cannot_run(override, named):
+    sharded = ["distributed.llm_processes=2", "distributed.sharding=fsdp"]
+    with pytest.raises(
+        ConfigError, match=rf"sharding=fsdp cannot run with {re.escape(named)}.* distributed.sharding=none"
+    ):
+        load_config("quickstart", [*sharded, override])
+    assert load_config("quickstart", [override, "distributed.llm_processes=2"]).distributed.sharding == "none"
+
+
+def test_make_backend_refuses_a_sharded_vllm_engine_before_starting_ray():
+    from llmgym.config import DistributedConfig, ModelConfig
+    from llmgym.llm.distributed.backend import make_backend
+
+    with pytest.raises(ConfigError, match=r"sharding=fsdp cannot run with model.generation_engine=vllm"):
+        make_backend(
+            ModelConfig(name="tiny", generation_engine="vllm"),
+            distributed=DistributedConfig(llm_processes=2, sharding="fsdp"),
+        )
 
 
 @pytest.mark.parametrize("key", ["nnodes", "node_rank", "master_addr", "master_port"])

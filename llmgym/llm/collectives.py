@@ -15,7 +15,14 @@ import torch
 
 from llmgym.errors import InputError
 
-__all__ = ["Collectives", "ProcessGroupCollectives", "SingleProcess", "check_num_samples", "unflatten"]
+__all__ = [
+    "Collectives",
+    "ProcessGroupCollectives",
+    "SingleProcess",
+    "check_num_samples",
+    "unflatten",
+    "weighted_mean",
+]
 
 
 class Collectives(Protocol):
@@ -72,14 +79,14 @@ class ProcessGroupCollectives:
         if not params:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        mean = _weighted_mean(_flat(grads), num_samples)
+        mean = weighted_mean(_flat(grads), num_samples)
         for param, grad in zip(params, unflatten(mean, params)):
             param.grad = grad
 
     def all_reduce_mean(self, values: torch.Tensor, num_samples: int) -> torch.Tensor:
         """The mean of ``values`` over all servers' samples, in ``values``' device, dtype and shape."""
         check_num_samples("all_reduce_mean", num_samples)
-        flat = _weighted_mean(values.detach().reshape(-1).to(torch.float32), num_samples)
+        flat = weighted_mean(values.detach().reshape(-1).to(torch.float32), num_samples)
         return flat.view(values.shape).to(values.dtype)
 
     def broadcast_parameters(self, parameters: Sequence[torch.nn.Parameter], src: int = 0) -> None:
@@ -112,8 +119,11 @@ def unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Te
     return out
 
 
-def _weighted_mean(flat: torch.Tensor, num_samples: int) -> torch.Tensor:
-    """``sum_s n_s * flat_s / sum_s n_s`` over the group, float32 ``[N]`` on ``flat``'s device (no host sync)."""
+def weighted_mean(flat: torch.Tensor, num_samples: int) -> torch.Tensor:
+    """``sum_s n_s * flat_s / sum_s n_s`` over the group, float32 ``[N]`` on ``flat``'s device (no host sync).
+
+    A collective of the servers' default group: each passes its float32 ``[N]`` values and its sample count.
+    """
     import torch.distributed as dist
 
     weight = flat.new_full((1,), float(num_samples))

@@ -669,7 +669,10 @@ class LocalLLM:
                 model than the one loaded (its recorded fingerprint differs from :attr:`base_fingerprint`).
         """
         self._check_open()
-        state = load_llm_state(path, self.model, dict(self.module_functions.items()), self.base_fingerprint)
+        optimizer = self.updater.optimizer if self.updater is not None else None
+        state = load_llm_state(
+            path, self.model, dict(self.module_functions.items()), self.base_fingerprint, optimizer
+        )
         self.mask_policy.load_state_dict(load_mask_policy(path), self.model)
         self.trunk_cache.clear()
         self.weights_version += 1

@@ -32,7 +32,7 @@ from llmgym.errors import CheckpointError
 from llmgym.llm.adapters import is_peft_model
 from llmgym.llm.fingerprint import BaseFingerprint
 
-__all__ = ["save_llm_state", "load_llm_state", "load_mask_policy"]
+__all__ = ["save_llm_state", "load_llm_state", "load_mask_policy", "read_meta"]
 
 _FORMAT = 1
 _MASK_FILE = "mask_policy.safetensors"
@@ -98,7 +98,12 @@ def save_llm_state(
 _READ_ERRORS = (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError)
 
 
-def _read_meta(folder: Path) -> dict[str, Any]:
+def read_meta(folder: Path) -> dict[str, Any]:
+    """A checkpoint folder's ``meta.json``, after verifying its manifest.
+
+    Raises:
+        CheckpointError: When the folder is missing, holds no LLM checkpoint, or fails verification.
+    """
     meta_path = folder / "meta.json"
     if not folder.is_dir():
         raise CheckpointError(
@@ -179,10 +184,13 @@ def load_llm_state(
     model: Any,
     modules: Mapping[str, torch.nn.Module],
     base: BaseFingerprint | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> dict[str, Any] | None:
-    """Load what :func:`save_llm_state` wrote into ``model`` and ``modules``.
+    """Load what :func:`save_llm_state` (or sharded servers, :mod:`~llmgym.llm.sharded_state`) wrote.
 
-    The folder's manifest is verified first: every file it lists must be there, unchanged.
+    The folder's manifest is verified first: every file it lists must be there, unchanged. A
+    sharded checkpoint's shards are assembled into ``model``'s whole weights, and into
+    ``optimizer`` when one is given (its state lives with the shards, not in ``updater.pt``).
 
     Args:
         path: Folder written by :func:`save_llm_state`.
@@ -190,6 +198,7 @@ def load_llm_state(
         modules: Module functions by name (same names as when saved).
         base: The fingerprint of ``model``'s base as loaded; compared with the one the folder
             records (``None``, or a folder without one: not compared).
+        optimizer: The updater's optimizer, restored from a sharded checkpoint (``None``: not restored).
 
     Returns:
         The saved updater state (tensors on the CPU, wherever they were saved), or ``None`` if none was saved.
@@ -201,9 +210,13 @@ def load_llm_state(
     from safetensors import SafetensorError
 
     folder = Path(path)
-    meta = _read_meta(folder)
-    kind, _ = _trainable_weights(model)
+    meta = read_meta(folder)
     _check_base(folder, meta, base)
+    if meta.get("weights") == "sharded":
+        from llmgym.llm.sharded_state import load_sharded_state
+
+        return load_sharded_state(folder, meta, model, modules, optimizer)
+    kind, _ = _trainable_weights(model)
     _check_meta(folder, meta, kind, modules)
     updater_path = folder / "updater.pt"
     try:
@@ -236,7 +249,7 @@ def load_mask_policy(path: str | os.PathLike[str]) -> dict[str, torch.Tensor] | 
     from safetensors.torch import load_file
 
     folder = Path(path)
-    _read_meta(folder)
+    read_meta(folder)
     mask_path = folder / _MASK_FILE
     if not mask_path.is_file():
         return None

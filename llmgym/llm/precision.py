@@ -23,6 +23,7 @@ import torch
 __all__ = [
     "HALF_DTYPES",
     "LossScaling",
+    "clip_grad_norm",
     "activation_dtype",
     "auto_dtype",
     "compute_autocast",
@@ -111,7 +112,7 @@ class LossScaling:
         """
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(list(parameters), max_norm) if max_norm is not None else None
+        norm = clip_grad_norm(parameters, max_norm) if max_norm is not None else None
         if self.scaler is not None:
             self.scaler.step(optimizer)
             self.scaler.update()
@@ -127,3 +128,33 @@ class LossScaling:
         """Restore :meth:`state_dict`."""
         if self.scaler is not None and state:
             self.scaler.load_state_dict(state)
+
+
+def clip_grad_norm(parameters: Sequence[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` over parameters that may mix FSDP shards (``DTensor``) and whole tensors.
+
+    The norm is over the whole gradients: the shards' part is summed over the servers (a
+    collective when there are shards); both kinds are then scaled by the same coefficient.
+
+    Returns:
+        The total gradient norm before clipping (a 0-d tensor).
+    """
+    from torch.distributed.tensor import DTensor
+
+    params = [p for p in parameters if p.grad is not None]
+    sharded = [p for p in params if isinstance(p.grad, DTensor)]
+    if not sharded:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    whole = [p for p in params if not isinstance(p.grad, DTensor)]
+    norm: torch.Tensor = torch.nn.utils.get_total_norm(_grads(sharded)).full_tensor()  # type: ignore[attr-defined]
+    if whole:
+        rest = torch.nn.utils.get_total_norm(_grads(whole)).to(norm.device)
+        norm = torch.linalg.vector_norm(torch.stack([norm, rest]))
+    for group in (sharded, whole):
+        if group:
+            torch.nn.utils.clip_grads_with_norm_(group, max_norm, norm)
+    return norm
+
+
+def _grads(parameters: Sequence[torch.nn.Parameter]) -> list[torch.Tensor]:
+    return [p.grad for p in parameters if p.grad is not None]

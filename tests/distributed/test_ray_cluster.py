@@ -2,7 +2,8 @@
 
 The cluster runs with token authentication off, so joining it is refused unless
 ``allow_unauthenticated_cluster`` is set. Each node has one CPU and each server reserves one: one
-server lands on each node, and together they answer like one in-process LLM. Removing a node is a
+server lands on each node, and together they answer like one in-process LLM; two sharded servers
+(``distributed.sharding=fsdp``), one per node, update like it. Removing a node is a
 ``BackendError`` naming the lost server within seconds.
 """
 
@@ -14,13 +15,16 @@ import time
 import pytest
 import torch
 
+from llmgym.algorithms import PPO
 from llmgym.config import DistributedConfig, ModelConfig
 from llmgym.errors import AuthenticationError, BackendError
 from llmgym.llm.distributed.backend import make_backend
 from llmgym.llm.distributed.ray_runtime import reload_ray_auth
+from llmgym.llm.local import LocalLLM
 from llmgym.llm.modules import ValueHead
 from llmgym.testing import tiny_causal_lm
-from tests.distributed.helpers import CANDIDATES, CONTEXTS
+from tests.distributed.helpers import CANDIDATES, CONTEXTS, OPTIMIZER
+from tests.distributed.test_fsdp import MODEL, _assert_close_weights, _candidate_batch
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -67,6 +71,43 @@ def test_an_unauthenticated_cluster_is_refused_without_the_opt_in(cluster):
     with pytest.raises(AuthenticationError, match="allow_unauthenticated_cluster=true"):
         _build(_joining(cluster[0].address))
     assert not ray.is_initialized()
+
+
+def test_sharded_servers_on_two_nodes_train_like_one_in_process_llm(cluster):
+    head, second = cluster
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    local = LocalLLM(
+        MODEL,
+        {"value": ValueHead(hidden_sizes=(8,))},
+        PPO(config=OPTIMIZER).updater(),
+        model=model,
+        tokenizer=tokenizer,
+    )
+    with pytest.warns(UserWarning, match="token authentication is off"):
+        sharded = _build_sharded(_joining(head.address, allow_unauthenticated_cluster=True, sharding="fsdp"))
+    try:
+        assert {s.node_id for s in sharded.servers} == {head.head_node.node_id, second.node_id}
+        batch = _candidate_batch(PPO().objective())
+        local.update(CONTEXTS, CANDIDATES, batch=batch)
+        sharded.update(CONTEXTS, CANDIDATES, batch=batch)
+        _assert_close_weights(
+            [p.detach() for p in local.trainable_parameters()], sharded.parameters_of(0), atol=1e-4
+        )
+    finally:
+        sharded.close()
+        local.close()
+
+
+def _build_sharded(distributed: DistributedConfig):
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    return make_backend(
+        MODEL,
+        {"value": ValueHead(hidden_sizes=(8,))},
+        PPO(config=OPTIMIZER).updater(),
+        model=model,
+        tokenizer=tokenizer,
+        distributed=distributed,
+    )
 
 
 def test_one_server_per_node_equals_in_process_and_a_removed_node_is_an_error(cluster):

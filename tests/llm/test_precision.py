@@ -104,3 +104,36 @@ def test_fp16_loss_scaling_skips_a_step_with_inf_or_nan_gradients(bad):
     norm = scaling.step(optimizer, list(layer.parameters()), max_norm=None)
     assert norm is None and not torch.equal(layer.weight, before)
     assert LossScaling(torch.bfloat16, torch.device("cpu")).scaler is None
+
+
+def _clip_on_rank(rank: int, store: str, out: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from llmgym.llm.precision import clip_grad_norm
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    mesh = init_device_mesh("cpu", (2,))
+    sharded = torch.nn.Parameter(distribute_tensor(torch.zeros(5, 3), mesh, [Shard(0)]))
+    sharded.grad = distribute_tensor(torch.arange(15.0).view(5, 3), mesh, [Shard(0)])
+    whole = torch.nn.Parameter(torch.zeros(4))
+    whole.grad = torch.full((4,), 2.0)
+    norm = clip_grad_norm([sharded, whole], 1.0)
+    torch.save({"norm": norm, "sharded": sharded.grad.full_tensor(), "whole": whole.grad}, f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+@pytest.mark.timeout(90)
+def test_clip_grad_norm_spans_fsdp_shards_and_whole_tensors(tmp_path):
+    import torch.multiprocessing as mp
+
+    out = str(tmp_path / "result")
+    mp.spawn(_clip_on_rank, args=(str(tmp_path / "store"), out), nprocs=2, join=True)
+    sharded, whole = torch.arange(15.0).view(5, 3), torch.full((4,), 2.0)
+    norm = torch.cat([sharded.reshape(-1), whole]).norm()
+    for rank in range(2):
+        result = torch.load(f"{out}.{rank}")
+        torch.testing.assert_close(result["norm"], norm)  # the whole gradients' norm, on every server
+        torch.testing.assert_close(result["sharded"], sharded / (norm + 1e-6))
+        torch.testing.assert_close(result["whole"], whole / (norm + 1e-6))

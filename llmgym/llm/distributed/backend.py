@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llmgym.config import DistributedConfig, ModelConfig
+from llmgym.config import DistributedConfig, ModelConfig, check_sharding
 from llmgym.llm.collectives import Collectives
 from llmgym.llm.distributed.placement import Placement
 from llmgym.llm.protocols import LLMBackend
@@ -65,6 +65,8 @@ class LocalLLMFactory:
         updater: The Updater (instance or class).
         model: A prebuilt model (shipped to every server: only sensible for small models).
         tokenizer: The prebuilt model's tokenizer.
+        sharding: ``distributed.sharding``: ``none`` (each server a ``LocalLLM`` holding the whole
+            model) or ``fsdp`` (a :class:`~.fsdp.ShardedLLM`, the model sharded over the servers).
     """
 
     config: ModelConfig | str | None = None
@@ -72,6 +74,7 @@ class LocalLLMFactory:
     updater: Any = None
     model: Any = None
     tokenizer: Any = None
+    sharding: str = "none"
 
     def __post_init__(self) -> None:
         from llmgym.llm.validation import as_model_config
@@ -102,6 +105,17 @@ class LocalLLMFactory:
                 model = shard_model(model, len(placement.gpus))
         elif model is not None:
             model = model.to(placement.device)
+        if self.sharding == "fsdp":
+            from llmgym.llm.distributed.fsdp import ShardedLLM
+
+            return ShardedLLM(
+                config,
+                self.module_functions,
+                self.updater,
+                model=model,
+                tokenizer=tokenizer,
+                collectives=collectives,
+            )
         return LocalLLM(
             config,
             self.module_functions,
@@ -141,8 +155,11 @@ def make_backend(
     """
     if distributed is not None and (distributed.llm_processes > 1 or distributed.model_parallelism_size > 1):
         from llmgym.llm.distributed.ray_backend import RayLLM
+        from llmgym.llm.validation import as_model_config
 
-        return RayLLM(LocalLLMFactory(config, module_functions, updater, model, tokenizer), distributed)
+        check_sharding(as_model_config(config), distributed)
+        factory = LocalLLMFactory(config, module_functions, updater, model, tokenizer, distributed.sharding)
+        return RayLLM(factory, distributed)
     from llmgym.llm.local import LocalLLM
 
     return LocalLLM(config, module_functions, updater, model=model, tokenizer=tokenizer)

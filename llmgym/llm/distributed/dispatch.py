@@ -4,7 +4,9 @@
 :mod:`.ray_backend`): ``score``, ``forward``, ``generate`` and ``token_logprobs`` split their batch
 across the servers (balanced by token count, counted with a copy of server 0's tokenizer, see
 :mod:`~llmgym.llm.distributed.balance`; or, as Lamorel does, in contiguous chunks of equal size)
-and return the answers in the original order; ``update`` sends every server its share with
+and return the answers in the original order (sharded servers, ``distributed.sharding=fsdp``: every
+server is called, an empty share included, since each call gathers the parameters with a
+collective); ``update`` sends every server its share with
 ``_current_batch_ids`` (the indices of its share in the batch) plus the full keyword arguments, and
 returns one result per server. A subclass supplies :meth:`ShardedBackend._request`, which runs one
 call per server and raises ``BackendError`` on any failure.
@@ -48,6 +50,8 @@ class ShardedBackend(ABC):
         balance_by_tokens: Give the servers shares of equal token counts (reordering the batch);
             ``False``: contiguous chunks of equal size (``numpy.array_split``'s, as Lamorel splits, so
             updaters that loop over minibatches of their share run the same number of steps).
+        sharded: The servers shard the model (``distributed.sharding=fsdp``): every call goes to
+            every server (an empty share included), and ``save`` and ``parameters_of`` are collectives.
     """
 
     def __init__(
@@ -57,8 +61,10 @@ class ShardedBackend(ABC):
         module_function_keys: Sequence[str],
         check_weights: bool,
         balance_by_tokens: bool = True,
+        sharded: bool = False,
     ) -> None:
         self._num_servers = num_servers
+        self._sharded = sharded
         self._balance_by_tokens = balance_by_tokens
         self._config = config
         self._module_function_keys = list(module_function_keys)
@@ -140,7 +146,7 @@ class ShardedBackend(ABC):
                 share_kwargs(kwargs, idx),
             )
             for rank, idx in enumerate(shares)
-            if idx
+            if idx or self._sharded
         }
         results = self._request(calls)
         return gather_in_order([shares[r] for r in calls], [results[r] for r in calls], len(prompt_ids))
@@ -188,8 +194,12 @@ class ShardedBackend(ABC):
         """Save the trainable state from server 0 (all servers hold the same weights).
 
         The other servers empty their frozen-trunk caches, as server 0 does when it saves, so a run
-        resumed from the checkpoint computes exactly what this one computes next.
+        resumed from the checkpoint computes exactly what this one computes next. Sharded servers
+        all save, each its shards (``torch.distributed.checkpoint``), into the folder server 0 writes.
         """
+        if self._sharded:
+            every: Calls = {rank: ("save", (str(path),), {}) for rank in range(self.num_servers)}
+            return self._request(every, collective=True)[0]
         calls: Calls = {0: ("save", (str(path),), {})}
         calls.update({rank: ("clear_trunk_cache", (), {}) for rank in range(1, self.num_servers)})
         return self._request(calls)[0]
@@ -203,12 +213,17 @@ class ShardedBackend(ABC):
         return self.parameters_of(0)
 
     def parameters_of(self, rank: int) -> list[Any]:
-        """CPU copies of the trainable parameters of server ``rank`` (to check they agree)."""
+        """CPU copies of the trainable parameters of server ``rank`` (to check they agree).
+
+        Sharded servers gather each parameter whole (every server takes part).
+        """
         if not 0 <= rank < self.num_servers:
             raise InputError(
                 f"parameters_of(rank={rank}): expected a server rank in [0, {self.num_servers})."
             )
-        return list(self._request({rank: ("trainable_parameters", (), {})})[rank])
+        ranks = range(self.num_servers) if self._sharded else [rank]
+        calls: Calls = {r: ("trainable_parameters", (), {}) for r in ranks}
+        return list(self._request(calls, collective=self._sharded)[rank])
 
     # ----------------------------------------------------------------- dispatch
     def _split_call(
@@ -222,7 +237,7 @@ class ShardedBackend(ABC):
         shares = self._shares(contexts, candidates)
         calls: Calls = {}
         for rank, idx in enumerate(shares):
-            if not idx:
+            if not idx and not self._sharded:
                 continue
             args: tuple[Any, ...] = (*leading, [contexts[i] for i in idx])
             if candidates is not None:

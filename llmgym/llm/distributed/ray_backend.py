@@ -58,6 +58,7 @@ class RayLLM(ShardedBackend):
             factory.module_function_keys,
             config.check_weights,
             balance_by_tokens,
+            sharded=config.sharding == "fsdp",
         )
         self.timeout_s = config.timeout_s
         self.collective_timeout_s = config.collective_timeout_s

@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 from llmgym.llm.collectives import ProcessGroupCollectives
+from llmgym.llm.distributed.fsdp import full_tensor, replicated, state_bytes
 from llmgym.llm.distributed.placement import Placement
 
 __all__ = ["SERVER_METHODS", "LLMServer", "ServerLocation"]
@@ -162,26 +163,30 @@ class LLMServer:
                 timeout=self.collective_timeout,
             )
         self.backend = factory(placement, collectives)
-        if self.world_size > 1:
-            collectives.broadcast_parameters(self.backend.trainable_parameters())
+        if self.world_size > 1:  # FSDP's shards come from the same weights on every server: the heads only
+            collectives.broadcast_parameters(replicated(self.backend.trainable_parameters()))
 
     def call(self, method: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         """Run ``backend.method(*args, **kwargs)``; tensors in the result come back on the CPU.
 
-        Besides the backend's own methods, ``trainable_parameters`` returns CPU copies, ``tokenizer``
-        the tokenizer and ``fingerprint`` a cheap summary of the weights (sum, sum of squares).
+        Besides the backend's own methods, ``trainable_parameters`` returns CPU copies (shards
+        gathered whole: then every server must be called), ``tokenizer`` the tokenizer and
+        ``fingerprint`` a cheap summary of the replicated weights (sum, sum of squares), and
+        ``state_bytes`` this server's bytes of parameters, gradients and optimizer state.
 
         Raises:
             ValueError: On a method that is not served.
         """
         if method == "fingerprint":
-            return fingerprint(list(self.backend.trainable_parameters()))
+            return fingerprint(replicated(self.backend.trainable_parameters()))
+        if method == "state_bytes":
+            return state_bytes(self.backend)
         if method not in SERVER_METHODS:
             raise ValueError(
                 f"unknown LLM server method {method!r}; expected one of {sorted(SERVER_METHODS)}"
             )
         if method == "trainable_parameters":
-            return [p.detach().cpu().clone() for p in self.backend.trainable_parameters()]
+            return [full_tensor(p.detach()).cpu().clone() for p in self.backend.trainable_parameters()]
         if method == "tokenizer":
             return getattr(self.backend, "tokenizer", None)
         return _to_cpu(getattr(self.backend, method)(*args, **kwargs))

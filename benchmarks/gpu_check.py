@@ -21,7 +21,6 @@ Run: ``python benchmarks/gpu_check.py [--device cuda|cpu] [--tiny] [--model NAME
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import math
@@ -517,9 +516,6 @@ def check_fsdp(
     """Two sharded servers (``distributed.sharding=fsdp``) on the GPUs seen score like one in-process LLM and update."""
     from llmgym.config import DistributedConfig
 
-    if "sharding" not in {f.name for f in dataclasses.fields(DistributedConfig)}:
-        report("SKIP", "fsdp", None, detail="this llmgym has no distributed.sharding (issue 41 item 1)")
-        return
     if device.type != "cuda":
         report("SKIP", "fsdp", None, detail="needs a CUDA GPU (its CPU runs are the ray tests)")
         return
@@ -533,7 +529,7 @@ def check_fsdp(
     want = torch.cat(local.score(contexts, candidates))
     local.close()
     share = 1.0 if torch.cuda.device_count() >= 2 else 0.5
-    distributed = DistributedConfig(llm_processes=2, gpus_per_server=share, timeout_s=120.0, sharding="fsdp")  # type: ignore[call-arg]
+    distributed = DistributedConfig(llm_processes=2, gpus_per_server=share, timeout_s=120.0, sharding="fsdp")
     llm = LLM(config, updater=LikelihoodStep, distributed=distributed)
     try:
         got = torch.cat(llm.score(contexts, candidates))

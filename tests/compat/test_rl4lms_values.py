@@ -10,8 +10,8 @@ import yaml
 
 from llmgym.cli import main
 from llmgym.compat.rl4lms import convert_rl4lms_config
-from llmgym.config import load_config
 from llmgym.errors import ConfigError
+from llmgym.run import load_run_config
 
 CONFIGS = Path(__file__).parent / "rl4lms_configs"
 BASE = "synthetic_generate_increasing_numbers_gpt2_ppo.yml"
@@ -69,7 +69,7 @@ def test_llmgym_convert_and_train_give_the_typed_error(key, value, text, tiny_mo
     assert main(["convert", str(path), "--model", str(tiny_model_dir)]) == 2
     assert text in capsys.readouterr().err
     with pytest.raises(ConfigError, match="RL4LMs config: " + re.escape(text)):
-        load_config(str(path), [f"model.name={tiny_model_dir}"])
+        load_run_config(str(path), [f"model.name={tiny_model_dir}"])
 
 
 def test_numbers_written_as_strings_still_convert(tiny_model_dir):

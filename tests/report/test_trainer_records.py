@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from llmgym.algorithms.trainer import Trainer
+from llmgym.run.trainer import Trainer
 from llmgym.evaluation import evaluate
 from llmgym.report.records import EpisodeRecorder, read_episode_records
 from llmgym.testing import tiny_causal_lm

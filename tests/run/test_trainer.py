@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from llmgym.algorithms.trainer import Trainer, evaluate_run, evaluation_summary, run_training
+from llmgym.run.trainer import Trainer, evaluate_run, evaluation_summary, run_training
 from llmgym.errors import CheckpointError, ConfigError
 from llmgym.report.runs import read_metrics
 from llmgym.testing import tiny_causal_lm

@@ -27,7 +27,7 @@ import yaml
 from llmgym.algorithms.callbacks import Callback
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.registry import algorithm_class
-from llmgym.algorithms.stop_signals import SignalStop, StopRequest, TrainingStopped
+from llmgym.run.stop_signals import SignalStop, StopRequest, TrainingStopped
 from llmgym.build import build_agent, build_llm, env_instructions, make_envs, seed_everything
 from llmgym.checkpoint import (
     capture_rng_state,
@@ -57,7 +57,7 @@ from llmgym.report.records import (
     trim_episode_records,
 )
 from llmgym.requirements import check_requirements
-from llmgym.run import load_run_config
+from llmgym.run.config_files import load_run_config
 from llmgym.run_lock import LOCK_FILE, RunLock, default_run_stem, new_run_dir
 
 __all__ = [
@@ -361,7 +361,7 @@ class Trainer:
         The greedy policy is evaluated; with ``train.eval_sample`` the sampled policy is too, on
         the same episodes and with its sampling generator reseeded, under ``sampled_`` keys. With
         ``train.eval_splits``, every sample of the first split (all splits after training) is
-        completed and scored by ``train.eval_metrics`` (:mod:`llmgym.algorithms.text_evaluation`).
+        completed and scored by ``train.eval_metrics`` (:mod:`llmgym.run.text_evaluation`).
         The first ``logging.record_episodes`` greedy episodes (and sampled ones with
         ``train.eval_sample``) are appended to ``episodes.jsonl``, and the next training episode of
         env 0 is recorded (:class:`~llmgym.report.records.TrainingEpisodeSampler`).
@@ -385,7 +385,7 @@ class Trainer:
                 result.update({f"sampled_{k}": v for k, v in sampled.items() if k != "episodes"})
             splits = self.config.train.eval_splits
             if splits:
-                from llmgym.algorithms.text_evaluation import evaluate_splits, local_model
+                from llmgym.run.text_evaluation import evaluate_splits, local_model
 
                 result.update(
                     evaluate_splits(
@@ -432,7 +432,7 @@ class Trainer:
         ``logging.record_episodes``), :class:`RunLogCallback`, :class:`EvalCallback`,
         :class:`CheckpointCallback` and :class:`StopCallback`. While it runs, SIGTERM and SIGINT
         stop it with a checkpoint and ``train.checkpoint_signals`` write one
-        (:mod:`llmgym.algorithms.stop_signals`).
+        (:mod:`llmgym.run.stop_signals`).
 
         Raises:
             TrainingStopped: After a stop signal, once the checkpoint, the learning curve and the
@@ -760,7 +760,7 @@ def run_training(config: Config, **kwargs: Any) -> dict[str, Any]:
     for line in evaluation_summary(summary["evaluations"], trainer.config.agent.temperature):
         print(line)
     if trainer.config.train.eval_splits and summary["evaluations"]:
-        from llmgym.algorithms.text_evaluation import metrics_table
+        from llmgym.run.text_evaluation import metrics_table
 
         print(metrics_table(summary["evaluations"][-1], trainer.config.train.eval_splits))
     if summary["learning_curve"]:

@@ -10,7 +10,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from llmgym.run.trainer import Trainer
-from llmgym.build import build_llm
+from llmgym.run.build import build_llm
 from llmgym.checkpoint import latest_checkpoint
 from llmgym.cli import main
 from llmgym.config import load_config

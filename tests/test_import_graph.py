@@ -27,16 +27,25 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("algorithms",),
     ("report",),  # episode records and the readers of run folders, under the HTML report
     ("compat",),
-    # orchestration: a run is built, trained, evaluated, logged, swept and exported here
-    ("run", "build", "evaluation", "metrics", "budgets", "requirements", "sweep", "export", "integrations"),
+    # orchestration: a run is built, trained, evaluated, logged, swept and exported here; build,
+    # evaluation, budgets and requirements are the old paths of run/'s modules (OLD_PATHS)
+    ("run", "metrics", "sweep", "export", "integrations", "build", "evaluation", "budgets", "requirements"),
     ("cli",),
     ("llmgym",),  # the package's public names (llmgym/__init__.py)
 )
 
 #: Old import paths kept for one release (issue 42 moved the modules into ``run/``): they reach their new
 #: module through ``importlib`` when a name is read, never at import, so they draw no arrow back up
-#: (tests/algorithms/test_moved_paths.py); llmgym's own code imports the new paths.
-OLD_PATHS = ("llmgym.algorithms.trainer", "llmgym.algorithms.text_evaluation")
+#: (``llmgym.import_path.moved_module``, tests/run/test_old_paths.py); llmgym's own code imports the new
+#: paths.
+OLD_PATHS = (
+    "llmgym.algorithms.trainer",
+    "llmgym.algorithms.text_evaluation",
+    "llmgym.build",
+    "llmgym.evaluation",
+    "llmgym.budgets",
+    "llmgym.requirements",
+)
 
 #: Arrows back up that stay, with why.
 ALLOWED_BACK_UP = {("export", "llmgym"): "the model card names llmgym.__version__"}
@@ -46,9 +55,9 @@ FORBIDDEN = {
     "llm": ("llmgym.agents", "llmgym.algorithms", "llmgym.envs"),
     "agents": ("llmgym.algorithms",),
     "envs": ("llmgym.llm", "llmgym.agents", "llmgym.algorithms"),
-    "algorithms": ("llmgym.report", "llmgym.metrics", "llmgym.run", "llmgym.build", "llmgym.evaluation"),
+    "algorithms": ("llmgym.report", "llmgym.metrics", "llmgym.run", *OLD_PATHS),
     "config.py": ("llmgym.compat", "llmgym.envs", "llmgym.llm"),
-    "report": ("llmgym.sweep", "llmgym.run", "llmgym.metrics", "llmgym.cli"),
+    "report": ("llmgym.sweep", "llmgym.run", "llmgym.metrics", "llmgym.cli", *OLD_PATHS),
 }
 
 

@@ -3,8 +3,8 @@
 ``llmgym train CONFIG [overrides]`` calls :func:`run_training`; ``llmgym eval RUN_DIR`` calls
 :func:`evaluate_run`. A run directory holds ``config.yaml`` (the resolved config),
 ``metrics.jsonl``, ``checkpoints/`` and, at the end, ``learning_curve.png``. The run's pieces are
-built by :mod:`llmgym.build`; its loop is ``OnPolicyAlgorithm.learn`` with the logging, evaluation
-(:mod:`llmgym.evaluation`) and checkpoint callbacks of this module.
+built by :mod:`llmgym.run.build`; its loop is ``OnPolicyAlgorithm.learn`` with the logging, evaluation
+(:mod:`llmgym.run.evaluation`) and checkpoint callbacks of this module.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from llmgym.algorithms.callbacks import Callback
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.registry import algorithm_class
 from llmgym.run.stop_signals import SignalStop, StopRequest, TrainingStopped
-from llmgym.build import build_agent, build_llm, env_instructions, make_envs, seed_everything
+from llmgym.run.build import build_agent, build_llm, env_instructions, make_envs, seed_everything
 from llmgym.checkpoint import (
     capture_rng_state,
     check_new_run_dir,
@@ -45,7 +45,7 @@ from llmgym.checkpoint import (
 from llmgym.config import AUTO_RESUME, Config, config_to_dict, load_config, save_config
 from llmgym.envs.registration import check_env_id
 from llmgym.errors import CheckpointError, ConfigError
-from llmgym.evaluation import eval_width, evaluate
+from llmgym.run.evaluation import eval_width, evaluate
 from llmgym.metrics import RunLogger, plot_learning_curve, trim_metrics
 from llmgym.report.records import (
     EPISODES_NAME,
@@ -56,7 +56,7 @@ from llmgym.report.records import (
     read_episode_records,
     trim_episode_records,
 )
-from llmgym.requirements import check_requirements
+from llmgym.run.requirements import check_requirements
 from llmgym.run.config_files import load_run_config
 from llmgym.run_lock import LOCK_FILE, RunLock, default_run_stem, new_run_dir
 
@@ -236,7 +236,7 @@ class Trainer:
 
     def _fitted_budget(self) -> Config:
         """The config the agents are built from: ``agent.max_prompt_tokens`` fitted to the model window."""
-        from llmgym.budgets import fit_prompt_budget
+        from llmgym.run.budgets import fit_prompt_budget
 
         backend = self.llm.backend
         try:

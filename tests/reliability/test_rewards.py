@@ -96,7 +96,7 @@ def test_async_workers_check_rewards_too() -> None:
 
 
 def test_run_config_reward_clip_reaches_the_vector_env() -> None:
-    from llmgym.build import make_envs
+    from llmgym.run.build import make_envs
 
     config = load_config(
         None,

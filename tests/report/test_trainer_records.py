@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from llmgym.run.trainer import Trainer
-from llmgym.evaluation import evaluate
+from llmgym.run.evaluation import evaluate
 from llmgym.report.records import EpisodeRecorder, read_episode_records
 from llmgym.testing import tiny_causal_lm
 from tests.algorithms.helpers import tiny_config

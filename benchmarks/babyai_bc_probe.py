@@ -29,9 +29,9 @@ from babyai_scripted import scripted_action
 
 from llmgym.agents.base import BaseAgent
 from llmgym.agents.policies import scored_candidates
-from llmgym.build import build_agent, build_heads, env_instructions, seed_everything
+from llmgym.run.build import build_agent, build_heads, env_instructions, seed_everything
 from llmgym.config import Config, load_config
-from llmgym.evaluation import evaluate
+from llmgym.run.evaluation import evaluate
 from llmgym.llm.client import LLM
 from llmgym.llm.modules import POLICY_KEY
 from llmgym.llm.updater import Updater

@@ -31,7 +31,7 @@ def collect(
     config_path: str, cache_mb: int, iterations: int, checkpoint: str | None
 ) -> tuple[float, list[Any], float]:
     """Run ``iterations`` collections of the config's PPO run; returns ``(seconds, actions, hit share)``."""
-    from llmgym.algorithms.trainer import Trainer
+    from llmgym.run.trainer import Trainer
     from llmgym.checkpoint import latest_checkpoint
     from llmgym.config import load_config
 

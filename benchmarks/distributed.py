@@ -23,7 +23,7 @@ import tempfile
 import time
 from typing import Any
 
-from llmgym.algorithms.trainer import Trainer
+from llmgym.run.trainer import Trainer
 from llmgym.config import Config, DistributedConfig, load_config
 from llmgym.llm.distributed.ray_runtime import start_ray
 

@@ -18,9 +18,9 @@ import gymnasium as gym
 import torch
 
 from llmgym.agents.policies import CandidatePolicy, policy_logits_key, scored_candidates
-from llmgym.build import build_agent, build_llm, env_instructions, seed_everything
+from llmgym.run.build import build_agent, build_llm, env_instructions, seed_everything
 from llmgym.config import load_config
-from llmgym.evaluation import evaluate
+from llmgym.run.evaluation import evaluate
 
 
 def main() -> None:

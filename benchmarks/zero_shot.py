@@ -15,9 +15,9 @@ import time
 import gymnasium as gym
 
 import llmgym
-from llmgym.build import build_agent
+from llmgym.run.build import build_agent
 from llmgym.config import load_config
-from llmgym.evaluation import evaluate
+from llmgym.run.evaluation import evaluate
 
 
 def random_policy(env_id: str, episodes: int, seed: int, max_steps: int) -> float:

@@ -19,8 +19,8 @@ import gymnasium as gym
 
 from llmgym import load_config
 from llmgym.algorithms import PPO
-from llmgym.build import build_agent, build_llm, make_envs
-from llmgym.evaluation import evaluate
+from llmgym.run.build import build_agent, build_llm, make_envs
+from llmgym.run.evaluation import evaluate
 
 CONFIG = "babyai_ppo"  # a shipped config (llmgym/configs/babyai_ppo.yaml)
 

@@ -556,7 +556,7 @@ def _quiet_third_party_output() -> None:
 def _cmd_train(config_arg: str | None, overrides: list[str], resume: bool = False) -> int:
     """``llmgym train``; a run stopped by a signal exits with ``128 + signum`` once its checkpoint is written."""
     from llmgym.config import AUTO_RESUME
-    from llmgym.requirements import check_requirements
+    from llmgym.run.requirements import check_requirements
     from llmgym.run import load_run_config
 
     config_arg, overrides = _split_config_arg(config_arg, overrides)
@@ -569,7 +569,7 @@ def _cmd_train(config_arg: str | None, overrides: list[str], resume: bool = Fals
         overrides = [*overrides, f"train.resume={AUTO_RESUME}"]
     config = load_run_config(config_arg, overrides)
     check_requirements(config)  # before torch is imported, the model loads or the run directory exists
-    from llmgym.algorithms.trainer import TrainingStopped, run_training
+    from llmgym.run.trainer import TrainingStopped, run_training
 
     try:
         run_training(config)
@@ -624,7 +624,7 @@ def _run(argv: list[str]) -> int:
     if args.command == "sweep":
         return _cmd_sweep(args)
     if args.command == "eval":
-        from llmgym.algorithms.trainer import evaluate_run
+        from llmgym.run.trainer import evaluate_run
 
         evaluate_run(
             args.run_dir,

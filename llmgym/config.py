@@ -551,7 +551,7 @@ class EnvConfig(_Section):
     )
 
     def _check(self) -> None:
-        # its upper bound is the envs' rule, checked by llmgym.requirements.check_requirements
+        # its upper bound is the envs' rule, checked by llmgym.run.requirements.check_requirements
         _check_positive("env", "reward_clip", self.reward_clip)
         module, sep, _ = self.id.partition(":")
         if sep:  # Gymnasium's 'module:Namespace/Name-v0' imports module, as import paths do

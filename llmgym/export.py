@@ -244,7 +244,7 @@ def _base_model(config: ModelConfig, model: Any) -> tuple[str, str]:
 
 def _load_llm(config: Config, checkpoint: Path) -> LocalLLM:
     """The checkpoint's model and heads in this process, on the CPU unless the base is 4-bit (CUDA)."""
-    from llmgym.build import build_heads
+    from llmgym.run.build import build_heads
     from llmgym.llm.local import LocalLLM
 
     model_config = (
@@ -528,7 +528,7 @@ def load_heads(folder: str | os.PathLike[str]) -> dict[str, ModuleFunction]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from llmgym.build import build_heads
+    from llmgym.run.build import build_heads
     from llmgym.config import load_config
 
     root = Path(folder)

@@ -10,9 +10,6 @@ intended layering, ``LAYERS`` of ``tests/test_import_graph.py`` (which guards it
 strongly connected component of two or more files; it is *across folders* when its files lie in
 more than one room.
 
-The table is printed twice: with every file in the room it lies in, and with the files that
-``MOVED_TO`` of the test places in another room (orchestration still under ``algorithms/``).
-
 Usage::
 
     python scripts/import_graph.py [PACKAGE_DIR] [--arrows]
@@ -67,18 +64,14 @@ def imported_modules(module: str, path: Path, modules: Mapping[str, Path]) -> se
     return found
 
 
-def room_of(module: str, modules: Mapping[str, Path], moved: Mapping[str, str] | None = None) -> str:
+def room_of(module: str, modules: Mapping[str, Path]) -> str:
     """The room of a module: its folder below the package, or its own name at the top level.
 
     Args:
         module: The dotted module name.
         modules: :func:`module_files` of the package.
-        moved: Files (``algorithms/trainer.py``, relative to the package) placed in another room.
     """
     path = modules[module]
-    relative = path.relative_to(modules[module.split(".")[0]].parent).as_posix()
-    if moved and relative in moved:
-        return moved[relative]
     parts = module.split(".")[1:]
     if path.name == "__init__.py":
         return "/".join(parts) or "llmgym"
@@ -171,11 +164,11 @@ class Graph:
     room_imports: dict[tuple[str, str], list[tuple[str, str]]]
 
 
-def measure(package: Path, layers: Sequence[Sequence[str]], moved: Mapping[str, str] | None = None) -> Graph:
-    """The import graph of ``package`` against ``layers`` (lowest floor first), ``moved`` files placed apart."""
+def measure(package: Path, layers: Sequence[Sequence[str]]) -> Graph:
+    """The import graph of ``package`` against ``layers`` (lowest floor first)."""
     modules = module_files(package)
     file_graph = {m: imported_modules(m, p, modules) for m, p in modules.items()}
-    rooms = {m: room_of(m, modules, moved) for m in modules}
+    rooms = {m: room_of(m, modules) for m in modules}
     room_graph: dict[str, set[str]] = {room: set() for room in rooms.values()}
     room_imports: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for module, imported in file_graph.items():
@@ -200,7 +193,7 @@ def measure(package: Path, layers: Sequence[Sequence[str]], moved: Mapping[str, 
 
 
 def _layering() -> ModuleType:
-    """``tests/test_import_graph.py``, where the intended layering is written (``LAYERS``, ``MOVED_TO``)."""
+    """``tests/test_import_graph.py``, where the intended layering is written (``LAYERS``)."""
     spec = importlib.util.spec_from_file_location(
         "test_import_graph", ROOT / "tests" / "test_import_graph.py"
     )
@@ -233,7 +226,7 @@ def _print(title: str, graph: Graph, show_arrows: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Print the tables of the import graph of the package folder given (llmgym/ by default)."""
+    """Print the table of the import graph of the package folder given (llmgym/ by default)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("package", nargs="?", default=str(ROOT / "llmgym"))
     parser.add_argument("--arrows", action="store_true", help="also list every arrow between rooms")
@@ -241,8 +234,6 @@ def main(argv: list[str] | None = None) -> None:
     layering = _layering()
     package = Path(args.package).resolve()
     _print("Every file in the room it lies in:", measure(package, layering.LAYERS), args.arrows)
-    moved = ", ".join(f"{f} in {r}" for f, r in layering.MOVED_TO.items())
-    _print(f"With {moved} (MOVED_TO):", measure(package, layering.LAYERS, layering.MOVED_TO), args.arrows)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from llmgym.algorithms.trainer import Trainer
-from llmgym.build import build_llm
+from llmgym.run.trainer import Trainer
+from llmgym.run.build import build_llm
 from llmgym.checkpoint import latest_checkpoint
 from llmgym.cli import main
 from llmgym.config import load_config

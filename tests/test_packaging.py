@@ -9,7 +9,7 @@ import pytest
 
 from llmgym.config import shipped_configs
 from llmgym.envs.registration import ENV_SPECS
-from llmgym.requirements import _SETTING_EXTRAS
+from llmgym.run.requirements import _SETTING_EXTRAS
 
 tomllib = pytest.importorskip("tomllib")
 

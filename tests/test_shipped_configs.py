@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from llmgym.algorithms.trainer import Trainer
+from llmgym.run.trainer import Trainer
 from llmgym.config import load_config
 from llmgym.envs.rewards import increasing_numbers
 from llmgym.testing import tiny_causal_lm

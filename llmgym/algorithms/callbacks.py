@@ -4,7 +4,7 @@ A :class:`Callback` is told when training starts, around each rollout's collecti
 vector step of a rollout (:meth:`Callback.on_step`, called by every collection loop through
 :meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.rollout_step`), after every update (with the
 iteration's metrics, which it may extend) and when training ends. ``llmgym train``'s logging, periodic
-evaluation and checkpoints are three of them (:mod:`llmgym.algorithms.trainer`), and the recording of
+evaluation and checkpoints are three of them (:mod:`llmgym.run.trainer`), and the recording of
 training episodes for the run report a fourth (:class:`~llmgym.report.records.TrainingEpisodeSampler`);
 a plain function ``f(algorithm, metrics)`` is a callback too (:class:`FunctionCallback`).
 """

@@ -4,7 +4,7 @@ An algorithm (:class:`~llmgym.algorithms.ppo.PPO`, :class:`~llmgym.algorithms.a2
 :class:`OnPolicyAlgorithm` and writes two methods: :meth:`~OnPolicyAlgorithm.objective` (its
 loss, run on every LLM server) and :meth:`~OnPolicyAlgorithm.train` (its epoch loop on one
 rollout). ``PPO(agent, envs, config).learn(total_env_steps)`` is the library-level API; the
-config-driven :class:`~llmgym.algorithms.trainer.Trainer` adds logging, evaluation and checkpoints as
+config-driven :class:`~llmgym.run.trainer.Trainer` adds logging, evaluation and checkpoints as
 callbacks (:mod:`~llmgym.algorithms.callbacks`).
 """
 

@@ -290,7 +290,7 @@ def resolve_updater(config: AlgorithmConfig) -> Updater:
     """The updater of an ``algorithm`` section: a :class:`PolicyUpdater`, or the user class ``algorithm.updater``.
 
     The one builder of updaters: :meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.updater` and
-    :func:`llmgym.build.build_llm` both call it. A user class (``'module:Class'``) is instantiated
+    :func:`llmgym.run.build.build_llm` both call it. A user class (``'module:Class'``) is instantiated
     with the algorithm config when its constructor accepts it, else without arguments.
 
     Raises:

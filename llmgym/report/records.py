@@ -248,7 +248,7 @@ def _generative_fields(decision: Decision, choice: TokenChoice, tokenizer: Any) 
 class EpisodeRecorder:
     """Records the first ``max_episodes`` episodes of one evaluation from the agent's decisions.
 
-    :func:`llmgym.evaluation.evaluate` calls :meth:`add_step` after each env step and
+    :func:`llmgym.run.evaluation.evaluate` calls :meth:`add_step` after each env step and
     :meth:`end_episode` when an episode ends; :meth:`records` then gives the finished episodes.
 
     Args:

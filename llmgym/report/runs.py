@@ -345,7 +345,7 @@ def save_evaluation(
         folder: The folder (replaced when it exists).
         config_yaml: The resolved config evaluated.
         env_steps: Env steps of the checkpoint evaluated (0 zero-shot).
-        result: What :func:`llmgym.evaluation.evaluate` returned.
+        result: What :func:`llmgym.run.evaluation.evaluate` returned.
         records: The recorded episodes.
         label: The eval record's label.
 

@@ -30,7 +30,7 @@ def tiny_config(tmp_path, env_id: str, *overrides: str) -> Config:
 def build(config: Config, seed: int = 0, arch: str = "llama"):
     """(llm, envs, agent, algorithm) for a config, on a fresh tiny model."""
     from llmgym.algorithms import algorithm_class
-    from llmgym.build import build_agent, build_llm, make_envs
+    from llmgym.run.build import build_agent, build_llm, make_envs
     from llmgym.testing import tiny_causal_lm
 
     model, tokenizer = tiny_causal_lm(arch, seed=seed)

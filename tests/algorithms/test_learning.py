@@ -15,7 +15,7 @@ candidate with the context inside the candidate's hidden state.
 
 import pytest
 
-from llmgym.evaluation import evaluate
+from llmgym.run.evaluation import evaluate
 from tests.algorithms.helpers import build, tiny_config
 from tests.algorithms.test_nlpo import TOKEN_TEXTGEN
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from llmgym.algorithms import PPO
-from llmgym.algorithms.trainer import Trainer
+from llmgym.run.trainer import Trainer
 from llmgym.checkpoint import latest_checkpoint, write_manifest
 from llmgym.cli import main
 from llmgym.config import AlgorithmConfig

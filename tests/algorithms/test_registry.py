@@ -50,7 +50,7 @@ class Recorder(Callback):
 
 
 def test_a_user_algorithm_from_yaml_trains_through_the_trainer(tmp_path):
-    from llmgym.algorithms.trainer import Trainer
+    from llmgym.run.trainer import Trainer
     from llmgym.testing import tiny_causal_lm
 
     name = f"{__name__}:CountingPPO"

@@ -16,8 +16,8 @@ import torch
 
 from llmgym.agents.generative import DecoderHistory
 from llmgym.algorithms import algorithm_class
-from llmgym.build import build_agent, build_llm, make_envs
-from llmgym.evaluation import evaluate
+from llmgym.run.build import build_agent, build_llm, make_envs
+from llmgym.run.evaluation import evaluate
 from llmgym.testing import tiny_seq2seq_lm
 from tests.algorithms.helpers import tiny_config
 

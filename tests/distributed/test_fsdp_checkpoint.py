@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from llmgym.algorithms import PPO
-from llmgym.algorithms.trainer import Trainer
+from llmgym.run.trainer import Trainer
 from llmgym.config import DistributedConfig, LoRAConfig
 from llmgym.errors import BackendError
 from llmgym.llm.distributed.ray_runtime import start_ray

@@ -144,7 +144,7 @@ def vllm_model_dir(tmp_path_factory):
 
 def _build(tmp_path, model_dir, *overrides):
     from llmgym.algorithms import algorithm_class
-    from llmgym.algorithms.trainer import build_agent, build_llm, make_envs
+    from llmgym.run.trainer import build_agent, build_llm, make_envs
 
     config = tiny_config(
         tmp_path,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgym.algorithms.trainer import Trainer
+from llmgym.run.trainer import Trainer
 from llmgym.cli import main
 from llmgym.errors import CheckpointError, ExportError
 from llmgym.export import export_run

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from llmgym.algorithms.trainer import Trainer
+from llmgym.run.trainer import Trainer
 from llmgym.config import load_config
 from llmgym.errors import ConfigError
 from llmgym.testing import tiny_causal_lm

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmgym.algorithms.trainer import Trainer, evaluate_run
+from llmgym.run.trainer import Trainer, evaluate_run
 from llmgym.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from llmgym.errors import CheckpointError
 from llmgym.export import export_run

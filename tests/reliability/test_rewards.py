@@ -96,7 +96,7 @@ def test_async_workers_check_rewards_too() -> None:
 
 
 def test_run_config_reward_clip_reaches_the_vector_env() -> None:
-    from llmgym.build import make_envs
+    from llmgym.run.build import make_envs
 
     config = load_config(
         None,
@@ -195,7 +195,7 @@ def test_llamagym_step_refuses_a_nan_reward(llamagym_agent: Any) -> None:
 
 
 def test_training_stops_at_the_step_that_returned_nan_not_at_the_update(tmp_path) -> None:
-    from llmgym.algorithms.trainer import Trainer
+    from llmgym.run.trainer import Trainer
     from llmgym.testing import tiny_causal_lm
 
     model, tokenizer = tiny_causal_lm("llama", seed=0)

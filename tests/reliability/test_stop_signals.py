@@ -31,7 +31,7 @@ _CHILD = """
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from llmgym import cli
-from llmgym.algorithms import trainer
+from llmgym.run import trainer
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.envs.vector import TextVectorEnv
 

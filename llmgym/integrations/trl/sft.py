@@ -156,7 +156,7 @@ def sft_examples(config: Config, tokenizer: PreTrainedTokenizerBase) -> list[SFT
     """
     from typing import cast
 
-    from llmgym.build import build_agent
+    from llmgym.run.build import build_agent
     from llmgym.llm.protocols import PolicyLLM
 
     if config.agent.type == "scoring":

@@ -27,7 +27,7 @@ def _first_decision(config):
     """The first sampled completion of an RL run of ``config`` (its LLM, agent and env, as the trainer builds them)."""
     import gymnasium as gym
 
-    from llmgym.build import build_agent, build_llm, env_instructions
+    from llmgym.run.build import build_agent, build_llm, env_instructions
 
     llm = build_llm(config)
     try:

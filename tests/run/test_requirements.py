@@ -4,7 +4,7 @@ import pytest
 
 from llmgym.config import load_config
 from llmgym.errors import ConfigError, MissingDependencyError
-from llmgym.requirements import check_requirements
+from llmgym.run.requirements import check_requirements
 
 
 @pytest.mark.parametrize(

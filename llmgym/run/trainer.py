@@ -3,8 +3,8 @@
 ``llmgym train CONFIG [overrides]`` calls :func:`run_training`; ``llmgym eval RUN_DIR`` calls
 :func:`evaluate_run`. A run directory holds ``config.yaml`` (the resolved config),
 ``metrics.jsonl``, ``checkpoints/`` and, at the end, ``learning_curve.png``. The run's pieces are
-built by :mod:`llmgym.build`; its loop is ``OnPolicyAlgorithm.learn`` with the logging, evaluation
-(:mod:`llmgym.evaluation`) and checkpoint callbacks of this module.
+built by :mod:`llmgym.run.build`; its loop is ``OnPolicyAlgorithm.learn`` with the logging, evaluation
+(:mod:`llmgym.run.evaluation`) and checkpoint callbacks of this module.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import yaml
 from llmgym.algorithms.callbacks import Callback
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.registry import algorithm_class
-from llmgym.algorithms.stop_signals import SignalStop, StopRequest, TrainingStopped
-from llmgym.build import build_agent, build_llm, env_instructions, make_envs, seed_everything
+from llmgym.run.stop_signals import SignalStop, StopRequest, TrainingStopped
+from llmgym.run.build import build_agent, build_llm, env_instructions, make_envs, seed_everything
 from llmgym.checkpoint import (
     capture_rng_state,
     check_new_run_dir,
@@ -45,7 +45,7 @@ from llmgym.checkpoint import (
 from llmgym.config import AUTO_RESUME, Config, config_to_dict, load_config, save_config
 from llmgym.envs.registration import check_env_id
 from llmgym.errors import CheckpointError, ConfigError
-from llmgym.evaluation import eval_width, evaluate
+from llmgym.run.evaluation import eval_width, evaluate
 from llmgym.metrics import RunLogger, plot_learning_curve, trim_metrics
 from llmgym.report.records import (
     EPISODES_NAME,
@@ -56,8 +56,8 @@ from llmgym.report.records import (
     read_episode_records,
     trim_episode_records,
 )
-from llmgym.requirements import check_requirements
-from llmgym.run import load_run_config
+from llmgym.run.requirements import check_requirements
+from llmgym.run.config_files import load_run_config
 from llmgym.run_lock import LOCK_FILE, RunLock, default_run_stem, new_run_dir
 
 __all__ = [
@@ -236,7 +236,7 @@ class Trainer:
 
     def _fitted_budget(self) -> Config:
         """The config the agents are built from: ``agent.max_prompt_tokens`` fitted to the model window."""
-        from llmgym.budgets import fit_prompt_budget
+        from llmgym.run.budgets import fit_prompt_budget
 
         backend = self.llm.backend
         try:
@@ -361,7 +361,7 @@ class Trainer:
         The greedy policy is evaluated; with ``train.eval_sample`` the sampled policy is too, on
         the same episodes and with its sampling generator reseeded, under ``sampled_`` keys. With
         ``train.eval_splits``, every sample of the first split (all splits after training) is
-        completed and scored by ``train.eval_metrics`` (:mod:`llmgym.algorithms.text_evaluation`).
+        completed and scored by ``train.eval_metrics`` (:mod:`llmgym.run.text_evaluation`).
         The first ``logging.record_episodes`` greedy episodes (and sampled ones with
         ``train.eval_sample``) are appended to ``episodes.jsonl``, and the next training episode of
         env 0 is recorded (:class:`~llmgym.report.records.TrainingEpisodeSampler`).
@@ -385,7 +385,7 @@ class Trainer:
                 result.update({f"sampled_{k}": v for k, v in sampled.items() if k != "episodes"})
             splits = self.config.train.eval_splits
             if splits:
-                from llmgym.algorithms.text_evaluation import evaluate_splits, local_model
+                from llmgym.run.text_evaluation import evaluate_splits, local_model
 
                 result.update(
                     evaluate_splits(
@@ -432,7 +432,7 @@ class Trainer:
         ``logging.record_episodes``), :class:`RunLogCallback`, :class:`EvalCallback`,
         :class:`CheckpointCallback` and :class:`StopCallback`. While it runs, SIGTERM and SIGINT
         stop it with a checkpoint and ``train.checkpoint_signals`` write one
-        (:mod:`llmgym.algorithms.stop_signals`).
+        (:mod:`llmgym.run.stop_signals`).
 
         Raises:
             TrainingStopped: After a stop signal, once the checkpoint, the learning curve and the
@@ -760,7 +760,7 @@ def run_training(config: Config, **kwargs: Any) -> dict[str, Any]:
     for line in evaluation_summary(summary["evaluations"], trainer.config.agent.temperature):
         print(line)
     if trainer.config.train.eval_splits and summary["evaluations"]:
-        from llmgym.algorithms.text_evaluation import metrics_table
+        from llmgym.run.text_evaluation import metrics_table
 
         print(metrics_table(summary["evaluations"][-1], trainer.config.train.eval_splits))
     if summary["learning_curve"]:

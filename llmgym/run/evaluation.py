@@ -2,7 +2,7 @@
 
 :func:`play_episodes` is the one evaluation loop: :func:`evaluate` (success rate and return over
 seeded episodes, ``llmgym train``'s evaluations and ``llmgym eval``) and the RL4LMs-style split
-evaluation (:mod:`llmgym.algorithms.text_evaluation`, one episode per datapool sample) both run it.
+evaluation (:mod:`llmgym.run.text_evaluation`, one episode per datapool sample) both run it.
 Training's collection runs on the autoresetting vector env instead
 (:meth:`~llmgym.algorithms.on_policy.OnPolicyAlgorithm.collect_rollout`), because its episodes
 continue across rollouts rather than starting from chosen seeds.

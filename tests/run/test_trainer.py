@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from llmgym.algorithms.trainer import Trainer, evaluate_run, evaluation_summary, run_training
+from llmgym.run.trainer import Trainer, evaluate_run, evaluation_summary, run_training
 from llmgym.errors import CheckpointError, ConfigError
 from llmgym.report.runs import read_metrics
 from llmgym.testing import tiny_causal_lm
@@ -368,7 +368,7 @@ def test_evaluate_run_loads_the_checkpoint(tmp_path, tiny_model_dir, capsys):
 
 
 def test_evaluate_run_of_a_config_is_the_untrained_model(tmp_path, tiny_model_dir, capsys):
-    from llmgym.evaluation import evaluate
+    from llmgym.run.evaluation import evaluate
 
     trainer = Trainer(
         tiny_config(
@@ -389,8 +389,8 @@ def test_evaluate_run_of_a_config_is_the_untrained_model(tmp_path, tiny_model_di
 
 
 def test_evaluate_does_not_depend_on_the_number_of_envs(tmp_path):
-    from llmgym.build import build_agent, build_llm
-    from llmgym.evaluation import evaluate
+    from llmgym.run.build import build_agent, build_llm
+    from llmgym.run.evaluation import evaluate
 
     config = tiny_config(tmp_path, "llmgym/Countdown-v0", "env.kwargs.length=3")
     model, tokenizer = tiny_causal_lm("llama", seed=0)
@@ -402,8 +402,8 @@ def test_evaluate_does_not_depend_on_the_number_of_envs(tmp_path):
 
 def test_evaluate_reports_the_task_return_without_shaping(tmp_path):
     pytest.importorskip("minigrid")
-    from llmgym.build import build_agent, build_llm
-    from llmgym.evaluation import evaluate
+    from llmgym.run.build import build_agent, build_llm
+    from llmgym.run.evaluation import evaluate
 
     env = [
         "env.id=llmgym/BabyAI-Text-GoToRedBallNoDists-v0",
@@ -523,8 +523,8 @@ def test_trpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
 
 
 def test_textgen_evaluations_report_perplexity_under_the_reference_distinct_n_and_kl(tmp_path):
-    from llmgym.build import build_agent, build_llm
-    from llmgym.evaluation import evaluate
+    from llmgym.run.build import build_agent, build_llm
+    from llmgym.run.evaluation import evaluate
     from llmgym.report.records import EpisodeRecorder
 
     config = tiny_config(

@@ -1,6 +1,6 @@
 """Everything a run is built from its config: the LLM with its heads and updater, the envs, the agents.
 
-``llmgym train`` (:class:`~llmgym.algorithms.trainer.Trainer`), ``llmgym eval``, ``llmgym export``
+``llmgym train`` (:class:`~llmgym.run.trainer.Trainer`), ``llmgym eval``, ``llmgym export``
 and the examples build their pieces here, so a config means the same run everywhere.
 """
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from llmgym.agents.base import BaseAgent
 from llmgym.config import Config
 from llmgym.errors import BackendError, ConfigError
-from llmgym.evaluation import EpisodeStep, play_episodes
+from llmgym.run.evaluation import EpisodeStep, play_episodes
 from llmgym.text_metrics import MetricContext, MetricSpec, compute_metrics
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from llmgym.algorithms.stop_signals import SignalStop, StopRequest, TrainingStopped
+from llmgym.run.stop_signals import SignalStop, StopRequest, TrainingStopped
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """A run stopped by a signal keeps its progress: what SIGTERM, SIGINT and SIGUSR1 do while training.
 
-While :meth:`~llmgym.algorithms.trainer.Trainer.train` runs in the main thread, :class:`SignalStop`
+While :meth:`~llmgym.run.trainer.Trainer.train` runs in the main thread, :class:`SignalStop`
 handles these signals (a signal ignored when training starts, as SIGINT is in a job that a
 non-interactive shell started in the background, stays ignored):
 
@@ -56,7 +56,7 @@ class StopRequest(BaseException):
 
 
 class TrainingStopped(Exception):
-    """:meth:`~llmgym.algorithms.trainer.Trainer.train` was stopped by a signal, after its checkpoint and report.
+    """:meth:`~llmgym.run.trainer.Trainer.train` was stopped by a signal, after its checkpoint and report.
 
     Args:
         signum: The signal.

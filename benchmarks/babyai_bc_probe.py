@@ -29,12 +29,12 @@ from babyai_scripted import scripted_action
 
 from llmgym.agents.base import BaseAgent
 from llmgym.agents.policies import scored_candidates
-from llmgym.run.build import build_agent, build_heads, env_instructions, seed_everything
 from llmgym.config import Config, load_config
-from llmgym.run.evaluation import evaluate
 from llmgym.llm.client import LLM
 from llmgym.llm.modules import POLICY_KEY
 from llmgym.llm.updater import Updater
+from llmgym.run.build import build_agent, build_heads, env_instructions, seed_everything
+from llmgym.run.evaluation import evaluate
 
 Sample = tuple[str, list[str], int]  # prompt, scored candidates, index of the scripted action
 

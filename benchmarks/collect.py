@@ -31,9 +31,9 @@ def collect(
     config_path: str, cache_mb: int, iterations: int, checkpoint: str | None
 ) -> tuple[float, list[Any], float]:
     """Run ``iterations`` collections of the config's PPO run; returns ``(seconds, actions, hit share)``."""
-    from llmgym.run.trainer import Trainer
     from llmgym.checkpoint import latest_checkpoint
     from llmgym.config import load_config
+    from llmgym.run.trainer import Trainer
 
     config = load_config(config_path, [f"model.trunk_cache_mb={cache_mb}"])
     with tempfile.TemporaryDirectory() as run_dir:

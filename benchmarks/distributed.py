@@ -23,9 +23,9 @@ import tempfile
 import time
 from typing import Any
 
-from llmgym.run.trainer import Trainer
 from llmgym.config import Config, DistributedConfig, load_config
 from llmgym.llm.distributed.ray_runtime import start_ray
+from llmgym.run.trainer import Trainer
 
 
 def iteration_seconds(config: Config, run_dir: str, iterations: int, warmup: int) -> tuple[float, float]:

@@ -18,8 +18,8 @@ import gymnasium as gym
 import torch
 
 from llmgym.agents.policies import CandidatePolicy, policy_logits_key, scored_candidates
-from llmgym.run.build import build_agent, build_llm, env_instructions, seed_everything
 from llmgym.config import load_config
+from llmgym.run.build import build_agent, build_llm, env_instructions, seed_everything
 from llmgym.run.evaluation import evaluate
 
 

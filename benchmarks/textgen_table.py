@@ -32,9 +32,9 @@ import gymnasium as gym
 from llmgym.agents.policies import Decision
 from llmgym.algorithms import NLPO, algorithm_class
 from llmgym.algorithms.fluency import fluency_metrics
-from llmgym.run.build import build_agent, build_llm
 from llmgym.checkpoint import latest_checkpoint
 from llmgym.config import Config, load_config
+from llmgym.run.build import build_agent, build_llm
 from llmgym.stats import bootstrap_ci, iqm
 
 

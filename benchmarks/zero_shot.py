@@ -15,8 +15,8 @@ import time
 import gymnasium as gym
 
 import llmgym
-from llmgym.run.build import build_agent
 from llmgym.config import load_config
+from llmgym.run.build import build_agent
 from llmgym.run.evaluation import evaluate
 
 

@@ -556,8 +556,8 @@ def _quiet_third_party_output() -> None:
 def _cmd_train(config_arg: str | None, overrides: list[str], resume: bool = False) -> int:
     """``llmgym train``; a run stopped by a signal exits with ``128 + signum`` once its checkpoint is written."""
     from llmgym.config import AUTO_RESUME
-    from llmgym.run.requirements import check_requirements
     from llmgym.run import load_run_config
+    from llmgym.run.requirements import check_requirements
 
     config_arg, overrides = _split_config_arg(config_arg, overrides)
     if resume:

@@ -244,8 +244,8 @@ def _base_model(config: ModelConfig, model: Any) -> tuple[str, str]:
 
 def _load_llm(config: Config, checkpoint: Path) -> LocalLLM:
     """The checkpoint's model and heads in this process, on the CPU unless the base is 4-bit (CUDA)."""
-    from llmgym.run.build import build_heads
     from llmgym.llm.local import LocalLLM
+    from llmgym.run.build import build_heads
 
     model_config = (
         config.model if config.model.load_in_4bit else dataclasses.replace(config.model, device="cpu")
@@ -528,8 +528,8 @@ def load_heads(folder: str | os.PathLike[str]) -> dict[str, ModuleFunction]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from llmgym.run.build import build_heads
     from llmgym.config import load_config
+    from llmgym.run.build import build_heads
 
     root = Path(folder)
     try:

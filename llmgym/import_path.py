@@ -13,11 +13,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 from llmgym.errors import ConfigError
 
-__all__ = ["ALLOW_IMPORTS_ENV", "check_import_allowed", "import_object", "is_import_path"]
+__all__ = ["ALLOW_IMPORTS_ENV", "check_import_allowed", "import_object", "is_import_path", "moved_module"]
 
 #: The environment variable listing the module prefixes outside llmgym a config may import.
 ALLOW_IMPORTS_ENV = "LLMGYM_ALLOW_IMPORTS"
@@ -93,3 +95,28 @@ def import_object(spec: str, key: str, expected: str = "'package.module:function
             f"{key}={spec!r} is {type(found).__name__} {found!r:.80}, not a Python function or class; expected {expected}."
         )
     return found
+
+
+def moved_module(old: str, new: str) -> Callable[[str], Any]:
+    """The module ``__getattr__`` of an old module path kept for one release after its module moved.
+
+    A name read from the old module comes from ``new``, imported only then (``importlib``, so the old
+    module draws no import arrow to the new one), with a DeprecationWarning naming the new path.
+
+    Args:
+        old: The old module's dotted name (its ``__name__``).
+        new: The dotted name of the module that now holds its code.
+
+    Returns:
+        ``__getattr__(name)`` for the old module; a name ``new`` lacks, or a dunder name (which the
+        import machinery probes), raises AttributeError.
+    """
+
+    def __getattr__(name: str) -> Any:
+        module = None if name.startswith("__") else importlib.import_module(new)
+        if module is None or not hasattr(module, name):
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        warnings.warn(f"{old} moved to {new}; import {name} from {new}.", DeprecationWarning, stacklevel=2)
+        return getattr(module, name)
+
+    return __getattr__

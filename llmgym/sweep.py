@@ -28,8 +28,8 @@ from llmgym.config import Config
 from llmgym.errors import ConfigError
 from llmgym.lifetime import exit_with_parent
 from llmgym.report.runs import SweepRun, read_metrics, read_run
-from llmgym.run.requirements import check_requirements
 from llmgym.run import load_run_config
+from llmgym.run.requirements import check_requirements
 from llmgym.run_lock import default_run_stem, new_run_dir
 from llmgym.stats import bootstrap_ci, iqm
 

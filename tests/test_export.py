@@ -9,14 +9,14 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from llmgym.run.trainer import Trainer
-from llmgym.run.build import build_llm
 from llmgym.checkpoint import latest_checkpoint
 from llmgym.cli import main
 from llmgym.config import load_config
 from llmgym.errors import CheckpointError, ExportError
 from llmgym.export import CONFIG_COPY, HEADS_META, HEADS_WEIGHTS, export_run, load_heads
 from llmgym.llm.modules import ActionHead, ValueHead
+from llmgym.run.build import build_llm
+from llmgym.run.trainer import Trainer
 from tests.algorithms.helpers import tiny_config
 
 RUN = [

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from llmgym.run.trainer import Trainer
 from llmgym.config import load_config
 from llmgym.envs.rewards import increasing_numbers
+from llmgym.run.trainer import Trainer
 from llmgym.testing import tiny_causal_lm
 
 

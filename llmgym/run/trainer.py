@@ -27,8 +27,6 @@ import yaml
 from llmgym.algorithms.callbacks import Callback
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.registry import algorithm_class
-from llmgym.run.stop_signals import SignalStop, StopRequest, TrainingStopped
-from llmgym.run.build import build_agent, build_llm, env_instructions, make_envs, seed_everything
 from llmgym.checkpoint import (
     capture_rng_state,
     check_new_run_dir,
@@ -45,7 +43,6 @@ from llmgym.checkpoint import (
 from llmgym.config import AUTO_RESUME, Config, config_to_dict, load_config, save_config
 from llmgym.envs.registration import check_env_id
 from llmgym.errors import CheckpointError, ConfigError
-from llmgym.run.evaluation import eval_width, evaluate
 from llmgym.metrics import RunLogger, plot_learning_curve, trim_metrics
 from llmgym.report.records import (
     EPISODES_NAME,
@@ -56,8 +53,11 @@ from llmgym.report.records import (
     read_episode_records,
     trim_episode_records,
 )
-from llmgym.run.requirements import check_requirements
+from llmgym.run.build import build_agent, build_llm, env_instructions, make_envs, seed_everything
 from llmgym.run.config_files import load_run_config
+from llmgym.run.evaluation import eval_width, evaluate
+from llmgym.run.requirements import check_requirements
+from llmgym.run.stop_signals import SignalStop, StopRequest, TrainingStopped
 from llmgym.run_lock import LOCK_FILE, RunLock, default_run_stem, new_run_dir
 
 __all__ = [

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from llmgym.algorithms import PPO
-from llmgym.run.trainer import Trainer
 from llmgym.checkpoint import latest_checkpoint, write_manifest
 from llmgym.cli import main
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import CheckpointError, NonFiniteError
 from llmgym.export import export_run
+from llmgym.run.trainer import Trainer
 from llmgym.testing import save_tiny_model, tiny_causal_lm
 from tests.algorithms.helpers import build, tiny_config
 

@@ -17,17 +17,17 @@ import pytest
 import torch
 
 from llmgym.algorithms import PPO
-from llmgym.run.trainer import Trainer
 from llmgym.config import DistributedConfig, LoRAConfig
 from llmgym.errors import BackendError
 from llmgym.llm.distributed.ray_runtime import start_ray
 from llmgym.llm.local import LocalLLM
 from llmgym.llm.modules import ValueHead
+from llmgym.run.trainer import Trainer
 from llmgym.testing import tiny_causal_lm
 from tests.algorithms.helpers import tiny_config
-from tests.algorithms.test_trainer import COUNTDOWN
 from tests.distributed.helpers import CANDIDATES, CONTEXTS, OPTIMIZER
 from tests.distributed.test_fsdp import KL, MODEL, _assert_close_weights, _build, _candidate_batch
+from tests.run.test_trainer import COUNTDOWN
 
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]

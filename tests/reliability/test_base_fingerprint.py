@@ -4,9 +4,9 @@ import shutil
 
 import pytest
 
-from llmgym.run.trainer import Trainer, evaluate_run
 from llmgym.errors import CheckpointError
 from llmgym.export import export_run
+from llmgym.run.trainer import Trainer, evaluate_run
 from llmgym.testing import save_tiny_model
 from tests.algorithms.helpers import tiny_config
 

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from llmgym.run.trainer import Trainer
 from llmgym.cli import main
 from llmgym.errors import CheckpointError, ExportError
 from llmgym.export import export_run
+from llmgym.run.trainer import Trainer
 from tests.algorithms.helpers import tiny_config
 
 RUN = [

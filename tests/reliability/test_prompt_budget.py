@@ -11,9 +11,9 @@ import warnings
 
 import pytest
 
-from llmgym.run.trainer import Trainer
 from llmgym.config import load_config
 from llmgym.errors import ConfigError
+from llmgym.run.trainer import Trainer
 from llmgym.testing import tiny_causal_lm
 
 _FAST = [

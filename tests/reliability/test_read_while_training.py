@@ -15,11 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmgym.run.trainer import Trainer, evaluate_run
 from llmgym.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from llmgym.errors import CheckpointError
 from llmgym.export import export_run
 from llmgym.llm.local import LocalLLM
+from llmgym.run.trainer import Trainer, evaluate_run
 from tests.algorithms.helpers import tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]

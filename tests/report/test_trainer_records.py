@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from llmgym.run.trainer import Trainer
-from llmgym.run.evaluation import evaluate
 from llmgym.report.records import EpisodeRecorder, read_episode_records
+from llmgym.run.evaluation import evaluate
+from llmgym.run.trainer import Trainer
 from llmgym.testing import tiny_causal_lm
 from tests.algorithms.helpers import tiny_config
 

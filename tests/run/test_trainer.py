@@ -9,9 +9,9 @@ import shutil
 import pytest
 import torch
 
-from llmgym.run.trainer import Trainer, evaluate_run, evaluation_summary, run_training
 from llmgym.errors import CheckpointError, ConfigError
 from llmgym.report.runs import read_metrics
+from llmgym.run.trainer import Trainer, evaluate_run, evaluation_summary, run_training
 from llmgym.testing import tiny_causal_lm
 from tests.algorithms.helpers import tiny_config
 from tests.algorithms.test_nlpo import TOKEN_TEXTGEN
@@ -523,9 +523,9 @@ def test_trpo_trains_through_the_trainer_and_resumes_exactly(tmp_path):
 
 
 def test_textgen_evaluations_report_perplexity_under_the_reference_distinct_n_and_kl(tmp_path):
+    from llmgym.report.records import EpisodeRecorder
     from llmgym.run.build import build_agent, build_llm
     from llmgym.run.evaluation import evaluate
-    from llmgym.report.records import EpisodeRecorder
 
     config = tiny_config(
         tmp_path,

@@ -156,8 +156,8 @@ def sft_examples(config: Config, tokenizer: PreTrainedTokenizerBase) -> list[SFT
     """
     from typing import cast
 
-    from llmgym.run.build import build_agent
     from llmgym.llm.protocols import PolicyLLM
+    from llmgym.run.build import build_agent
 
     if config.agent.type == "scoring":
         raise ConfigError(

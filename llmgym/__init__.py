@@ -23,8 +23,7 @@ from llmgym.config import (
     load_config,
 )
 from llmgym.envs.registration import register_envs
-
-__version__ = "0.1.0"
+from llmgym.version import __version__
 
 _LAZY: dict[str, str] = {
     "LLM": "llmgym.llm.client",

@@ -339,7 +339,7 @@ def _model_card(
     config: Config, export: Export, source: str, heads: list[str], seq2seq: bool, env_steps: int
 ) -> str:
     """README.md: Hub metadata, what the folder holds, where it comes from and how to load it."""
-    import llmgym
+    from llmgym.version import __version__
 
     auto = "AutoModelForSeq2SeqLM" if seq2seq else "AutoModelForCausalLM"
     on_hub = source in ("hub", "hub-cache")
@@ -376,7 +376,7 @@ def _model_card(
         load.append(f'model = {auto}.from_pretrained("THIS_FOLDER_OR_REPO")')
     load.append('tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER_OR_REPO")')
     body = [
-        f"# {config.env.id.split('/')[-1]} agent trained with llmgym {llmgym.__version__}",
+        f"# {config.env.id.split('/')[-1]} agent trained with llmgym {__version__}",
         "",
         f"{what} `{export.base_model}`{origin}. Trained by online RL ({config.algorithm.name.upper()}) with llmgym in "
         f"the text environment `{config.env.id}` ({config.agent.type} agent); this is checkpoint "

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "llmgym"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "import_path", "atomic_io", "jsonl", "yaml_limits", "lifetime", "stats", "testing"),
+    ("errors", "import_path", "atomic_io", "jsonl", "yaml_limits", "version", "lifetime", "stats", "testing"),
     ("config",),  # the schema: it knows no env, no model and no other library's format
     ("run_lock", "checkpoint"),  # run-folder formats (llm/persistence.py writes verified manifests)
     ("envs", "text_metrics"),
@@ -48,7 +48,7 @@ OLD_PATHS = (
 )
 
 #: Arrows back up that stay, with why.
-ALLOWED_BACK_UP = {("export", "llmgym"): "the model card names llmgym.__version__"}
+ALLOWED_BACK_UP: dict[tuple[str, str], str] = {}
 
 # layer -> the llmgym subpackages it must never import (at module level or inside a function)
 FORBIDDEN = {

@@ -1,0 +1,3 @@
+"""llmgym's version, in a module of its own so that any module can name it without importing the package's public names."""
+
+__version__ = "0.1.0"

@@ -100,7 +100,7 @@ def test_lora_adapters_train_sharded_like_replicas_and_reload(runtime, tmp_path)
     lora = dataclasses.replace(MODEL, reference_copy=False, lora=LoRAConfig(r=4))
     batch = _candidate_batch(PPO(config=KL).objective())  # the reference: the adapter disabled
     replica, sharded = _build(2, "none", lora), _build(2, "fsdp", lora)
-    try:  # PEFT draws each server group's adapters at random: the replicas start from the sharded ones
+    try:  # the replicas start from the sharded servers' adapters, whatever each group drew
         sharded.save(str(tmp_path / "start"))
         replica.load(str(tmp_path / "start"))
         for llm in (replica, sharded):

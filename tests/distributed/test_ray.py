@@ -4,7 +4,8 @@ Two Ray servers running the real LocalLLM on a tiny model answer like one in-pro
 (scores and heads to float32 rounding, greedy generations token for token), every algorithm's
 update (NLPO's with its mask refreshed on every server) leaves both servers' weights equal to the
 in-process update, a checkpoint written on two servers resumes bit-identically on two new ones,
-and a Lamorel ``Caller`` with ``n_llm_processes: 2`` answers and trains like the in-process one.
+two ``llmgym train`` runs of one LoRA config on two servers are identical (and equal one in-process
+run to float32 rounding), and a Lamorel ``Caller`` with ``n_llm_processes: 2`` answers and trains like the in-process one.
 Faults are ``BackendError``s naming the server; a call that hangs is one after ``call_timeout_s``.
 """
 
@@ -20,11 +21,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
+from llmgym import cli
 from llmgym.agents import GenerativeAgent, ScoringAgent
 from llmgym.agents.learning import Episode
 from llmgym.agents.policies import CandidateActions, CandidatePolicy, TokenActions, TokenPolicy
 from llmgym.algorithms import GRPO, NLPO, PPO, RLOO, UpdateBatch
+from llmgym.checkpoint import latest_checkpoint
 from llmgym.compat.lamorel import BaseModelInitializer, BaseUpdater, Caller
 from llmgym.config import AgentConfig, AlgorithmConfig, DistributedConfig, ModelConfig
 from llmgym.errors import BackendError, BackendTimeoutError, PlacementError
@@ -34,7 +38,9 @@ from llmgym.llm.distributed.ray_runtime import cluster_requires_token, start_ray
 from llmgym.llm.local import LocalLLM
 from llmgym.llm.modules import ModuleFunction, ValueHead
 from llmgym.llm.sampling import Sampling
+from llmgym.report.runs import read_metrics
 from llmgym.testing import save_tiny_model, tiny_causal_lm
+from tests.algorithms.helpers import FAST
 from tests.compat.test_lamorel import ValueHeadModuleFn
 from tests.distributed.helpers import CANDIDATES, CONTEXTS, OPTIMIZER, batches, common, generated
 
@@ -314,6 +320,65 @@ def test_a_lamorel_config_with_two_llm_processes_runs_on_two_ray_servers_like_on
     finally:
         remote.close()
         local.close()
+
+
+def _train(model_dir: Path, out: Path, name: str, *extra: str) -> tuple[list[dict], dict]:
+    """Two PPO updates of a LoRA run on Countdown: its metrics rows (timings left out) and its final adapter."""
+    args = [
+        *FAST,
+        "env.id=llmgym/Countdown-v0",
+        "env.kwargs.length=2",
+        "env.num_envs=2",
+        "algorithm.rollout_steps=4",
+        "algorithm.minibatch_size=4",
+        "model.lora.r=4",
+        "train.total_env_steps=16",
+        "train.checkpoint_every=null",
+        f"model.name={model_dir}",
+        f"train.output_dir={out}",
+        f"train.run_name={name}",
+        *extra,
+    ]
+    assert cli.main(["train", *args]) == 0
+    timing = {"time_s", "collect_s", "update_s", "steps_per_s"}
+    rows = [
+        {k: v for k, v in r.items() if k not in timing} for r in read_metrics(out / name / "metrics.jsonl")
+    ]
+    folder = latest_checkpoint(out / name) / "llm"
+    return rows, {
+        f"{p.name}:{k}": t for p in sorted(folder.rglob("*.safetensors")) for k, t in load_file(p).items()
+    }
+
+
+def test_two_server_training_runs_are_identical_and_equal_the_in_process_run(
+    runtime, tiny_model_dir, tmp_path
+):
+    """LoRA's adapters are drawn from torch's global generator while each server builds its LLM.
+
+    The servers start from the driver's generator (seeded by ``train.seed``), not from the one Ray's
+    worker seeded at random: before, two 2-server runs differed from the first update on.
+    """
+    servers = "distributed.llm_processes=2"
+    first, first_weights = _train(tiny_model_dir, tmp_path, "first", servers)
+    second, second_weights = _train(tiny_model_dir, tmp_path, "second", servers)
+    assert [r["env_steps"] for r in first if r["kind"] == "train"] == [8, 16]
+    assert first == second
+    assert first_weights.keys() == second_weights.keys() and first_weights
+    assert all(first_weights[key].equal(second_weights[key]) for key in first_weights)
+    local, local_weights = _train(tiny_model_dir, tmp_path, "local")
+    assert [r.keys() for r in local] == [r.keys() for r in first]
+    # ratio_max and explained_variance are not means: each server's is of its own share, and the shares' are
+    # averaged (one share's constant returns make its explained variance NaN, and so the mean's).
+    per_share = {"ratio_max", "explained_variance"}
+    for got, want in zip(first, local):
+        assert {k: v for k, v in got.items() if k not in per_share} == {
+            k: pytest.approx(v, abs=TOL) if isinstance(v, float) else v
+            for k, v in want.items()
+            if k not in per_share
+        }
+    assert local_weights.keys() == first_weights.keys()
+    for key, want in local_weights.items():
+        torch.testing.assert_close(first_weights[key], want, atol=TOL, rtol=0)
 
 
 def test_a_killed_server_is_a_backend_error_in_seconds(pair):

@@ -219,9 +219,7 @@ def _read_until(proc: subprocess.Popen, prefix: str) -> list[str]:
 
 @pytest.mark.ray
 @pytest.mark.timeout(600)
-def test_with_two_ray_servers_a_stopped_run_checkpoints_the_servers_and_resumes(tmp_path, tiny_model_dir):
-    # Two uninterrupted 2-server runs of this config already differ from the first update on (seen on
-    # 2026-12-07: grad_norm 1.80 vs 1.89), so this compares with the stopped run itself, not with another run.
+def test_with_two_ray_servers_a_stopped_run_resumes_to_the_uninterrupted_run(tmp_path, tiny_model_dir):
     pytest.importorskip("ray")
     servers = "distributed.llm_processes=2"
     status, output = _stop(tmp_path, tiny_model_dir, "update", 1, signal.SIGTERM, servers)
@@ -243,3 +241,5 @@ def test_with_two_ray_servers_a_stopped_run_checkpoints_the_servers_and_resumes(
         ("eval", 24),
     ]
     assert written and all(tensors for tensors in written.values())
+    assert cli.main(["train", *_args(tiny_model_dir, tmp_path, "straight", servers)]) == 0
+    _assert_same_run(run, tmp_path / "straight")

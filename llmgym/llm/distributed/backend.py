@@ -67,6 +67,11 @@ class LocalLLMFactory:
         tokenizer: The prebuilt model's tokenizer.
         sharding: ``distributed.sharding``: ``none`` (each server a ``LocalLLM`` holding the whole
             model) or ``fsdp`` (a :class:`~.fsdp.ShardedLLM`, the model sharded over the servers).
+        rng_state: torch's global CPU generator state (``torch.random.get_rng_state()``), taken in
+            the driver when the factory is made unless given. Every server starts from it, so what
+            draws from torch's global generator while the backend is built (LoRA's initial
+            ``lora_A``, broadcast from server 0) is what an in-process ``LocalLLM`` built at that
+            point would draw, on every run; a server's own generator is seeded at random by Ray.
     """
 
     config: ModelConfig | str | None = None
@@ -75,11 +80,16 @@ class LocalLLMFactory:
     model: Any = None
     tokenizer: Any = None
     sharding: str = "none"
+    rng_state: Any = None
 
     def __post_init__(self) -> None:
+        import torch
+
         from llmgym.llm.validation import as_model_config
 
         self.config = as_model_config(self.config)
+        if self.rng_state is None:
+            self.rng_state = torch.random.get_rng_state()
 
     @property
     def module_function_keys(self) -> list[str]:
@@ -87,11 +97,20 @@ class LocalLLMFactory:
         return list(self.module_functions or {})
 
     def __call__(self, placement: Placement, collectives: Collectives | None = None) -> Any:
-        """Build the backend for ``placement``, reaching its peers through ``collectives``."""
+        """Build the backend for ``placement``, reaching its peers through ``collectives``.
+
+        Sets torch's global generators first: the CPU one to :attr:`rng_state`, the CUDA ones
+        seeded with that state's seed (``torch.manual_seed``'s, as the driver's were).
+        """
+        import torch
+
         from llmgym.llm.local import LocalLLM
         from llmgym.llm.models import load_model
         from llmgym.llm.validation import as_model_config
 
+        torch.random.set_rng_state(self.rng_state)
+        if torch.cuda.is_available():
+            torch.cuda.manual_seed_all(torch.initial_seed())
         config = dataclasses.replace(as_model_config(self.config), device=placement.device)
         model, tokenizer = self.model, self.tokenizer
         if placement.model_parallel:

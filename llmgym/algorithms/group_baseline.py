@@ -108,6 +108,7 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
             Rollout statistics (invalid-action rate, mean env reward per step: without the KL penalty).
         """
         agent, envs = self._require_envs()
+        self._rollout_start_steps = self.env_steps  # what algorithm.anneal_lr decays over, as PPO's rollout
         observations, infos = envs.reset(seed=self._round_seeds(envs.num_envs))
         self._episode_starts = np.ones(envs.num_envs, dtype=bool)
         self._rounds += 1

@@ -83,3 +83,27 @@ def test_loop_api_episodes_are_grouped_in_order(tmp_path):
     assert stats["episodes"] == 4.0 and "policy_loss" in stats and stats["value_loss"] >= 0
     with pytest.raises(InputError, match="group.size=2"):
         rloo.train_on_episodes(llm, agent.policy, episodes[:3])
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo"])
+def test_anneal_lr_decays_over_the_rounds_played(tmp_path, name):
+    # a round is a rollout: before, the group loop never recorded where it started, so anneal_lr stayed at 1
+    config = tiny_config(
+        tmp_path,
+        "llmgym/Countdown-v0",
+        f"algorithm.name={name}",
+        "env.num_envs=4",
+        "algorithm.group.size=2",
+        "agent.action_head=false",
+        "algorithm.rollout_steps=5",
+        "algorithm.anneal_lr=true",
+    )
+    _, envs, _, algorithm = build(config)
+    algorithm.total_env_steps = 100
+    algorithm.collect_rollout()
+    first = algorithm.learning_rate_scale()
+    played = algorithm.env_steps
+    algorithm.collect_rollout()
+    envs.close()
+    assert first == 1.0 and 0 < played < 100
+    assert algorithm.learning_rate_scale() == pytest.approx(1.0 - played / 100)

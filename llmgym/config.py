@@ -727,16 +727,21 @@ ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "grpo", "rloo", "nlpo", "trpo"
 
 @dataclass
 class PPOSection(_Section):
-    """The clipped surrogate's knobs (``algorithm.ppo``): PPO, NLPO, GRPO and RLOO."""
+    """The clipped surrogate and its epochs' KL stop (``algorithm.ppo``): PPO, NLPO, GRPO and RLOO."""
 
     _section: ClassVar[str] = "algorithm.ppo"
     clip_range: float = _f(0.2, "Policy ratio clip.")
     value_clip_range: Optional[float] = _f(
         0.2, "Value clip around the old value; null disables it (GRPO and RLOO have no critic)."
     )
+    target_kl: Optional[float] = _f(
+        None,
+        "Stop the epoch loop after an epoch whose mean approximate KL to the behaviour policy exceeds this; "
+        "null runs every epoch. Named algorithm.target_kl before; that key still loads, with a FutureWarning.",
+    )
 
     def _check(self) -> None:
-        for name in ("clip_range", "value_clip_range"):
+        for name in ("clip_range", "value_clip_range", "target_kl"):
             _check_positive(self._section, name, getattr(self, name))
 
 
@@ -872,7 +877,6 @@ class AlgorithmConfig(_Section):
         "The KL to the reference policy (the model with its LoRA adapter disabled, or a frozen copy of the initial "
         "weights): weight, fixed or adaptive controller, in the reward or in the loss.",
     )
-    target_kl: Optional[float] = _f(None, "Stop the epoch loop when the approximate KL exceeds this.")
     max_grad_norm: Optional[float] = _f(0.5, "Clip the global gradient norm; null disables clipping.")
     anneal_lr: bool = _f(
         False,
@@ -885,7 +889,7 @@ class AlgorithmConfig(_Section):
         "shared (value loss also trains the LLM trunk/adapters) or detached (the critic reads the LLM's "
         "hidden states but its loss does not train the LLM).",
     )
-    ppo: PPOSection = _f(PPOSection, "The clipped surrogate (ppo, nlpo, grpo, rloo).")
+    ppo: PPOSection = _f(PPOSection, "The clipped surrogate and its epochs' KL stop (ppo, nlpo, grpo, rloo).")
     trpo: TRPOSection = _f(TRPOSection, "TRPO's natural-gradient step.")
     nlpo: NLPOSection = _f(NLPOSection, "NLPO's mask policy.")
     group: GroupSection = _f(GroupSection, "GRPO's and RLOO's group baselines.")
@@ -904,8 +908,7 @@ class AlgorithmConfig(_Section):
             _check_positive("algorithm", name, getattr(self, name))
         for name in ("head_learning_rate", "value_coef", "entropy_coef"):
             _check_positive("algorithm", name, getattr(self, name), allow_zero=True)
-        for name in ("target_kl", "max_grad_norm"):
-            _check_positive("algorithm", name, getattr(self, name))
+        _check_positive("algorithm", "max_grad_norm", self.max_grad_norm)
         _check_unit("algorithm", "gamma", self.gamma)
         _check_unit("algorithm", "gae_lambda", self.gae_lambda)
         if self.updater is not None and ":" not in self.updater:
@@ -1228,6 +1231,7 @@ RENAMED_KEYS: dict[str, str] = {
     # each algorithm's own knobs moved into its subsection
     "algorithm.clip_range": "algorithm.ppo.clip_range",
     "algorithm.value_clip_range": "algorithm.ppo.value_clip_range",
+    "algorithm.target_kl": "algorithm.ppo.target_kl",
     "algorithm.max_kl": "algorithm.trpo.max_kl",
     "algorithm.cg_steps": "algorithm.trpo.cg_steps",
     "algorithm.cg_damping": "algorithm.trpo.cg_damping",
@@ -1239,10 +1243,46 @@ RENAMED_KEYS: dict[str, str] = {
 }
 
 
+def _both_set(old: str, old_value: Any, new: str, new_value: Any, where: str) -> ConfigError:
+    """The error for a renamed key given under both its names, with different values."""
+    return ConfigError(
+        f"{old}={old_value!r:.200} and {new}={new_value!r:.200} are both set ({where}), but {old} is the old name "
+        f"of {new}. Fix: keep only {new}."
+    )
+
+
+def _parent(plain: dict[str, Any], key: str, source: str, create: bool = False) -> tuple[Any, str]:
+    """The mapping of ``plain`` that holds the dotted ``key`` (``None`` where there is none) and its last part.
+
+    Args:
+        plain: A nested config mapping.
+        key: A dotted key, e.g. ``algorithm.ppo.target_kl``.
+        source: Where ``plain`` came from, for the error.
+        create: Add the missing mappings on the way.
+
+    Raises:
+        ConfigError: With ``create``, a part of the way holds a value that is not a mapping.
+    """
+    *path, name = key.split(".")
+    node: Any = plain
+    for depth, part in enumerate(path):
+        if create and isinstance(node, dict):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                dotted = ".".join(path[: depth + 1])
+                raise ConfigError(
+                    f"{dotted}={node!r:.200} (in {source}) is not a mapping; {dotted} holds {name}."
+                )
+        else:
+            node = node.get(part) if isinstance(node, dict) else None
+    return node, name
+
+
 def move_renamed_keys(plain: dict[str, Any], source: str) -> list[str]:
     """Move each key of :data:`RENAMED_KEYS` found in ``plain`` (a nested config dict) to its new name, in place.
 
-    Warns once per old key found (a ``FutureWarning`` naming ``source``); a new key already set wins.
+    Warns once per old key found (a ``FutureWarning`` naming ``source`` and the new key). The new key
+    may also be set if it holds the same value.
 
     Args:
         plain: A nested config mapping (a YAML file, an override, a checkpoint's saved config).
@@ -1250,13 +1290,13 @@ def move_renamed_keys(plain: dict[str, Any], source: str) -> list[str]:
 
     Returns:
         The old keys that were moved.
+
+    Raises:
+        ConfigError: An old key and its new one are both set, to different values.
     """
     moved: list[str] = []
     for old, new in RENAMED_KEYS.items():
-        *path, name = old.split(".")
-        parent: Any = plain
-        for part in path:
-            parent = parent.get(part) if isinstance(parent, dict) else None
+        parent, name = _parent(plain, old, source)
         if not isinstance(parent, dict) or name not in parent:
             continue
         warnings.warn(
@@ -1265,13 +1305,40 @@ def move_renamed_keys(plain: dict[str, Any], source: str) -> list[str]:
             stacklevel=4,
         )
         value = parent.pop(name)
-        *new_path, new_name = new.split(".")
-        target = plain
-        for part in new_path:
-            target = target.setdefault(part, {})
-        target.setdefault(new_name, value)
+        target, new_name = _parent(plain, new, source, create=True)
+        if new_name in target and target[new_name] != value:
+            raise _both_set(old, value, new, target[new_name], f"in {source}")
+        target[new_name] = value
         moved.append(old)
     return moved
+
+
+def _check_renamed_overrides(layers: list[tuple[Any, str]]) -> None:
+    """Refuse command-line overrides that set a renamed key under both its names, to different values.
+
+    Args:
+        layers: The overrides, one OmegaConf mapping each, with how messages name it.
+
+    Raises:
+        ConfigError: Naming both overrides.
+    """
+    from omegaconf import OmegaConf
+
+    given: dict[str, tuple[Any, str]] = {}
+    for layer, source in layers:
+        given.update((key, (value, source)) for key, value in _dotted(OmegaConf.to_container(layer)))
+    for old, new in RENAMED_KEYS.items():
+        if old in given and new in given and given[old][0] != given[new][0]:
+            raise _both_set(old, given[old][0], new, given[new][0], f"by {given[old][1]} and {given[new][1]}")
+
+
+def _dotted(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``(dotted key, value)`` of every value of a nested mapping that is not itself a mapping."""
+    if not isinstance(node, dict):
+        yield prefix, node
+        return
+    for key, value in node.items():
+        yield from _dotted(value, f"{prefix}.{key}" if prefix else str(key))
 
 
 def _renamed(layer: Any, source: str) -> Any:
@@ -1351,6 +1418,7 @@ def load_config(
     elif path is not None:
         mapping, name = read_config_file(path)
         layers.append((OmegaConf.create(mapping), name))
+    first_override = len(layers)
     for item in overrides:
         if "=" not in item:
             raise ConfigError(
@@ -1358,6 +1426,7 @@ def load_config(
             )
         check_yaml_aliases(item.partition("=")[2], f"Override '{item:.80}'")
         layers.append((OmegaConf.from_dotlist([item]), f"override '{item}'"))
+    _check_renamed_overrides(layers[first_override:])
     merged = OmegaConf.structured(base if base is not None else Config)
     for layer, source in layers:
         layer = _renamed(layer, source)

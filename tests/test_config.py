@@ -1,8 +1,10 @@
 import dataclasses
 import math
 import re
+import warnings
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -216,7 +218,7 @@ def test_float_fields_accept_exactly_the_finite_in_range_values(value):
         lambda: AlgorithmConfig(learning_rate=value),
         lambda: AgentConfig(temperature=value),
         lambda: AlgorithmConfig(ppo=PPOSection(clip_range=value)),
-        lambda: AlgorithmConfig(target_kl=value),
+        lambda: AlgorithmConfig(ppo=PPOSection(target_kl=value)),
     ):
         if ok:
             build()
@@ -262,6 +264,94 @@ def test_the_flat_algorithm_keys_load_into_their_sections_with_a_future_warning(
     assert (algorithm.ppo.clip_range, algorithm.nlpo.mask_top_p) == (0.3, 0.5)
     with pytest.raises(ConfigError, match="algorithm.trpo.max_kl=0"):
         load_config(None, ["algorithm.trpo.max_kl=0"])
+
+
+def test_the_flat_target_kl_loads_into_the_ppo_section_with_a_future_warning(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("algorithm:\n  target_kl: 0.05\n")
+    expected = load_config(None, ["algorithm.ppo.target_kl=0.05"])
+    with pytest.warns(
+        FutureWarning,
+        match=r"algorithm\.target_kl \(in config file .*\) is renamed algorithm\.ppo\.target_kl",
+    ):
+        assert load_config(path) == expected
+    with pytest.warns(
+        FutureWarning, match=r"algorithm\.target_kl \(in override .*\) is renamed algorithm\.ppo\.target_kl"
+    ):
+        assert load_config(None, ["algorithm.target_kl=0.05"]) == expected
+    with pytest.warns(FutureWarning):  # both names with the same value: one setting
+        assert load_config(None, ["algorithm.target_kl=0.05", "algorithm.ppo.target_kl=0.05"]) == expected
+    with (
+        pytest.raises(ConfigError, match=r"algorithm\.ppo\.target_kl=0\.0 must be > 0"),
+        pytest.warns(FutureWarning),
+    ):
+        load_config(None, ["algorithm.target_kl=0"])  # the old key gets the new key's range check
+
+
+def test_the_new_target_kl_key_works_in_yaml_and_overrides(tmp_path):
+    path = tmp_path / "new.yaml"
+    path.write_text("algorithm:\n  ppo:\n    target_kl: 0.05\n")
+    assert load_config(path).algorithm.ppo.target_kl == 0.05
+    assert load_config(path, ["algorithm.ppo.target_kl=0.2"]).algorithm.ppo.target_kl == 0.2
+    assert load_config(path, ["algorithm.ppo.target_kl=null"]).algorithm.ppo.target_kl is None
+    assert load_config(None).algorithm.ppo.target_kl is None
+    with pytest.raises(ConfigError, match=r"algorithm\.ppo\.target_kl=0\.0 must be > 0"):
+        load_config(None, ["algorithm.ppo.target_kl=0"])
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "overrides", "message"),
+    [
+        (
+            "algorithm:\n  target_kl: 0.05\n  ppo:\n    target_kl: 0.1\n",
+            [],
+            r"algorithm\.target_kl=0\.05 and algorithm\.ppo\.target_kl=0\.1 are both set \(in config file '.*'\), "
+            r"but algorithm\.target_kl is the old name of algorithm\.ppo\.target_kl\. Fix: keep only algorithm\.ppo\.target_kl\.",
+        ),
+        (
+            "",
+            ["algorithm.ppo.target_kl=0.1", "algorithm.target_kl=0.05"],
+            r"algorithm\.target_kl=0\.05 and algorithm\.ppo\.target_kl=0\.1 are both set \(by override "
+            r"'algorithm\.target_kl=0\.05' and override 'algorithm\.ppo\.target_kl=0\.1'\)",
+        ),
+        (
+            "algorithm:\n  clip_range: 0.3\n  ppo:\n    clip_range: 0.1\n",
+            [],
+            r"algorithm\.clip_range=0\.3 and algorithm\.ppo\.clip_range=0\.1 are both set",
+        ),
+        (
+            "algorithm:\n  target_kl: 0.05\n  ppo: 3\n",
+            [],
+            r"algorithm\.ppo=3 \(in config file '.*'\) is not a mapping; algorithm\.ppo holds target_kl\.",
+        ),
+    ],
+)
+def test_a_renamed_key_set_under_both_names_with_different_values_is_refused(
+    tmp_path, yaml_text, overrides, message
+):
+    path = tmp_path / "both.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError, match=message), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the renamed key's own warning may come first
+        load_config(path, overrides)
+
+
+def test_a_run_saved_with_the_flat_target_kl_loads_and_resumes(tmp_path):
+    """A run folder written before the move (``algorithm.target_kl`` beside ``algorithm.ppo``) still loads and resumes."""
+    from llmgym.checkpoint import check_resume_config, load_checkpoint_config
+
+    current = load_config(None, ["algorithm.ppo.target_kl=0.02"])
+    saved = config_to_dict(current)
+    saved["algorithm"]["target_kl"] = saved["algorithm"]["ppo"].pop(
+        "target_kl"
+    )  # as the old version saved it
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    with pytest.warns(FutureWarning, match=r"algorithm\.target_kl .* is renamed algorithm\.ppo\.target_kl"):
+        assert load_config(tmp_path / "config.yaml") == current  # llmgym eval RUN_DIR reads it so
+    with pytest.warns(FutureWarning, match=r"algorithm\.target_kl"):
+        renamed = load_checkpoint_config(tmp_path)
+    assert renamed == config_to_dict(current)
+    assert check_resume_config(renamed, config_to_dict(current), tmp_path) == []
 
 
 @pytest.mark.parametrize("name", ["babyai_ppo", "babyai_ppo_lora"])

@@ -79,8 +79,8 @@ class A2CObjective:
 class A2C(OnPolicyAlgorithm):
     """Advantage Actor-Critic: one pass of policy-gradient minibatch steps per rollout.
 
-    Built and used as :class:`~llmgym.algorithms.ppo.PPO` is; ``algorithm.epochs``,
-    ``algorithm.ppo`` and ``target_kl`` do not apply.
+    Built and used as :class:`~llmgym.algorithms.ppo.PPO` is; ``algorithm.epochs`` and
+    ``algorithm.ppo`` (the clips and ``target_kl``) do not apply.
     """
 
     name: ClassVar[str] = "a2c"

@@ -5,7 +5,7 @@ from the same seed (the same task, the same prompt), plays every env until its f
 ends, and credits each turn of an episode with its episode's return measured against the other
 returns of its group (:meth:`GroupBaselineAlgorithm.group_advantages`: GRPO standardises within
 the group, RLOO subtracts the leave-one-out mean). The update is PPO's clipped surrogate (epochs,
-minibatches, ``target_kl``) with no value loss. Envs whose episode has ended keep stepping, their
+minibatches, ``algorithm.ppo.target_kl``) with no value loss. Envs whose episode has ended keep stepping, their
 decisions discarded, until the round's last episode ends or ``algorithm.rollout_steps`` steps pass
 (an episode still running then counts with the return it has so far).
 """

@@ -8,7 +8,7 @@ One update, on a rollout whose GAE advantages are computed (CleanRL's ppo.py, SB
    :class:`PPOObjective`, the clipped surrogate plus the clipped value loss, minus the entropy
    bonus, plus the optional KL penalty to the reference policy;
 3. stop after an epoch whose mean approximate KL to the behaviour policy exceeds
-   ``algorithm.target_kl``.
+   ``algorithm.ppo.target_kl``.
 
 The objective runs next to the model on every LLM server (the generic
 :class:`~llmgym.algorithms.updaters.PolicyUpdater`); the epoch loop runs here, in the client.
@@ -142,7 +142,7 @@ class PPO(OnPolicyAlgorithm):
         )
 
     def train(self, llm: PolicyBackend, buffer: RolloutBuffer, policy: Policy) -> dict[str, float]:
-        """Run up to ``algorithm.epochs`` epochs, stopping early past ``algorithm.target_kl``.
+        """Run up to ``algorithm.epochs`` epochs, stopping early past ``algorithm.ppo.target_kl``.
 
         Returns:
             The last epoch's sample-weighted statistics, ``epochs`` run and the rollout's
@@ -152,9 +152,10 @@ class PPO(OnPolicyAlgorithm):
         objective = self.objective()
         stats: dict[str, float] = {}
         epochs = 0
+        target_kl = self.config.ppo.target_kl
         for _ in range(self.config.epochs):
             stats = self.run_epoch(llm, rollout, objective, policy)
             epochs += 1
-            if self.config.target_kl is not None and stats.get("approx_kl", 0.0) > self.config.target_kl:
+            if target_kl is not None and stats.get("approx_kl", 0.0) > target_kl:
                 break
         return {**stats, "epochs": float(epochs), **rollout.statistics()}

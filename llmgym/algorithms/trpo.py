@@ -309,7 +309,7 @@ class TRPO(OnPolicyAlgorithm):
     Built and used as :class:`~llmgym.algorithms.ppo.PPO` is. ``algorithm.trpo``: ``max_kl``, ``cg_steps``,
     ``cg_damping``, ``line_search_steps`` and ``line_search_shrink`` shape the policy step;
     ``epochs``, ``minibatch_size`` and ``head_learning_rate`` the critic's. ``learning_rate``,
-    ``algorithm.ppo``, ``entropy_coef`` and ``target_kl`` do not apply.
+    ``algorithm.ppo`` (the clips and ``target_kl``) and ``entropy_coef`` do not apply.
     """
 
     name: ClassVar[str] = "trpo"

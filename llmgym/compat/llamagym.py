@@ -265,11 +265,14 @@ class PPOConfig:
             gamma=self.gamma,
             gae_lambda=self.lam,
             normalize_advantages=True,
-            ppo=PPOSection(clip_range=self.cliprange, value_clip_range=self.cliprange_value),
+            ppo=PPOSection(
+                clip_range=self.cliprange,
+                value_clip_range=self.cliprange_value,
+                target_kl=self.target_kl if self.early_stopping else None,
+            ),
             value_coef=self.vf_coef,
             entropy_coef=0.0,
             kl=self.kl(),
-            target_kl=self.target_kl if self.early_stopping else None,
             max_grad_norm=self.max_grad_norm,
         )
 

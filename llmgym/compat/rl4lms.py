@@ -409,8 +409,8 @@ def convert_rl4lms_config(
         algorithm["ppo"] = {
             "clip_range": float(args.get("clip_range", 0.2)),
             "value_clip_range": args.get("clip_range_vf"),
+            "target_kl": args.get("target_kl"),
         }
-        algorithm["target_kl"] = args.get("target_kl")
     args.get("verbose")  # llmgym logs every update (logging.progress)
     seed = args.get("seed")
     args.done()

@@ -33,7 +33,7 @@ CASES: dict[str, tuple[str, ...]] = {
     "ppo_scoring_head_kl_early_stop": (
         "llmgym/Countdown-v0",
         "algorithm.epochs=4",
-        "algorithm.target_kl=0.0001",
+        "algorithm.ppo.target_kl=0.0001",
         "agent.action_head=true",
         "algorithm.gradient_accumulation_steps=2",
     ),

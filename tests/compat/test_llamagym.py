@@ -232,13 +232,18 @@ def test_ppo_config_maps_trl_names() -> None:
     )
     algorithm = config.algorithm()
     assert (algorithm.minibatch_size, algorithm.learning_rate, algorithm.epochs) == (4, 1e-4, 2)
-    assert (algorithm.ppo.clip_range, algorithm.value_coef, algorithm.target_kl, algorithm.entropy_coef) == (
+    assert (
+        algorithm.ppo.clip_range,
+        algorithm.value_coef,
+        algorithm.ppo.target_kl,
+        algorithm.entropy_coef,
+    ) == (
         0.1,
         0.5,
         0.5,
         0.0,
     )
-    assert PPOConfig.from_dict({"batch_size": 8}).algorithm().target_kl is None
+    assert PPOConfig.from_dict({"batch_size": 8}).algorithm().ppo.target_kl is None
     with pytest.raises(ConfigError, match=r"unsupported keys \['batch_sise'\]"):
         PPOConfig.from_dict({"batch_sise": 8})
     # TRL's KL control: beta 0.2, adaptive towards 6 nats per response over a horizon of 10000 turns, in the reward

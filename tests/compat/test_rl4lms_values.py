@@ -10,6 +10,7 @@ import yaml
 
 from llmgym.cli import main
 from llmgym.compat.rl4lms import convert_rl4lms_config
+from llmgym.config import load_config
 from llmgym.errors import ConfigError
 from llmgym.run import load_run_config
 
@@ -76,3 +77,11 @@ def test_numbers_written_as_strings_still_convert(tiny_model_dir):
     raw = _with("alg.args.learning_rate", "1e-5")  # PyYAML reads 1e-5 (no dot) as a string
     converted = convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
     assert converted.config["algorithm"]["learning_rate"] == 1e-5
+
+
+def test_ppos_target_kl_converts_into_the_ppo_section(tiny_model_dir):
+    """SB3's ``alg.args.target_kl`` (the epochs' early stop) is ``algorithm.ppo.target_kl``, not a flat key."""
+    converted = convert_rl4lms_config(_with("alg.args.target_kl", 0.05), model_name=str(tiny_model_dir))
+    assert converted.config["algorithm"]["ppo"]["target_kl"] == 0.05
+    assert "target_kl" not in converted.config["algorithm"]
+    assert load_config(converted.config).algorithm.ppo.target_kl == 0.05

@@ -21,7 +21,7 @@ import os
 import re
 import typing
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
@@ -106,9 +106,23 @@ def _check_seed(section: str, name: str, value: int) -> None:
         )
 
 
-def _check_unit(section: str, name: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{section}.{name}={value!r} must lie in [0, 1].")
+#: The intervals a fraction may have to lie in, by how messages write them.
+_INTERVALS: dict[str, Callable[[float], bool]] = {
+    "[0, 1]": lambda value: 0.0 <= value <= 1.0,
+    "(0, 1]": lambda value: 0.0 < value <= 1.0,
+    "(0, 1)": lambda value: 0.0 < value < 1.0,
+}
+
+
+def _check_fraction(
+    section: str, name: str, value: float | None, interval: str = "[0, 1]", advice: str = "."
+) -> None:
+    """Refuse ``value`` outside ``interval`` (a key of :data:`_INTERVALS`); ``None`` passes.
+
+    The message is ``section.name=value must lie in INTERVAL`` followed by ``advice``.
+    """
+    if value is not None and not _INTERVALS[interval](value):
+        raise ConfigError(f"{section}.{name}={value!r} must lie in {interval}{advice}")
 
 
 def _expected(key: str, value: Any, what: str, default: Any) -> ConfigError:
@@ -215,6 +229,19 @@ class _Section:
     def _check(self) -> None:
         """Section-specific checks (ranges, choices), run after the type checks."""
 
+    def _positive(self, *names: str, allow_zero: bool = False) -> None:
+        """Refuse a named field below 0, or at 0 without ``allow_zero``; ``None`` (an unset optional) passes."""
+        for name in names:
+            _check_positive(self._section, name, getattr(self, name), allow_zero)
+
+    def _choice(self, name: str, choices: tuple[Any, ...]) -> None:
+        """Refuse the named field unless it is one of ``choices``."""
+        _check_choice(self._section, name, getattr(self, name), choices)
+
+    def _fraction(self, name: str, interval: str = "[0, 1]", advice: str = ".") -> None:
+        """Refuse the named field outside ``interval`` (see :func:`_check_fraction`)."""
+        _check_fraction(self._section, name, getattr(self, name), interval, advice)
+
 
 @dataclass
 class LoRAConfig(_Section):
@@ -234,9 +261,8 @@ class LoRAConfig(_Section):
     )
 
     def _check(self) -> None:
-        _check_positive("model.lora", "r", self.r)
-        _check_positive("model.lora", "alpha", self.alpha)
-        _check_unit("model.lora", "dropout", self.dropout)
+        self._positive("r", "alpha")
+        self._fraction("dropout")
 
 
 @dataclass
@@ -269,14 +295,12 @@ class VLLMConfig(_Section):
     )
 
     def _check(self) -> None:
-        _check_positive(self._section, "kv_cache_mb", self.kv_cache_mb)
-        _check_positive(self._section, "max_model_len", self.max_model_len)
-        value = self.gpu_memory_utilization
-        if value is not None and not 0.0 < value <= 1.0:
-            raise ConfigError(
-                f"{self._section}.gpu_memory_utilization={value!r} must lie in (0, 1] (a fraction of the GPU's "
-                "memory), or be null to compute it from the memory free when vLLM starts."
-            )
+        self._positive("kv_cache_mb", "max_model_len")
+        self._fraction(
+            "gpu_memory_utilization",
+            "(0, 1]",
+            " (a fraction of the GPU's memory), or be null to compute it from the memory free when vLLM starts.",
+        )
 
 
 @dataclass
@@ -366,19 +390,14 @@ class ModelConfig(_Section):
         if not self.name:
             raise ConfigError("model.name is empty; give a local folder, a hub id or a .gguf file.")
         if self.model_type is not None:
-            _check_choice("model", "model_type", self.model_type, ("causal", "seq2seq"))
-        _check_choice("model", "dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
-        _check_choice(
-            "model", "attn_implementation", self.attn_implementation, ("sdpa", "eager", "flash_attention_2")
-        )
-        _check_choice("model", "context_overflow", self.context_overflow, ("truncate_left", "error"))
-        _check_choice("model", "generation_engine", self.generation_engine, ("builtin", "vllm"))
-        _check_positive("model", "forward_batch_size", self.forward_batch_size)
-        _check_positive("model", "forward_batch_tokens", self.forward_batch_tokens, allow_zero=True)
-        _check_positive("model", "max_context_tokens", self.max_context_tokens)
-        _check_positive("model", "trunk_cache_mb", self.trunk_cache_mb, allow_zero=True)
-        _check_positive("model", "row_tokens", self.row_tokens, allow_zero=True)
-        _check_seed("model", "seed", self.seed)
+            self._choice("model_type", ("causal", "seq2seq"))
+        self._choice("dtype", ("auto", "float32", "bfloat16", "float16"))
+        self._choice("attn_implementation", ("sdpa", "eager", "flash_attention_2"))
+        self._choice("context_overflow", ("truncate_left", "error"))
+        self._choice("generation_engine", ("builtin", "vllm"))
+        self._positive("forward_batch_size", "max_context_tokens")
+        self._positive("forward_batch_tokens", "trunk_cache_mb", "row_tokens", allow_zero=True)
+        _check_seed(self._section, "seed", self.seed)
 
 
 #: Environment variables ``distributed.runtime_env.env_vars`` may not set, and why.
@@ -484,7 +503,7 @@ class DistributedConfig(_Section):
 
     def _check(self) -> None:
         self.runtime_env = check_runtime_env(self.runtime_env)
-        for name in (
+        self._positive(
             "llm_processes",
             "model_parallelism_size",
             "timeout_s",
@@ -492,15 +511,14 @@ class DistributedConfig(_Section):
             "call_timeout_s",
             "cpus_per_server",
             "object_store_mb",
-        ):
-            _check_positive("distributed", name, getattr(self, name))
+        )
         if self.backend == "spawn":
             raise ConfigError(
                 "distributed.backend='spawn' was removed with `llmgym launch`: the LLM servers now run as Ray "
                 "actors. Delete the key or set distributed.backend=ray (install the extra: pip install "
                 "'llmgym[ray]'); for several machines set distributed.ray_address (docs/distributed.md)."
             )
-        _check_choice("distributed", "backend", self.backend, ("ray",))
+        self._choice("backend", ("ray",))
         gpus = self.gpus_per_server
         fits = (
             gpus is None
@@ -519,7 +537,7 @@ class DistributedConfig(_Section):
                 f"distributed.rl_processes={self.rl_processes} is not supported; use 1 "
                 "(one RL client drives all LLM servers)."
             )
-        _check_choice("distributed", "sharding", self.sharding, ("none", "fsdp"))
+        self._choice("sharding", ("none", "fsdp"))
         if self.sharding == "fsdp" and (self.llm_processes < 2 or self.model_parallelism_size != 1):
             raise ConfigError(
                 f"distributed.sharding=fsdp shards the model over the LLM servers, but llm_processes="
@@ -552,15 +570,15 @@ class EnvConfig(_Section):
 
     def _check(self) -> None:
         # its upper bound is the envs' rule, checked by llmgym.run.requirements.check_requirements
-        _check_positive("env", "reward_clip", self.reward_clip)
+        self._positive("reward_clip")
         module, sep, _ = self.id.partition(":")
         if sep:  # Gymnasium's 'module:Namespace/Name-v0' imports module, as import paths do
             from llmgym.import_path import check_import_allowed
 
             check_import_allowed(module, "env.id", self.id)
-        _check_positive("env", "num_envs", self.num_envs)
-        _check_choice("env", "vectorization_mode", self.vectorization_mode, ("sync", "async"))
-        _check_positive("env", "max_episode_steps", self.max_episode_steps)
+        self._positive("num_envs")
+        self._choice("vectorization_mode", ("sync", "async"))
+        self._positive("max_episode_steps")
 
 
 @dataclass
@@ -706,13 +724,12 @@ class KLConfig(_Section):
     )
 
     def _check(self) -> None:
-        _check_choice("algorithm.kl", "controller", self.controller, ("fixed", "adaptive"))
-        _check_choice("algorithm.kl", "unit", self.unit, ("completion", "token"))
-        _check_choice("algorithm.kl", "penalty", self.penalty, ("reward", "loss"))
-        _check_choice("algorithm.kl", "estimator", self.estimator, ("k1", "k2", "k3"))
-        _check_positive("algorithm.kl", "coef", self.coef, allow_zero=True)
-        _check_positive("algorithm.kl", "target", self.target)
-        _check_positive("algorithm.kl", "horizon", self.horizon)
+        self._choice("controller", ("fixed", "adaptive"))
+        self._choice("unit", ("completion", "token"))
+        self._choice("penalty", ("reward", "loss"))
+        self._choice("estimator", ("k1", "k2", "k3"))
+        self._positive("coef", allow_zero=True)
+        self._positive("target", "horizon")
         if self.controller == "adaptive" and (self.target is None or self.coef == 0):
             raise ConfigError(
                 f"algorithm.kl.controller=adaptive needs algorithm.kl.target (the KL to hold) and algorithm.kl.coef > 0 "
@@ -741,8 +758,7 @@ class PPOSection(_Section):
     )
 
     def _check(self) -> None:
-        for name in ("clip_range", "value_clip_range", "target_kl"):
-            _check_positive(self._section, name, getattr(self, name))
+        self._positive("clip_range", "value_clip_range", "target_kl")
 
 
 @dataclass
@@ -773,13 +789,9 @@ class TRPOSection(_Section):
     )
 
     def _check(self) -> None:
-        for name in ("max_kl", "cg_steps", "line_search_steps"):
-            _check_positive(self._section, name, getattr(self, name))
-        _check_positive(self._section, "cg_damping", self.cg_damping, allow_zero=True)
-        if not 0 < self.line_search_shrink < 1:
-            raise ConfigError(
-                f"{self._section}.line_search_shrink={self.line_search_shrink!r} must lie in (0, 1), e.g. 0.5 or 0.8."
-            )
+        self._positive("max_kl", "cg_steps", "line_search_steps")
+        self._positive("cg_damping", allow_zero=True)
+        self._fraction("line_search_shrink", "(0, 1)", ", e.g. 0.5 or 0.8.")
 
 
 @dataclass
@@ -805,12 +817,8 @@ class NLPOSection(_Section):
     )
 
     def _check(self) -> None:
-        _check_positive(self._section, "mask_update_interval", self.mask_update_interval)
-        _check_positive(self._section, "min_tokens_to_keep", self.min_tokens_to_keep)
-        if not 0.0 < self.mask_top_p <= 1.0:
-            raise ConfigError(
-                f"{self._section}.mask_top_p={self.mask_top_p!r} must lie in (0, 1]; NLPO uses 0.9."
-            )
+        self._positive("mask_update_interval", "min_tokens_to_keep")
+        self._fraction("mask_top_p", "(0, 1]", "; NLPO uses 0.9.")
 
 
 @dataclass
@@ -896,21 +904,15 @@ class AlgorithmConfig(_Section):
 
     def _check(self) -> None:
         if ":" not in self.name:
-            _check_choice("algorithm", "name", self.name, ALGORITHM_NAMES)
-        _check_choice("algorithm", "value_head", self.value_head, ("shared", "detached"))
-        for name in (
-            "learning_rate",
-            "rollout_steps",
-            "epochs",
-            "minibatch_size",
-            "gradient_accumulation_steps",
-        ):
-            _check_positive("algorithm", name, getattr(self, name))
-        for name in ("head_learning_rate", "value_coef", "entropy_coef"):
-            _check_positive("algorithm", name, getattr(self, name), allow_zero=True)
-        _check_positive("algorithm", "max_grad_norm", self.max_grad_norm)
-        _check_unit("algorithm", "gamma", self.gamma)
-        _check_unit("algorithm", "gae_lambda", self.gae_lambda)
+            self._choice("name", ALGORITHM_NAMES)
+        self._choice("value_head", ("shared", "detached"))
+        self._positive(
+            "learning_rate", "rollout_steps", "epochs", "minibatch_size", "gradient_accumulation_steps"
+        )
+        self._positive("head_learning_rate", "value_coef", "entropy_coef", allow_zero=True)
+        self._positive("max_grad_norm")
+        self._fraction("gamma")
+        self._fraction("gae_lambda")
         if self.updater is not None and ":" not in self.updater:
             raise ConfigError(
                 f"algorithm.updater={self.updater!r} must look like 'package.module:ClassName'."
@@ -971,21 +973,19 @@ class TrainConfig(_Section):
     )
 
     def _check(self) -> None:
-        _check_positive("train", "total_env_steps", self.total_env_steps)
-        _check_seed("train", "seed", self.seed)
-        _check_positive("train", "eval_every", self.eval_every)
-        _check_positive("train", "eval_episodes", self.eval_episodes, allow_zero=True)
-        _check_positive("train", "eval_num_envs", self.eval_num_envs)
-        _check_positive("train", "checkpoint_every", self.checkpoint_every)
-        _check_positive("train", "keep_checkpoints", self.keep_checkpoints)
+        self._positive("total_env_steps")
+        _check_seed(self._section, "seed", self.seed)
+        self._positive("eval_every")
+        self._positive("eval_episodes", allow_zero=True)
+        self._positive("eval_num_envs", "checkpoint_every", "keep_checkpoints")
         for name in self.checkpoint_signals:
-            _check_choice("train", "checkpoint_signals", name, CHECKPOINT_SIGNAL_NAMES)
+            _check_choice(self._section, "checkpoint_signals", name, CHECKPOINT_SIGNAL_NAMES)
         if self.resume == AUTO_RESUME and not self.run_name:
             raise ConfigError(
                 "train.resume=auto resumes the run named by train.run_name, which is null (each run would get a new "
                 "name). Fix: set train.run_name=NAME, the same on every requeue of a job (e.g. its job id)."
             )
-        _check_positive("train", "eval_max_samples", self.eval_max_samples)
+        self._positive("eval_max_samples")
         for i, spec in enumerate(self.eval_metrics):
             if not isinstance(spec.get("id"), str) or set(spec) - {"id", "args"}:
                 raise ConfigError(
@@ -1003,7 +1003,7 @@ class WandbConfig(_Section):
     entity: Optional[str] = _f(None, "wandb entity (team or user); null uses your default.")
 
     def _check(self) -> None:
-        _check_choice("logging.wandb", "mode", self.mode, ("disabled", "offline", "online"))
+        self._choice("mode", ("disabled", "offline", "online"))
 
 
 @dataclass
@@ -1026,8 +1026,8 @@ class LoggingConfig(_Section):
     wandb: WandbConfig = _f(WandbConfig, "Weights & Biases settings.")
 
     def _check(self) -> None:
-        _check_positive("logging", "log_every", self.log_every)
-        _check_positive("logging", "record_episodes", self.record_episodes, allow_zero=True)
+        self._positive("log_every")
+        self._positive("record_episodes", allow_zero=True)
 
 
 @dataclass

@@ -77,6 +77,57 @@ def test_out_of_range_values(override, pattern):
         load_config(None, [override])
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.lora.dropout=2", "model.lora.dropout=2.0 must lie in [0, 1]."),
+        (
+            "model.vllm.gpu_memory_utilization=1.5",
+            "model.vllm.gpu_memory_utilization=1.5 must lie in (0, 1] (a fraction of the GPU's memory), or be null "
+            "to compute it from the memory free when vLLM starts.",
+        ),
+        ("model.forward_batch_tokens=-1", "model.forward_batch_tokens=-1 must be >= 0."),
+        (
+            "model.attn_implementation=flash",
+            "model.attn_implementation='flash' is not allowed; expected one of "
+            "['sdpa', 'eager', 'flash_attention_2'].",
+        ),
+        ("distributed.cpus_per_server=0", "distributed.cpus_per_server=0 must be > 0."),
+        (
+            "distributed.sharding=zero",
+            "distributed.sharding='zero' is not allowed; expected one of ['none', 'fsdp'].",
+        ),
+        ("env.max_episode_steps=0", "env.max_episode_steps=0 must be > 0."),
+        (
+            "algorithm.kl.controller=pid",
+            "algorithm.kl.controller='pid' is not allowed; expected one of ['fixed', 'adaptive'].",
+        ),
+        ("algorithm.kl.coef=-1", "algorithm.kl.coef=-1.0 must be >= 0."),
+        ("algorithm.ppo.value_clip_range=0", "algorithm.ppo.value_clip_range=0.0 must be > 0."),
+        ("algorithm.trpo.cg_damping=-1", "algorithm.trpo.cg_damping=-1.0 must be >= 0."),
+        (
+            "algorithm.trpo.line_search_shrink=1",
+            "algorithm.trpo.line_search_shrink=1.0 must lie in (0, 1), e.g. 0.5 or 0.8.",
+        ),
+        ("algorithm.nlpo.mask_top_p=0", "algorithm.nlpo.mask_top_p=0.0 must lie in (0, 1]; NLPO uses 0.9."),
+        ("algorithm.nlpo.min_tokens_to_keep=0", "algorithm.nlpo.min_tokens_to_keep=0 must be > 0."),
+        ("algorithm.entropy_coef=-0.5", "algorithm.entropy_coef=-0.5 must be >= 0."),
+        ("algorithm.gae_lambda=-0.5", "algorithm.gae_lambda=-0.5 must lie in [0, 1]."),
+        ("train.eval_episodes=-1", "train.eval_episodes=-1 must be >= 0."),
+        ("train.eval_max_samples=0", "train.eval_max_samples=0 must be > 0."),
+        ("logging.record_episodes=-1", "logging.record_episodes=-1 must be >= 0."),
+        (
+            "logging.wandb.mode=cloud",
+            "logging.wandb.mode='cloud' is not allowed; expected one of ['disabled', 'offline', 'online'].",
+        ),
+    ],
+)
+def test_each_sections_range_and_choice_messages(override, message):
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, [override])
+    assert str(caught.value) == message
+
+
 def test_override_without_equals_and_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="section.key=value"):
         load_config(None, ["algorithm.epochs"])

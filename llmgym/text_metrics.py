@@ -13,12 +13,12 @@ dict[str, MetricValue]``. Register yours with :func:`register_metric`, refer to 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from llmgym.envs import text_scores
+from llmgym.envs.registry import Registry
 from llmgym.envs.rewards import (
     SPICE_ERROR,
     increasing_numbers,
@@ -80,7 +80,10 @@ class MetricSpec:
 
 
 MetricFn = Callable[..., Mapping[str, MetricValue]]
-_METRICS: dict[str, MetricFn] = {}
+_METRICS: Registry[MetricFn] = Registry(
+    "metric",
+    "Fix: pick one, give 'package.module:function', or register yours with llmgym.text_metrics.register_metric.",
+)
 
 
 def register_metric(name: str, fn: MetricFn | None = None, *, overwrite: bool = False) -> Callable[..., Any]:
@@ -97,22 +100,12 @@ def register_metric(name: str, fn: MetricFn | None = None, *, overwrite: bool = 
     Raises:
         ConfigError: If ``name`` is taken and ``overwrite`` is false.
     """
-
-    def decorator(func: MetricFn) -> MetricFn:
-        if name in _METRICS and not overwrite:
-            raise ConfigError(
-                f"metric name={name!r} is already registered; expected a new name. "
-                "Fix: choose another name or pass overwrite=True."
-            )
-        _METRICS[name] = func
-        return func
-
-    return decorator if fn is None else decorator(fn)
+    return _METRICS.register(name, fn, lambda func: func, overwrite=overwrite)
 
 
 def list_text_metrics() -> list[str]:
     """Return the registered metric ids, sorted."""
-    return sorted(_METRICS)
+    return _METRICS.names()
 
 
 def get_metric(metric: str | MetricFn) -> MetricFn:
@@ -123,17 +116,10 @@ def get_metric(metric: str | MetricFn) -> MetricFn:
     """
     if callable(metric):
         return metric
-    if metric in _METRICS:
-        return _METRICS[metric]
-    if ":" in metric:
-        fn: MetricFn = import_object(metric, "metric")
-        return fn
-    close = difflib.get_close_matches(metric, list(_METRICS), n=3)
-    hint = f" Did you mean {close}?" if close else ""
-    raise ConfigError(
-        f"metric={metric!r} is not a registered metric; expected one of {list_text_metrics()}.{hint} Fix: pick one, "
-        "give 'package.module:function', or register yours with llmgym.text_metrics.register_metric."
-    )
+    if metric in _METRICS or ":" not in metric:
+        return _METRICS.get(metric)
+    fn: MetricFn = import_object(metric, "metric")
+    return fn
 
 
 def compute_metrics(

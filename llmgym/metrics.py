@@ -230,16 +230,12 @@ def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: s
     Returns:
         The PNG path.
     """
-    import matplotlib
-
+    from llmgym.report.figures import save_curve_figure
     from llmgym.report.runs import read_metrics
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     records = read_metrics(metrics_path)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, label in ((axes[0], "episode_return", "return"), (axes[1], "success_rate", "success rate")):
+
+    def draw(ax: Any, key: str, label: str) -> str:
         for kind, field, style, name in (
             ("train", key, "-", "train (rolling mean)"),
             ("eval", key, "o--", "eval (greedy)"),
@@ -253,16 +249,6 @@ def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: s
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, style, label=name)
-        ax.set_xlabel("env steps")
-        ax.set_ylabel(label)
-        if key == "success_rate":
-            ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(png_path)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+        return label
+
+    return save_curve_figure(draw, png_path, title)

@@ -442,40 +442,43 @@ def dates(
     )
 
 
-def _summac(
-    kind: str, prompts: Texts, completions: Texts, name: str, summac_args: Mapping[str, Any]
-) -> dict[str, MetricValue]:
-    module: Any = text_scores.require_optional("summac.model_summac", "summac", f"The '{kind}' metric")
-    scorer = getattr(module, kind)(**dict(summac_args))
-    return _per_sample(name, [float(s) for s in scorer.score(list(prompts), list(completions))["scores"]])
+def _summac_metric(kind: str, name: str, what: str) -> MetricFn:
+    """The metric of SummaC model ``kind`` (the ``summac`` package): each summary's consistency with its prompt."""
+
+    def metric(
+        prompts: Texts,
+        completions: Texts,
+        references: Refs,
+        metadata: Metas,
+        *,
+        context: MetricContext,
+        **summac_args: Any,
+    ) -> dict[str, MetricValue]:
+        module: Any = text_scores.require_optional("summac.model_summac", "summac", f"The '{kind}' metric")
+        scorer = getattr(module, kind)(**dict(summac_args))
+        return _per_sample(name, [float(s) for s in scorer.score(list(prompts), list(completions))["scores"]])
+
+    metric.__name__ = metric.__qualname__ = f"summac_{kind[len('SummaC') :].lower()}"
+    metric.__doc__ = (
+        f"{what} (the ``summac`` package; RL4LMs' ``{name}``); ``summac_args`` build SummaC's ``{kind}``."
+    )
+    return metric
 
 
-@register_metric("summaCZS")
-def summac_zs(
-    prompts: Texts,
-    completions: Texts,
-    references: Refs,
-    metadata: Metas,
-    *,
-    context: MetricContext,
-    **summac_args: Any,
-) -> dict[str, MetricValue]:
-    """SummaC-ZS consistency of each summary with its prompt (the ``summac`` package; RL4LMs' ``consistency/summaczs``)."""
-    return _summac("SummaCZS", prompts, completions, "consistency/summaczs", summac_args)
-
-
-@register_metric("summaCConv")
-def summac_conv(
-    prompts: Texts,
-    completions: Texts,
-    references: Refs,
-    metadata: Metas,
-    *,
-    context: MetricContext,
-    **summac_args: Any,
-) -> dict[str, MetricValue]:
-    """SummaC-Conv consistency (the ``summac`` package; RL4LMs' ``consistency/summacconv``)."""
-    return _summac("SummaCConv", prompts, completions, "consistency/summacconv", summac_args)
+#: SummaC-ZS consistency of each summary with its prompt.
+summac_zs = register_metric(
+    "summaCZS",
+    _summac_metric(
+        "SummaCZS", "consistency/summaczs", "SummaC-ZS consistency of each summary with its prompt"
+    ),
+)
+#: SummaC-Conv consistency of each summary with its prompt.
+summac_conv = register_metric(
+    "summaCConv",
+    _summac_metric(
+        "SummaCConv", "consistency/summacconv", "SummaC-Conv consistency of each summary with its prompt"
+    ),
+)
 
 
 @register_metric("bleu_totto")

@@ -15,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmgym.atomic_io import write_text_atomic
 from llmgym.config import LoggingConfig
 from llmgym.errors import require
-from llmgym.jsonl import json_lines
+from llmgym.jsonl import json_lines, keep_records
 
 if TYPE_CHECKING:
     from llmgym.report.records import EpisodeRecord
@@ -207,16 +206,15 @@ def trim_metrics(path: str | Path, max_env_steps: int) -> int:
     if not target.is_file():
         return 0
     lines = json_lines(target.read_text(encoding="utf-8"))
-    kept = [line for line in lines if _kept(line, max_env_steps)]
-    if len(kept) != len(lines):
-        write_text_atomic(target, "".join(f"{line}\n" for line in kept))
+    dropped = keep_records(target, lines, lambda line: _kept(line, max_env_steps), str)
+    if dropped:
         logger.warning(
             "Dropped %d records of %s logged after env step %d (the checkpoint resumed from).",
-            len(lines) - len(kept),
+            dropped,
             target,
             max_env_steps,
         )
-    return len(lines) - len(kept)
+    return dropped
 
 
 def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from llmgym.atomic_io import write_text_atomic
 from llmgym.errors import RunFileError
 
-__all__ = ["json_lines", "read_jsonl"]
+__all__ = ["json_lines", "read_jsonl", "keep_records"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,3 +83,26 @@ def read_jsonl(path: str | Path, parse: Callable[[dict[str, Any]], T], what: str
         except (ValueError, TypeError, KeyError) as exc:
             raise RunFileError(f"{target}:{number} is not {what} ({exc}). Fix or remove that line.") from exc
     return records
+
+
+def keep_records(
+    path: str | Path, records: Sequence[T], keep: Callable[[T], bool], line: Callable[[T], str]
+) -> int:
+    """Rewrite a JSON Lines file with only the records ``keep`` accepts, atomically.
+
+    A resumed run drops the records its logs hold past the checkpoint it resumed from. The file is
+    left as it is when every record stays.
+
+    Args:
+        path: The file.
+        records: Its records, as read.
+        keep: Whether a record stays.
+        line: A record's line, without its newline.
+
+    Returns:
+        The number of records dropped.
+    """
+    kept = [record for record in records if keep(record)]
+    if len(kept) != len(records):
+        write_text_atomic(Path(path), "".join(f"{line(record)}\n" for record in kept))
+    return len(records) - len(kept)

@@ -15,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmgym.atomic_io import write_text_atomic
 from llmgym.config import LoggingConfig
 from llmgym.errors import require
-from llmgym.jsonl import json_lines
+from llmgym.jsonl import json_lines, keep_records
 
 if TYPE_CHECKING:
     from llmgym.report.records import EpisodeRecord
@@ -207,16 +206,15 @@ def trim_metrics(path: str | Path, max_env_steps: int) -> int:
     if not target.is_file():
         return 0
     lines = json_lines(target.read_text(encoding="utf-8"))
-    kept = [line for line in lines if _kept(line, max_env_steps)]
-    if len(kept) != len(lines):
-        write_text_atomic(target, "".join(f"{line}\n" for line in kept))
+    dropped = keep_records(target, lines, lambda line: _kept(line, max_env_steps), str)
+    if dropped:
         logger.warning(
             "Dropped %d records of %s logged after env step %d (the checkpoint resumed from).",
-            len(lines) - len(kept),
+            dropped,
             target,
             max_env_steps,
         )
-    return len(lines) - len(kept)
+    return dropped
 
 
 def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path:
@@ -230,16 +228,12 @@ def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: s
     Returns:
         The PNG path.
     """
-    import matplotlib
-
+    from llmgym.report.figures import save_curve_figure
     from llmgym.report.runs import read_metrics
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     records = read_metrics(metrics_path)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, label in ((axes[0], "episode_return", "return"), (axes[1], "success_rate", "success rate")):
+
+    def draw(ax: Any, key: str, label: str) -> str:
         for kind, field, style, name in (
             ("train", key, "-", "train (rolling mean)"),
             ("eval", key, "o--", "eval (greedy)"),
@@ -253,16 +247,6 @@ def plot_learning_curve(metrics_path: str | Path, png_path: str | Path, title: s
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, style, label=name)
-        ax.set_xlabel("env steps")
-        ax.set_ylabel(label)
-        if key == "success_rate":
-            ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(png_path)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+        return label
+
+    return save_curve_figure(draw, png_path, title)

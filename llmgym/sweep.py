@@ -27,6 +27,7 @@ from typing import Any, Optional
 from llmgym.config import Config
 from llmgym.errors import ConfigError
 from llmgym.lifetime import exit_with_parent
+from llmgym.report.figures import save_curve_figure
 from llmgym.report.runs import SweepRun, read_metrics, read_run
 from llmgym.run import load_run_config
 from llmgym.run.requirements import check_requirements
@@ -219,13 +220,8 @@ def plot_sweep_curves(runs: Sequence[SweepRun], png_path: str | Path, title: str
                 curves.append((label, records))
     if not curves:
         return None
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, name in ((axes[0], "episode_return", "return"), (axes[1], "success_rate", "success rate")):
+    def draw(ax: Any, key: str, name: str) -> str:
         series = [
             (
                 label,
@@ -240,19 +236,9 @@ def plot_sweep_curves(runs: Sequence[SweepRun], png_path: str | Path, title: str
         if shared:
             mean = [sum(points[step] for _, points in series) / len(series) for step in shared]
             ax.plot(shared, mean, "-", color="black", linewidth=2.5, label=f"mean of {len(series)} runs")
-        ax.set_xlabel("env steps")
-        ax.set_ylabel(f"{name} (training, rolling mean)")
-        if key == "success_rate":
-            ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize="small")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(png_path)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+        return f"{name} (training, rolling mean)"
+
+    return save_curve_figure(draw, png_path, title, legend_size="small")
 
 
 def _enough_episodes(record: dict[str, Any]) -> bool:

@@ -13,12 +13,12 @@ dict[str, MetricValue]``. Register yours with :func:`register_metric`, refer to 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from llmgym.envs import text_scores
+from llmgym.envs.registry import Registry
 from llmgym.envs.rewards import (
     SPICE_ERROR,
     increasing_numbers,
@@ -80,7 +80,10 @@ class MetricSpec:
 
 
 MetricFn = Callable[..., Mapping[str, MetricValue]]
-_METRICS: dict[str, MetricFn] = {}
+_METRICS: Registry[MetricFn] = Registry(
+    "metric",
+    "Fix: pick one, give 'package.module:function', or register yours with llmgym.text_metrics.register_metric.",
+)
 
 
 def register_metric(name: str, fn: MetricFn | None = None, *, overwrite: bool = False) -> Callable[..., Any]:
@@ -97,22 +100,12 @@ def register_metric(name: str, fn: MetricFn | None = None, *, overwrite: bool = 
     Raises:
         ConfigError: If ``name`` is taken and ``overwrite`` is false.
     """
-
-    def decorator(func: MetricFn) -> MetricFn:
-        if name in _METRICS and not overwrite:
-            raise ConfigError(
-                f"metric name={name!r} is already registered; expected a new name. "
-                "Fix: choose another name or pass overwrite=True."
-            )
-        _METRICS[name] = func
-        return func
-
-    return decorator if fn is None else decorator(fn)
+    return _METRICS.register(name, fn, lambda func: func, overwrite=overwrite)
 
 
 def list_text_metrics() -> list[str]:
     """Return the registered metric ids, sorted."""
-    return sorted(_METRICS)
+    return _METRICS.names()
 
 
 def get_metric(metric: str | MetricFn) -> MetricFn:
@@ -123,17 +116,10 @@ def get_metric(metric: str | MetricFn) -> MetricFn:
     """
     if callable(metric):
         return metric
-    if metric in _METRICS:
-        return _METRICS[metric]
-    if ":" in metric:
-        fn: MetricFn = import_object(metric, "metric")
-        return fn
-    close = difflib.get_close_matches(metric, list(_METRICS), n=3)
-    hint = f" Did you mean {close}?" if close else ""
-    raise ConfigError(
-        f"metric={metric!r} is not a registered metric; expected one of {list_text_metrics()}.{hint} Fix: pick one, "
-        "give 'package.module:function', or register yours with llmgym.text_metrics.register_metric."
-    )
+    if metric in _METRICS or ":" not in metric:
+        return _METRICS.get(metric)
+    fn: MetricFn = import_object(metric, "metric")
+    return fn
 
 
 def compute_metrics(
@@ -456,40 +442,43 @@ def dates(
     )
 
 
-def _summac(
-    kind: str, prompts: Texts, completions: Texts, name: str, summac_args: Mapping[str, Any]
-) -> dict[str, MetricValue]:
-    module: Any = text_scores.require_optional("summac.model_summac", "summac", f"The '{kind}' metric")
-    scorer = getattr(module, kind)(**dict(summac_args))
-    return _per_sample(name, [float(s) for s in scorer.score(list(prompts), list(completions))["scores"]])
+def _summac_metric(kind: str, name: str, what: str) -> MetricFn:
+    """The metric of SummaC model ``kind`` (the ``summac`` package): each summary's consistency with its prompt."""
+
+    def metric(
+        prompts: Texts,
+        completions: Texts,
+        references: Refs,
+        metadata: Metas,
+        *,
+        context: MetricContext,
+        **summac_args: Any,
+    ) -> dict[str, MetricValue]:
+        module: Any = text_scores.require_optional("summac.model_summac", "summac", f"The '{kind}' metric")
+        scorer = getattr(module, kind)(**dict(summac_args))
+        return _per_sample(name, [float(s) for s in scorer.score(list(prompts), list(completions))["scores"]])
+
+    metric.__name__ = metric.__qualname__ = f"summac_{kind[len('SummaC') :].lower()}"
+    metric.__doc__ = (
+        f"{what} (the ``summac`` package; RL4LMs' ``{name}``); ``summac_args`` build SummaC's ``{kind}``."
+    )
+    return metric
 
 
-@register_metric("summaCZS")
-def summac_zs(
-    prompts: Texts,
-    completions: Texts,
-    references: Refs,
-    metadata: Metas,
-    *,
-    context: MetricContext,
-    **summac_args: Any,
-) -> dict[str, MetricValue]:
-    """SummaC-ZS consistency of each summary with its prompt (the ``summac`` package; RL4LMs' ``consistency/summaczs``)."""
-    return _summac("SummaCZS", prompts, completions, "consistency/summaczs", summac_args)
-
-
-@register_metric("summaCConv")
-def summac_conv(
-    prompts: Texts,
-    completions: Texts,
-    references: Refs,
-    metadata: Metas,
-    *,
-    context: MetricContext,
-    **summac_args: Any,
-) -> dict[str, MetricValue]:
-    """SummaC-Conv consistency (the ``summac`` package; RL4LMs' ``consistency/summacconv``)."""
-    return _summac("SummaCConv", prompts, completions, "consistency/summacconv", summac_args)
+#: SummaC-ZS consistency of each summary with its prompt.
+summac_zs = register_metric(
+    "summaCZS",
+    _summac_metric(
+        "SummaCZS", "consistency/summaczs", "SummaC-ZS consistency of each summary with its prompt"
+    ),
+)
+#: SummaC-Conv consistency of each summary with its prompt.
+summac_conv = register_metric(
+    "summaCConv",
+    _summac_metric(
+        "SummaCConv", "consistency/summacconv", "SummaC-Conv consistency of each summary with its prompt"
+    ),
+)
 
 
 @register_metric("bleu_totto")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Mapping
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeGuard, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -34,6 +34,8 @@ __all__ = [
     "EpisodeGuard",
     "observation_text",
     "normalize_action_text",
+    "is_int",
+    "int_action",
 ]
 
 ObsT = TypeVar("ObsT")
@@ -99,6 +101,24 @@ def normalize_action_text(action: str) -> str:
         The normalised string, e.g. ``"go forward"``.
     """
     return " ".join(action.lower().split())
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """Whether ``value`` is a Python or NumPy integer (not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def int_action(action: Any, count: int) -> int | None:
+    """The index an integer action names among ``count`` actions.
+
+    Args:
+        action: The action, e.g. ``2`` or ``np.int64(2)``.
+        count: How many actions there are.
+
+    Returns:
+        ``int(action)`` if ``action`` is an integer (not a bool) in ``[0, count)``, else ``None``.
+    """
+    return int(action) if is_int(action) and 0 <= int(action) < count else None
 
 
 class TextEnv(gym.Env[ObsT, Any], Generic[ObsT]):
@@ -183,14 +203,12 @@ class TextEnv(gym.Env[ObsT, Any], Generic[ObsT]):
         """
         if isinstance(action, str):
             key = normalize_action_text(action)
-            key = self.action_aliases.get(key, key)
-            index = _name_index(self.action_names).get(key)
-            if index is not None:
-                return index
-        elif isinstance(action, (int, np.integer)) and not isinstance(action, bool):
-            if 0 <= int(action) < len(self.action_names):
-                return int(action)
-        raise self.invalid_action(action)
+            index = _name_index(self.action_names).get(self.action_aliases.get(key, key))
+        else:
+            index = int_action(action, len(self.action_names))
+        if index is None:
+            raise self.invalid_action(action)
+        return index
 
     def invalid_action(self, action: Any) -> InvalidActionError:
         """Build the error raised for an action outside the valid ones.

@@ -8,14 +8,14 @@ own with :func:`register_datapool` (a callable returning any of these).
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmgym.errors import ConfigError, InputError
+from llmgym.envs.registry import Registry
+from llmgym.errors import InputError
 
 __all__ = ["Sample", "register_datapool", "load_datapool", "list_datapools"]
 
@@ -36,7 +36,11 @@ class Sample:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
-_DATAPOOLS: dict[str, Callable[..., Any]] = {}
+_DATAPOOLS: Registry[Callable[..., Any]] = Registry(
+    "datapool",
+    "Nor is it an existing JSONL file. Fix: register it with llmgym.envs.register_datapool, give the path "
+    "of an existing JSONL file, or pass a list of prompts.",
+)
 
 
 def register_datapool(
@@ -58,22 +62,12 @@ def register_datapool(
     Raises:
         ConfigError: If ``name`` is taken and ``overwrite`` is false.
     """
-
-    def decorator(func: Callable[..., Any]) -> Callable[..., Any]:
-        if name in _DATAPOOLS and not overwrite:
-            raise ConfigError(
-                f"datapool name={name!r} is already registered; expected a new name. "
-                "Fix: choose another name or pass overwrite=True."
-            )
-        _DATAPOOLS[name] = func
-        return func
-
-    return decorator if factory is None else decorator(factory)
+    return _DATAPOOLS.register(name, factory, lambda fn: fn, overwrite=overwrite)
 
 
 def list_datapools() -> list[str]:
     """Return the registered datapool names, sorted."""
-    return sorted(_DATAPOOLS)
+    return _DATAPOOLS.names()
 
 
 def _sample(item: Any, prompt_key: str, reference_key: str, where: str) -> Sample:
@@ -149,20 +143,12 @@ def load_datapool(
         return load_datapool(source(**kwargs), prompt_key=prompt_key, reference_key=reference_key)
     if isinstance(source, (str, Path)):
         if isinstance(source, str) and source in _DATAPOOLS:
-            return load_datapool(
-                _DATAPOOLS[source](**kwargs), prompt_key=prompt_key, reference_key=reference_key
-            )
+            factory = _DATAPOOLS.get(source)
+            return load_datapool(factory(**kwargs), prompt_key=prompt_key, reference_key=reference_key)
         path = Path(source)
-        if path.is_file():
-            samples = _read_jsonl(path, prompt_key, reference_key)
-        else:
-            close = difflib.get_close_matches(str(source), list(_DATAPOOLS), n=3)
-            hint = f" Did you mean {close}?" if close else ""
-            raise ConfigError(
-                f"datapool={source!r} is neither a registered datapool nor an existing JSONL file; "
-                f"registered: {list_datapools()}.{hint} Fix: register it with "
-                "llmgym.envs.register_datapool or pass a list of prompts."
-            )
+        if not path.is_file():
+            raise _DATAPOOLS.unknown(str(source))
+        samples = _read_jsonl(path, prompt_key, reference_key)
     elif isinstance(source, Iterable):
         samples = [
             _sample(item, prompt_key, reference_key, f"datapool item {i}") for i, item in enumerate(source)

@@ -23,7 +23,6 @@ Shipped, llmgym's: ``exact_match``, ``contains_reference``, ``keywords``, ``leng
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llmgym.envs import text_scores
+from llmgym.envs.registry import Registry
 from llmgym.errors import ConfigError, InputError, MissingDependencyError
 from llmgym.import_path import import_object
 
@@ -74,7 +74,10 @@ class _Entry:
     dense: bool
 
 
-_REWARDS: dict[str, _Entry] = {}
+_REWARDS: Registry[_Entry] = Registry(
+    "reward",
+    "Fix: pick one of these, give 'package.module:function', or register yours with llmgym.envs.register_reward.",
+)
 
 
 def register_reward(
@@ -102,22 +105,12 @@ def register_reward(
     Raises:
         ConfigError: If ``name`` is taken and ``overwrite`` is false.
     """
-
-    def decorator(func: Callable[..., Any]) -> Callable[..., Any]:
-        if name in _REWARDS and not overwrite:
-            raise ConfigError(
-                f"reward name={name!r} is already registered; expected a new name. "
-                "Fix: choose another name or pass overwrite=True."
-            )
-        _REWARDS[name] = _Entry(func, batched, dense)
-        return func
-
-    return decorator if fn is None else decorator(fn)
+    return _REWARDS.register(name, fn, lambda func: _Entry(func, batched, dense), overwrite=overwrite)
 
 
 def list_rewards() -> list[str]:
     """Return the registered reward names, sorted."""
-    return sorted(_REWARDS)
+    return _REWARDS.names()
 
 
 def _accepts(fn: Callable[..., Any], name: str) -> bool:
@@ -251,18 +244,10 @@ def get_reward(reward: str | Callable[..., Any] | Reward, **kwargs: Any) -> Rewa
         return Reward(reward.fn, {**reward.kwargs, **kwargs}, batched=reward.batched, dense=reward.dense)
     if callable(reward):
         return Reward(reward, kwargs)
-    if reward in _REWARDS:
-        entry = _REWARDS[reward]
+    if reward in _REWARDS or ":" not in reward:
+        entry = _REWARDS.get(reward)
         return Reward(entry.fn, kwargs, batched=entry.batched, dense=entry.dense)
-    if ":" in str(reward):
-        return Reward(import_object(str(reward), "reward"), kwargs)
-    close = difflib.get_close_matches(str(reward), list(_REWARDS), n=3)
-    hint = f" Did you mean {close}?" if close else ""
-    raise ConfigError(
-        f"reward={reward!r} is not a registered reward; expected one of {list_rewards()}.{hint} "
-        "Fix: pick one of these, give 'package.module:function', or register yours with "
-        "llmgym.envs.register_reward."
-    )
+    return Reward(import_object(reward, "reward"), kwargs)
 
 
 def _shaped(

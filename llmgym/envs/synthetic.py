@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,37 @@ def _check_positive(name: str, value: int) -> None:
         raise ConfigError(f"{name}={value!r} is invalid; expected an int >= 1. Fix: pass e.g. {name}=3.")
 
 
-class EchoWordEnv(TextEnv[str]):
+class _SyntheticEnv(TextEnv[str], abc.ABC):
+    """A tiny env whose observation is one text, also its ``"ansi"`` rendering."""
+
+    metadata = ANSI_METADATA
+
+    def __init__(self, max_length: int, render_mode: str | None) -> None:
+        self._init_render_mode(render_mode)
+        self.action_space = Discrete(len(self.action_names))
+        self.observation_space = TextSpace(max_length)
+
+    @abc.abstractmethod
+    def _obs(self) -> str:
+        """The current observation."""
+
+    @abc.abstractmethod
+    def _start(self) -> None:
+        """Set up a new episode (after the env's generator was seeded)."""
+
+    def _render_text(self) -> str:
+        return self._obs()
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start a new episode. See :meth:`gymnasium.Env.reset`."""
+        super().reset(seed=seed)
+        self._start()
+        return self._obs(), {"valid_actions": self.valid_actions()}
+
+
+class EchoWordEnv(_SyntheticEnv):
     """Say the word shown: reward 1 for the right word, 0 otherwise; one-step episodes.
 
     Args:
@@ -38,10 +69,8 @@ class EchoWordEnv(TextEnv[str]):
     """
 
     description = "Say the word you are shown (one step, reward 1 if right)."
-    metadata = ANSI_METADATA
 
     def __init__(self, words: Sequence[str] = DEFAULT_WORDS, *, render_mode: str | None = None) -> None:
-        self._init_render_mode(render_mode)
         words = tuple(words)
         if (
             len(words) < 2
@@ -53,23 +82,15 @@ class EchoWordEnv(TextEnv[str]):
                 "Fix: pass e.g. words=('apple', 'banana')."
             )
         self.action_names = words
-        self.action_space = Discrete(len(words))
-        self.observation_space = TextSpace(64 + max(len(w) for w in words))
+        super().__init__(64 + max(len(w) for w in words), render_mode)
         self._target = 0
 
     def _obs(self) -> str:
         return f"Say the word: {self.action_names[self._target]}"
 
-    def _render_text(self) -> str:
-        return self._obs()
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, Any]]:
-        """Draw a new word. See :meth:`gymnasium.Env.reset`."""
-        super().reset(seed=seed)
+    def _start(self) -> None:
+        """Draw a new word."""
         self._target = int(self.np_random.integers(len(self.action_names)))
-        return self._obs(), {"valid_actions": self.valid_actions()}
 
     def step(self, action: str | int) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Say a word; the episode ends. See :meth:`gymnasium.Env.step`."""
@@ -78,7 +99,7 @@ class EchoWordEnv(TextEnv[str]):
         return self._obs(), float(success), True, False, info
 
 
-class CountdownEnv(TextEnv[str]):
+class CountdownEnv(_SyntheticEnv):
     """Pick the named action ``length`` times in a row; reward 1 only at the end.
 
     A wrong action ends the episode with reward 0.
@@ -90,14 +111,11 @@ class CountdownEnv(TextEnv[str]):
 
     description = "Repeat the named action several times in a row (sparse reward at the end)."
     action_names = ("left", "right")
-    metadata = ANSI_METADATA
 
     def __init__(self, length: int = 3, *, render_mode: str | None = None) -> None:
-        self._init_render_mode(render_mode)
+        super().__init__(128, render_mode)
         _check_positive("length", length)
         self.length = length
-        self.action_space = Discrete(2)
-        self.observation_space = TextSpace(128)
         self._target = 0
         self._remaining = length
 
@@ -105,17 +123,10 @@ class CountdownEnv(TextEnv[str]):
         target = self.action_names[self._target]
         return f"Say '{target}' {self._remaining} more time{'s' if self._remaining != 1 else ''} in a row."
 
-    def _render_text(self) -> str:
-        return self._obs()
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, Any]]:
-        """Draw the action to repeat. See :meth:`gymnasium.Env.reset`."""
-        super().reset(seed=seed)
+    def _start(self) -> None:
+        """Draw the action to repeat."""
         self._target = int(self.np_random.integers(2))
         self._remaining = self.length
-        return self._obs(), {"valid_actions": self.valid_actions()}
 
     def step(self, action: str | int) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Take one action. See :meth:`gymnasium.Env.step`."""
@@ -131,7 +142,7 @@ class CountdownEnv(TextEnv[str]):
         return self._obs(), 0.0, False, False, info
 
 
-class ConstantRewardEnv(TextEnv[str]):
+class ConstantRewardEnv(_SyntheticEnv):
     """Reward 1 at every step, one constant observation, truncated after ``horizon`` steps.
 
     Args:
@@ -141,27 +152,20 @@ class ConstantRewardEnv(TextEnv[str]):
 
     description = "Reward 1 at every step, truncated after a fixed horizon (value checks)."
     action_names = ("wait", "go")
-    metadata = ANSI_METADATA
     _OBSERVATION = "Every step earns one point."
 
     def __init__(self, horizon: int = 10, *, render_mode: str | None = None) -> None:
-        self._init_render_mode(render_mode)
+        super().__init__(64, render_mode)
         _check_positive("horizon", horizon)
         self.horizon = horizon
-        self.action_space = Discrete(2)
-        self.observation_space = TextSpace(64)
         self._t = 0
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, Any]]:
-        """Start a new episode. See :meth:`gymnasium.Env.reset`."""
-        super().reset(seed=seed)
-        self._t = 0
-        return self._OBSERVATION, {"valid_actions": self.valid_actions()}
-
-    def _render_text(self) -> str:
+    def _obs(self) -> str:
         return self._OBSERVATION
+
+    def _start(self) -> None:
+        """Restart the step count."""
+        self._t = 0
 
     def step(self, action: str | int) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Take any valid action and earn 1. See :meth:`gymnasium.Env.step`."""

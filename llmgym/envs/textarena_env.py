@@ -48,10 +48,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
-
 from llmgym.envs._textarena_moves import MOVE_LISTERS
-from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace, normalize_action_text
+from llmgym.envs.core import ANSI_METADATA, TextEnv, TextSpace, int_action, normalize_action_text
 from llmgym.envs.textarena_games import REUSED_ACROSS_RESETS, check_game, players
 from llmgym.errors import ConfigError, InputError, InvalidActionError, require
 
@@ -234,31 +232,20 @@ class TextArenaEnv(TextEnv[str]):
                 where moves are listed.
         """
         valid = self.valid_moves()
-        if valid is None:
-            if isinstance(action, str):
+        if isinstance(action, str):
+            if valid is None:
                 return -1
-        elif isinstance(action, str):
             keys = [normalize_action_text(move) for move in valid]
             key = normalize_action_text(action)
-            if key in keys:
-                return keys.index(key)
-        elif (
-            isinstance(action, (int, np.integer))
-            and not isinstance(action, bool)
-            and 0 <= int(action) < len(valid)
-        ):
-            return int(action)
-        raise self.invalid_action(action)
+            index = keys.index(key) if key in keys else None
+        else:
+            index = None if valid is None else int_action(action, len(valid))
+        if index is None:
+            raise self.invalid_action(action)
+        return index
 
     def invalid_action(self, action: Any) -> InvalidActionError:
-        """Build the error for an action that is not a (legal) move.
-
-        Args:
-            action: The rejected action.
-
-        Returns:
-            An :class:`InvalidActionError` naming the action and, where listed, the legal moves.
-        """
+        """Build the error for an action that is not a (legal) move: it names the legal moves where listed."""
         valid = self.valid_moves()
         if valid is None:
             return InvalidActionError(

@@ -40,6 +40,8 @@ class _ToyTextEnv(TextEnv[dict[str, Any]], abc.ABC):
     """A gymnasium toy-text game with its state described in words."""
 
     metadata = ANSI_METADATA
+    #: The rules and actions of the game, the agents' default system prompt.
+    rules: ClassVar[str]
 
     def __init__(self, inner: gym.Env, render_mode: str | None = None) -> None:
         self._init_render_mode(render_mode)
@@ -47,6 +49,11 @@ class _ToyTextEnv(TextEnv[dict[str, Any]], abc.ABC):
         self._state: Any = None
         self.action_space = Discrete(len(self.action_names))
         self.observation_space = self._make_observation_space()
+
+    @property
+    def instructions(self) -> str:
+        """Rules and actions of the game."""
+        return self.rules
 
     def _make_observation_space(self) -> gym.spaces.Space:
         n = self._inner.observation_space.n  # type: ignore[attr-defined]
@@ -121,17 +128,13 @@ class BlackjackTextEnv(_ToyTextEnv):
     description = "Blackjack in words: hit or stay against the dealer."
     action_names = ("stay", "hit")
     action_aliases = {"stick": "stay", "stand": "stay"}
+    rules = (
+        "You are playing blackjack. Get closer to 21 than the dealer without going over. "
+        "Each turn, say 'hit' to take another card or 'stay' to stop and let the dealer play."
+    )
 
     def __init__(self, natural: bool = False, sab: bool = False, render_mode: str | None = None) -> None:
         super().__init__(BlackjackEnv(natural=natural, sab=sab), render_mode)
-
-    @property
-    def instructions(self) -> str:
-        """Rules and actions of the game."""
-        return (
-            "You are playing blackjack. Get closer to 21 than the dealer without going over. "
-            "Each turn, say 'hit' to take another card or 'stay' to stop and let the dealer play."
-        )
 
     def _make_observation_space(self) -> gym.spaces.Space:
         return Dict(
@@ -158,6 +161,11 @@ class BlackjackTextEnv(_ToyTextEnv):
         return terminated and reward > 0
 
 
+def _map_rows(env: FrozenLakeEnv | TaxiEnv) -> list[str]:
+    """The rows of a gymnasium grid game's map (its ``desc``), as text."""
+    return [b"".join(line).decode() for line in np.asarray(env.desc).tolist()]
+
+
 def _cell(row: int, col: int) -> str:
     return f"row {row + 1}, column {col + 1}"
 
@@ -173,22 +181,18 @@ class FrozenLakeTextEnv(_ToyTextEnv):
 
     description = "FrozenLake in words: walk to the goal without falling into a hole."
     action_names = ("left", "down", "right", "up")
+    rules = (
+        "You walk on a frozen lake drawn as a map: S start, F frozen ice, H hole, G goal, X you. "
+        "Reach the goal without stepping into a hole; the ice may be slippery. "
+        "Moves: left, down, right, up."
+    )
 
     def __init__(
         self, map_name: str = "4x4", is_slippery: bool = True, render_mode: str | None = None
     ) -> None:
         inner = FrozenLakeEnv(map_name=map_name, is_slippery=is_slippery)
-        self._rows = [b"".join(line).decode() for line in np.asarray(inner.desc).tolist()]
+        self._rows = _map_rows(inner)
         super().__init__(inner, render_mode)
-
-    @property
-    def instructions(self) -> str:
-        """Rules and actions of the game."""
-        return (
-            "You walk on a frozen lake drawn as a map: S start, F frozen ice, H hole, G goal, X you. "
-            "Reach the goal without stepping into a hole; the ice may be slippery. "
-            "Moves: left, down, right, up."
-        )
 
     def _describe(self, state: Any) -> str:
         ncol = len(self._rows[0])
@@ -213,20 +217,16 @@ class TaxiTextEnv(_ToyTextEnv):
     action_names = ("south", "north", "east", "west", "pick up", "drop off")
     action_aliases = {"pickup": "pick up", "dropoff": "drop off", "drop": "drop off"}
     _STOPS: ClassVar[tuple[str, ...]] = ("red", "green", "yellow", "blue")
+    rules = (
+        "You drive a taxi on a 5x5 grid with walls (| on the map) and four stops R, G, Y, B. "
+        "Drive to the passenger, pick them up, drive to the destination and drop them off. "
+        "Actions: south, north, east, west, pick up, drop off."
+    )
 
     def __init__(self, render_mode: str | None = None) -> None:
         inner = TaxiEnv()
-        self._map = "\n".join(b"".join(line).decode() for line in np.asarray(inner.desc).tolist())
+        self._map = "\n".join(_map_rows(inner))
         super().__init__(inner, render_mode)
-
-    @property
-    def instructions(self) -> str:
-        """Rules and actions of the game."""
-        return (
-            "You drive a taxi on a 5x5 grid with walls (| on the map) and four stops R, G, Y, B. "
-            "Drive to the passenger, pick them up, drive to the destination and drop them off. "
-            "Actions: south, north, east, west, pick up, drop off."
-        )
 
     def _describe(self, state: Any) -> str:
         taxi_row, taxi_col, passenger, destination = self._inner.unwrapped.decode(int(state))  # type: ignore[attr-defined]
@@ -252,18 +252,14 @@ class CliffWalkingTextEnv(_ToyTextEnv):
 
     description = "CliffWalking in words: reach the goal along the cliff without falling."
     action_names = ("up", "right", "down", "left")
+    rules = (
+        "You walk on a 4x12 grid from row 4, column 1 to the goal at row 4, column 12. "
+        "The cliff covers row 4, columns 2 to 11: stepping on it costs -100 and sends you back "
+        "to the start. Every step costs -1. Moves: up, right, down, left."
+    )
 
     def __init__(self, is_slippery: bool = False, render_mode: str | None = None) -> None:
         super().__init__(CliffWalkingEnv(is_slippery=is_slippery), render_mode)
-
-    @property
-    def instructions(self) -> str:
-        """Rules and actions of the game."""
-        return (
-            "You walk on a 4x12 grid from row 4, column 1 to the goal at row 4, column 12. "
-            "The cliff covers row 4, columns 2 to 11: stepping on it costs -100 and sends you back "
-            "to the start. Every step costs -1. Moves: up, right, down, left."
-        )
 
     def _describe(self, state: Any) -> str:
         row, col = divmod(int(state), 12)

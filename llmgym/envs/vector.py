@@ -38,14 +38,14 @@ import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
-from typing import Any, TypeGuard
+from typing import Any
 
 import cloudpickle
 import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import TimeLimit
 
-from llmgym.envs.core import TextEnv, observation_text
+from llmgym.envs.core import TextEnv, is_int, observation_text
 from llmgym.envs.registration import check_env_id, register_envs
 from llmgym.envs.reward_checks import check_reward, check_reward_clip, reward_number
 from llmgym.errors import BackendError, ConfigError, InputError, InvalidActionError
@@ -384,7 +384,7 @@ class TextVectorEnv:
         reward_clip = check_reward_clip(reward_clip)
         if not env_fns:
             raise ConfigError("env_fns is empty; expected at least one env factory.")
-        if seed is not None and not _is_int(seed):
+        if seed is not None and not is_int(seed):
             raise ConfigError(
                 f"seed={seed!r:.100} is invalid; expected an int or None. Fix: pass e.g. seed=0."
             )
@@ -460,7 +460,7 @@ class TextVectorEnv:
         """One seed per env from ``reset``'s ``seed`` argument."""
         if seed is None:
             return [None] * self.num_envs
-        if _is_int(seed):
+        if is_int(seed):
             return [int(seed) + i for i in range(self.num_envs)]
         if isinstance(seed, (str, bytes)) or not isinstance(seed, Sequence):
             raise InputError(
@@ -468,7 +468,7 @@ class TextVectorEnv:
             )
         if len(seed) != self.num_envs:
             raise InputError(f"seed has {len(seed)} entries; expected one per env ({self.num_envs}).")
-        bad = [s for s in seed if s is not None and not _is_int(s)]
+        bad = [s for s in seed if s is not None and not is_int(s)]
         if bad:
             raise InputError(
                 f"seed={list(seed)!r:.200} holds {bad[0]!r:.50}; expected an int or None per env."
@@ -555,11 +555,6 @@ class TextVectorEnv:
         return f"TextVectorEnv(num_envs={self.num_envs}, mode={self.vectorization_mode!r})"
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    """Whether ``value`` is a Python or NumPy integer (not a bool)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
 def _make_registered(env_id: str, max_episode_steps: int | None, kwargs: Mapping[str, Any]) -> gym.Env:
     register_envs()
     return gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
@@ -605,13 +600,13 @@ def make_vec(
         ConfigError: On an unknown id, a bad ``num_envs``, ``max_episode_steps`` or ``seed``, or
             ``env_kwargs`` given with factories.
     """
-    if max_episode_steps is not None and (not _is_int(max_episode_steps) or max_episode_steps < 1):
+    if max_episode_steps is not None and (not is_int(max_episode_steps) or max_episode_steps < 1):
         raise ConfigError(
             f"max_episode_steps={max_episode_steps!r:.100} is invalid; expected an int >= 1, or None to keep "
             "the env's own time limit."
         )
     if isinstance(env_id, str):
-        if not _is_int(num_envs) or num_envs < 1:
+        if not is_int(num_envs) or num_envs < 1:
             raise ConfigError(f"num_envs={num_envs!r} is invalid; expected an int >= 1 with an env id.")
         check_env_id(env_id)
         factory = functools.partial(_make_registered, env_id, max_episode_steps, dict(env_kwargs or {}))

@@ -91,34 +91,26 @@ def _curves(
     charts = []
     for key, label, y_range in (c for c in CURVES if c[0] in metrics):
         series = []
-        xs, ys = _points(train, key)
-        if xs:
-            series.append(Series("train (rolling mean)", xs, ys, color=PALETTE[color_offset % len(PALETTE)]))
-        xs, ys = _points(evals, key)
-        if xs:
-            series.append(
-                Series(
-                    "eval (greedy)",
-                    xs,
-                    ys,
-                    color=PALETTE[(color_offset + 3) % len(PALETTE)],
-                    markers=True,
-                    line=len(xs) > LINE_FROM_POINTS,
-                    dashed=True,
+        # the training curve is a line; greedy evaluations are dots, joined (dashed) once there are many
+        for name, records, field, color in (
+            ("train (rolling mean)", train, key, 0),
+            ("eval (greedy)", evals, key, 3),
+            ("eval (sampled)", evals, f"sampled_{key}", 2),
+        ):
+            xs, ys = _points(records, field)
+            if xs:
+                greedy = name == "eval (greedy)"
+                series.append(
+                    Series(
+                        name,
+                        xs,
+                        ys,
+                        color=PALETTE[(color_offset + color) % len(PALETTE)],
+                        markers=records is evals,
+                        line=records is train or (greedy and len(xs) > LINE_FROM_POINTS),
+                        dashed=greedy,
+                    )
                 )
-            )
-        xs, ys = _points(evals, f"sampled_{key}")
-        if xs:
-            series.append(
-                Series(
-                    "eval (sampled)",
-                    xs,
-                    ys,
-                    color=PALETTE[(color_offset + 2) % len(PALETTE)],
-                    markers=True,
-                    line=False,
-                )
-            )
         hlines = (
             [("zero-shot", float(before[key]), "#777777")]
             if before is not None and before.get(key) is not None

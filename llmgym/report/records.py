@@ -26,7 +26,7 @@ from llmgym.agents.policies import CandidateChoice, Decision, TokenChoice
 from llmgym.algorithms.callbacks import Callback
 from llmgym.atomic_io import write_text_atomic
 from llmgym.errors import InputError
-from llmgym.jsonl import read_jsonl
+from llmgym.jsonl import keep_records, read_jsonl
 
 if TYPE_CHECKING:
     from llmgym.algorithms.on_policy import OnPolicyAlgorithm, RolloutStep
@@ -498,10 +498,9 @@ def trim_episode_records(path: str | Path, max_env_steps: int) -> int:
         The number of records dropped.
     """
     records = read_episode_records(path)
-    kept = [r for r in records if r.env_steps <= max_env_steps]
-    if len(kept) != len(records):
-        write_text_atomic(path, "".join(r.to_json() + "\n" for r in kept))
-    return len(records) - len(kept)
+    return keep_records(
+        path, records, lambda record: record.env_steps <= max_env_steps, EpisodeRecord.to_json
+    )
 
 
 def _step_markdown(index: int, step: StepRecord) -> Iterable[str]:

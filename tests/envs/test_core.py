@@ -4,11 +4,13 @@ import subprocess
 import sys
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 import llmgym.envs.babyai_text as babyai_text
 from llmgym.envs import TextSpace, check_text_env, list_envs, observation_text, register_envs
 from llmgym.envs.checker import LISTED_IN_FULL
+from llmgym.envs.core import int_action, is_int
 from llmgym.envs.registration import _BABYAI_LEVELS, _GLAM_TRAIN
 from llmgym.envs.synthetic import EchoWordEnv
 from llmgym.errors import InputError, InvalidActionError
@@ -167,6 +169,17 @@ def test_invalid_action_lists_valid_actions():
         env.step(True)
     obs, *_ = env.step("  LEFT ")  # case and blanks do not matter
     assert isinstance(obs, str)
+
+
+def test_an_int_action_is_an_int_or_numpy_int_in_range_never_a_bool():
+    assert [int_action(a, 3) for a in (0, 2, np.int64(1), np.uint8(2))] == [0, 2, 1, 2]
+    assert [int_action(a, 3) for a in (3, -1, True, False, 1.0, "1", None)] == [None] * 7
+    assert is_int(np.int32(5)) and not is_int(np.bool_(True)) and not is_int(True)
+    env = EchoWordEnv(words=("a", "b"))
+    env.reset(seed=0)
+    assert env.parse_action(np.int64(1)) == 1
+    with pytest.raises(InvalidActionError):
+        env.parse_action(False)
 
 
 def test_check_text_env_catches_nondeterminism():

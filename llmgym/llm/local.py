@@ -22,7 +22,7 @@ from llmgym.llm.collectives import Collectives, SingleProcess
 from llmgym.llm.fingerprint import base_fingerprint
 from llmgym.llm.generation import Generation, eos_token_ids
 from llmgym.llm.layout import ItemSpec, plan_minibatches
-from llmgym.llm.masking import MaskPolicy, check_mask_min_tokens, check_mask_top_p
+from llmgym.llm.masking import MaskPolicy, TokenMask
 from llmgym.llm.memory import enable_gradient_checkpointing, trunk_cache_bytes
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, load_mask_policy, save_llm_state
@@ -139,19 +139,24 @@ class LocalLLM:
             module.bind(model.config, hidden_size, config.seed, key)
             self.module_functions[key] = module.to(self.head_device)
         self.collectives: Collectives = collectives if collectives is not None else SingleProcess()
-        self.updater = updater() if isinstance(updater, type) else updater
         self.trunk_cache = TrunkCache(trunk_cache_bytes(config.trunk_cache_mb, self.device))
         #: NLPO's mask policy: a snapshot of the trainable weights (empty until refresh_mask_policy).
         self.mask_policy = MaskPolicy()
         #: Counts the changes of the trained weights (updates, loads): ``generation_engine=vllm`` pushes them when it lags.
         self.weights_version = 0
         self._closed = False
-        if self.updater is not None:
-            self.updater.bind(self)
+        self.updater: Updater | None = None
+        self._prepare_training(updater)
         #: Who samples :meth:`generate`'s continuations (``model.generation_engine``), chosen here once.
         self.engine: GenerationEngine = _make_engine(self)
 
     # ------------------------------------------------------------------ helpers
+    def _prepare_training(self, updater: Updater | type[Updater] | None) -> None:
+        """Set :attr:`updater` (an instance, or one of the class) and bind it: it builds its optimizer now."""
+        self.updater = updater() if isinstance(updater, type) else updater
+        if self.updater is not None:
+            self.updater.bind(self)
+
     def autocast(self) -> contextlib.AbstractContextManager[None]:
         """Autocast to :attr:`compute_dtype` where fp32 trainable weights meet half ones (full fine-tuning in half precision)."""
         return compute_autocast(self.device, self.compute_dtype if self._autocast else torch.float32)
@@ -524,12 +529,13 @@ class LocalLLM:
         """
         self._check_open()
         contexts = check_contexts(contexts)
-        mask_top_p = check_mask_top_p(generation_kwargs.pop("mask_top_p", 1.0))
-        mask_min_tokens = check_mask_min_tokens(generation_kwargs.pop("mask_min_tokens", 1))
+        mask = TokenMask(
+            generation_kwargs.pop("mask_top_p", 1.0), generation_kwargs.pop("mask_min_tokens", 1)
+        )
         if not contexts:
             return []
         self.engine.sync_weights(self.weights_version)
-        return self.engine.generate(contexts, generation_kwargs, mask_top_p, mask_min_tokens)
+        return self.engine.generate(contexts, generation_kwargs, mask)
 
     def refresh_mask_policy(self) -> None:
         """Snapshot the current trainable weights as NLPO's mask policy (:class:`~llmgym.llm.masking.MaskPolicy`)."""

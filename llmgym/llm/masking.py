@@ -7,14 +7,15 @@ Here the copy is a :class:`MaskPolicy` next to the model (on every LLM server): 
 model's trainable parameters (the LoRA adapter, or the fine-tuned weights), run through the
 model with :func:`torch.func.functional_call`, so no second model is held and the frozen weights
 are shared. :func:`top_p_mask` is the mask; generation applies it with
-:class:`MaskLogitsProcessor` (:class:`IncrementalMask` for causal LMs,
-:class:`DecoderIncrementalMask` for encoder-decoders, whose mask follows the decoder), and an
+:class:`MaskLogitsProcessor` (:class:`IncrementalMask`; for encoder-decoders its mask follows the
+decoder), and an
 update recomputes it on the stored token ids (:meth:`MaskPolicy.keep_masks`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,10 +27,10 @@ from llmgym.llm.adapters import cache_kwarg
 from llmgym.llm.scoring import input_device
 
 __all__ = [
-    "DecoderIncrementalMask",
     "IncrementalMask",
     "MaskLogitsProcessor",
     "MaskPolicy",
+    "TokenMask",
     "check_mask_top_p",
     "check_mask_min_tokens",
     "top_p_mask",
@@ -59,6 +60,31 @@ def check_mask_min_tokens(min_tokens: int) -> int:
             "the top-p set)."
         )
     return min_tokens
+
+
+@dataclass(frozen=True)
+class TokenMask:
+    """NLPO's mask of one ``generate`` call: every token restricted to the mask policy's top-p set.
+
+    Attributes:
+        top_p: The set's mass, in ``(0, 1]`` (1: no mask).
+        min_tokens: The mask policy's most likely tokens the set keeps whatever their mass (>= 1).
+
+    Raises:
+        InputError: On a value out of range.
+    """
+
+    top_p: float = 1.0
+    min_tokens: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "top_p", check_mask_top_p(self.top_p))
+        object.__setattr__(self, "min_tokens", check_mask_min_tokens(self.min_tokens))
+
+    @property
+    def active(self) -> bool:
+        """Whether it restricts anything (``top_p < 1``)."""
+        return self.top_p < 1.0
 
 
 def top_p_mask(
@@ -278,18 +304,22 @@ class IncrementalMask:
 
     ``generate`` extends every row by one token per step; recomputing the mask policy over each
     whole row at every step would cost a full forward per token. The first call runs the snapshot
-    over the left-padded rows and keeps its KV cache; each later call whose rows are one token
-    longer feeds only their newest tokens; any other shape starts over. Everything stays on the
-    device: no host sync per decoding step (the rows are compared by shape, not content, so use
-    one instance per ``generate`` call).
+    over the rows and keeps its KV cache; each later call whose rows are one token longer feeds
+    only their newest tokens; any other shape starts over. A causal LM's rows are left-padded
+    (prompt, then what was generated); an encoder-decoder's (``prompts`` given) are the decoder's
+    (the start token, any decoder prefix, then what was generated), the prompts encoded once.
+    Everything stays on the device: no host sync per decoding step (the rows are compared by
+    shape, not content, so use one instance per ``generate`` call).
 
     Args:
         policy: The mask policy (its snapshot must exist).
-        model: The causal LM the snapshot was taken from.
+        model: The LM the snapshot was taken from.
         top_p: The mask's mass.
         always_keep: Token ids kept in every mask (special tokens).
         pad_token_id: Id written on the padding positions.
         min_tokens: The most likely tokens every mask keeps.
+        prompts: A seq2seq model's encoder token ids of ``generate``'s rows (one per row, sampled
+            sequences repeated); ``None`` for a causal LM.
     """
 
     def __init__(
@@ -300,6 +330,7 @@ class IncrementalMask:
         always_keep: Sequence[int],
         pad_token_id: int,
         min_tokens: int = 1,
+        prompts: Sequence[Sequence[int]] | None = None,
     ) -> None:
         self.policy = policy
         self.model = model
@@ -307,115 +338,35 @@ class IncrementalMask:
         self.min_tokens = min_tokens
         self.always_keep = list(always_keep)
         self.pad_token_id = pad_token_id
+        self.encoder = None if prompts is None else _left_padded(prompts, pad_token_id, input_device(model))
         self._shape: tuple[int, int] | None = None
         self._cache: Any = None
         self._attention: torch.Tensor | None = None
         self._positions: torch.Tensor | None = None
+        self._encoded: Any = None
         self._always: torch.Tensor | None = None
 
     def __call__(self, input_ids: torch.Tensor, pads: torch.Tensor) -> torch.Tensor:
         """``[R, V]`` bool: the tokens the mask policy keeps after each row of ``input_ids``.
 
         Args:
-            input_ids: ``[R, T]`` left-padded rows (prompt, then what was generated).
-            pads: ``[R]`` left padding of each row (on ``input_ids``' device).
+            input_ids: ``[R, T]`` rows (left-padded; a seq2seq model's decoder rows, not padded).
+            pads: ``[R]`` left padding of each row (on ``input_ids``' device; unused for decoder rows).
         """
         params = self.policy._snapshot()
-        device = input_device(self.model)
-        input_ids = input_ids.to(device, non_blocking=True)
+        input_ids = input_ids.to(input_device(self.model), non_blocking=True)
         rows, length = input_ids.shape
-        if self._shape == (rows, length - 1) and self._attention is not None and self._positions is not None:
-            attention = torch.cat([self._attention, self._attention.new_ones(rows, 1)], dim=1)
-            positions = self._positions[:, -1:] + 1
-            inputs: dict[str, Any] = {
-                "input_ids": input_ids[:, -1:],
-                "attention_mask": attention,
-                "position_ids": positions,
-                cache_kwarg(self.model): self._cache,
-                "use_cache": True,
-            }
+        extends = self._shape == (rows, length - 1)
+        if self.encoder is None:
+            inputs = self._causal_inputs(input_ids, pads, extends)
         else:
-            columns = torch.arange(length, device=device)
-            attention = (columns[None, :] >= pads.to(device, non_blocking=True)[:, None]).long()
-            positions = (attention.cumsum(-1) - 1).clamp(min=0)
-            ids = input_ids.masked_fill(attention == 0, self.pad_token_id)
-            inputs = {
-                "input_ids": ids,
-                "attention_mask": attention,
-                "position_ids": positions,
-                "use_cache": True,
-                "logits_to_keep": 1,
-            }
+            inputs = self._decoder_inputs(input_ids, self.encoder, extends)
         with torch.no_grad():
             out = torch.func.functional_call(self.model, params, (), inputs)
-        self._cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-        self._shape, self._attention, self._positions = (rows, length), attention, positions
-        logits = out.logits[:, -1].float()
-        if self._always is None or self._always.device != logits.device:
-            self._always = torch.tensor(self.always_keep, dtype=torch.long).to(
-                logits.device, non_blocking=True
-            )
-        return top_p_mask(logits, self.top_p, self._always, self.min_tokens)
-
-
-class DecoderIncrementalMask:
-    """The mask-policy masks of one encoder-decoder ``generate`` call, with the snapshot's own KV cache.
-
-    As :class:`IncrementalMask`, for a seq2seq model: the snapshot encodes the prompts once, then
-    follows ``generate``'s decoder rows (the start token, any decoder prefix, then what was
-    generated), feeding only the newest token while the rows grow one token per call.
-
-    Args:
-        policy: The mask policy (its snapshot must exist).
-        model: The seq2seq LM the snapshot was taken from.
-        top_p: The mask's mass.
-        always_keep: Token ids kept in every mask (special tokens).
-        pad_token_id: Id written on the padding positions.
-        prompts: The encoder token ids of ``generate``'s rows (one per row, sampled sequences repeated).
-        min_tokens: The most likely tokens every mask keeps.
-    """
-
-    def __init__(
-        self,
-        policy: MaskPolicy,
-        model: Any,
-        top_p: float,
-        always_keep: Sequence[int],
-        pad_token_id: int,
-        prompts: Sequence[Sequence[int]],
-        min_tokens: int = 1,
-    ) -> None:
-        self.policy = policy
-        self.model = model
-        self.top_p = check_mask_top_p(top_p)
-        self.min_tokens = min_tokens
-        self.always_keep = list(always_keep)
-        self.encoder = _left_padded(prompts, pad_token_id, input_device(model))
-        self._shape: tuple[int, int] | None = None
-        self._cache: Any = None
-        self._encoded: Any = None
-        self._always: torch.Tensor | None = None
-
-    def __call__(self, input_ids: torch.Tensor, pads: torch.Tensor) -> torch.Tensor:
-        """``[R, V]`` bool: the tokens the mask policy keeps after each decoder row ``input_ids [R, T]`` (``pads`` unused: decoder rows are not padded)."""
-        del pads
-        params = self.policy._snapshot()
-        input_ids = input_ids.to(self.encoder["input_ids"].device, non_blocking=True)
-        rows, length = input_ids.shape
-        inputs: dict[str, Any] = {"attention_mask": self.encoder["attention_mask"], "use_cache": True}
-        if self._shape == (rows, length - 1) and self._encoded is not None:
-            inputs.update(
-                {
-                    "encoder_outputs": self._encoded,
-                    "decoder_input_ids": input_ids[:, -1:],
-                    cache_kwarg(self.model): self._cache,
-                }
-            )
+        if self.encoder is None:
+            self._attention, self._positions = inputs["attention_mask"], inputs["position_ids"]
         else:
-            inputs.update({"input_ids": self.encoder["input_ids"], "decoder_input_ids": input_ids})
-        with torch.no_grad():
-            out = torch.func.functional_call(self.model, params, (), inputs)
-        self._encoded = BaseModelOutput(last_hidden_state=out.encoder_last_hidden_state)
+            self._encoded = BaseModelOutput(last_hidden_state=out.encoder_last_hidden_state)
         self._cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
         self._shape = (rows, length)
         logits = out.logits[:, -1].float()
@@ -424,6 +375,46 @@ class DecoderIncrementalMask:
                 logits.device, non_blocking=True
             )
         return top_p_mask(logits, self.top_p, self._always, self.min_tokens)
+
+    def _causal_inputs(self, input_ids: torch.Tensor, pads: torch.Tensor, extends: bool) -> dict[str, Any]:
+        """The model's inputs for left-padded rows: only the newest tokens when ``extends`` the last rows."""
+        if extends and self._attention is not None and self._positions is not None:
+            attention = torch.cat([self._attention, self._attention.new_ones(input_ids.shape[0], 1)], dim=1)
+            positions = self._positions[:, -1:] + 1
+            return {
+                "input_ids": input_ids[:, -1:],
+                "attention_mask": attention,
+                "position_ids": positions,
+                cache_kwarg(self.model): self._cache,
+                "use_cache": True,
+            }
+        columns = torch.arange(input_ids.shape[1], device=input_ids.device)
+        attention = (columns[None, :] >= pads.to(input_ids.device, non_blocking=True)[:, None]).long()
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        return {
+            "input_ids": input_ids.masked_fill(attention == 0, self.pad_token_id),
+            "attention_mask": attention,
+            "position_ids": positions,
+            "use_cache": True,
+            "logits_to_keep": 1,
+        }
+
+    def _decoder_inputs(
+        self, input_ids: torch.Tensor, encoder: dict[str, torch.Tensor], extends: bool
+    ) -> dict[str, Any]:
+        """The model's inputs for decoder rows: the prompts ``encoder``, encoded once, and the newest tokens when ``extends``."""
+        inputs: dict[str, Any] = {"attention_mask": encoder["attention_mask"], "use_cache": True}
+        if extends and self._encoded is not None:
+            inputs.update(
+                {
+                    "encoder_outputs": self._encoded,
+                    "decoder_input_ids": input_ids[:, -1:],
+                    cache_kwarg(self.model): self._cache,
+                }
+            )
+        else:
+            inputs.update({"input_ids": encoder["input_ids"], "decoder_input_ids": input_ids})
+        return inputs
 
 
 class MaskLogitsProcessor(LogitsProcessor):

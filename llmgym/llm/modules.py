@@ -100,56 +100,20 @@ def mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int) -> tor
     return torch.nn.Sequential(*layers)
 
 
-class ValueHead(ModuleFunction):
-    """State value: an MLP on the last context token's hidden state.
+class _StateMLP(ModuleFunction):
+    """An MLP on the last context token's hidden state: what :class:`ValueHead` and :class:`LogitsHead` share.
 
     Args:
-        hidden_sizes: Widths of the hidden layers.
-        detach_input: Stop the value loss's gradient at the hidden state, so the critic does not
-            train the LLM (a critic on frozen features, sharing the forward pass).
-
-    Returns (forward):
-        ``[S]`` values, float32.
-    """
-
-    def __init__(self, hidden_sizes: Sequence[int] = (256,), detach_input: bool = False) -> None:
-        super().__init__()
-        self.hidden_sizes = tuple(hidden_sizes)
-        self.detach_input = detach_input
-
-    def initialize(self) -> None:
-        """Build the MLP ``H -> hidden_sizes -> 1``."""
-        self.net = mlp(self.hidden_size, self.hidden_sizes, 1)
-
-    def forward(
-        self,
-        forward_outputs: ForwardOutputs,
-        minibatch: Minibatch,
-        tokenized_contexts: Sequence[Sequence[int]],
-        **kwargs: Any,
-    ) -> torch.Tensor:
-        """Values ``[S]`` of the states in ``forward_outputs.context_hidden [S, H]``."""
-        hidden = forward_outputs.context_hidden.to(next(self.net.parameters()).dtype)
-        if self.detach_input:
-            hidden = hidden.detach()
-        return self.net(hidden).squeeze(-1)
-
-
-class LogitsHead(ModuleFunction):
-    """Logits over a fixed set of outputs (e.g. discrete actions) from the last context token.
-
-    Args:
-        num_outputs: Number of logits ``A``.
+        num_outputs: Width of the last layer.
         hidden_sizes: Widths of the hidden layers (empty: a linear head).
-
-    Returns (forward):
-        ``[S, A]`` logits, float32.
+        detach_input: Stop the gradient at the hidden state (the head does not train the LLM).
     """
 
-    def __init__(self, num_outputs: int, hidden_sizes: Sequence[int] = ()) -> None:
+    def __init__(self, num_outputs: int, hidden_sizes: Sequence[int], detach_input: bool) -> None:
         super().__init__()
         self.num_outputs = num_outputs
         self.hidden_sizes = tuple(hidden_sizes)
+        self.detach_input = detach_input
 
     def initialize(self) -> None:
         """Build the MLP ``H -> hidden_sizes -> num_outputs``."""
@@ -162,9 +126,47 @@ class LogitsHead(ModuleFunction):
         tokenized_contexts: Sequence[Sequence[int]],
         **kwargs: Any,
     ) -> torch.Tensor:
-        """Logits ``[S, A]`` of the states in ``forward_outputs.context_hidden [S, H]``."""
+        """Outputs ``[S, num_outputs]`` of the states in ``forward_outputs.context_hidden [S, H]``."""
         hidden = forward_outputs.context_hidden.to(next(self.net.parameters()).dtype)
+        if self.detach_input:
+            hidden = hidden.detach()
         return self.net(hidden)
+
+
+class ValueHead(_StateMLP):
+    """State value: an MLP on the last context token's hidden state.
+
+    Args:
+        hidden_sizes: Widths of the hidden layers.
+        detach_input: Stop the value loss's gradient at the hidden state, so the critic does not
+            train the LLM (a critic on frozen features, sharing the forward pass).
+
+    Returns (forward):
+        ``[S]`` values, float32.
+    """
+
+    def __init__(self, hidden_sizes: Sequence[int] = (256,), detach_input: bool = False) -> None:
+        super().__init__(1, hidden_sizes, detach_input)
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Values ``[S]`` of the states (the MLP's one output, squeezed)."""
+        values: torch.Tensor = super().forward(*args, **kwargs)
+        return values.squeeze(-1)
+
+
+class LogitsHead(_StateMLP):
+    """Logits over a fixed set of outputs (e.g. discrete actions) from the last context token.
+
+    Args:
+        num_outputs: Number of logits ``A``.
+        hidden_sizes: Widths of the hidden layers (empty: a linear head).
+
+    Returns (forward):
+        ``[S, A]`` logits, float32.
+    """
+
+    def __init__(self, num_outputs: int, hidden_sizes: Sequence[int] = ()) -> None:
+        super().__init__(num_outputs, hidden_sizes, detach_input=False)
 
 
 class ActionHead(ModuleFunction):

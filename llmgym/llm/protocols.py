@@ -1,5 +1,7 @@
 """The typed seams of the LLM layer: what an agent acts with and what an updater trains.
 
+* :class:`HeadsLLM`: what the two below share: the heads' outputs (``forward``) and per-token
+  log-probs (``token_logprobs``).
 * :class:`PolicyLLM`: what an agent and an algorithm's client hold (:class:`llmgym.LLM`, local or
   distributed): forward passes, generation, token log-probs and ``update``.
 * :class:`LLMBackend`: what :class:`llmgym.LLM` delegates to (:class:`~llmgym.llm.local.LocalLLM`
@@ -25,20 +27,15 @@ if TYPE_CHECKING:
 
     from llmgym.config import ModelConfig
     from llmgym.llm.generation import Generation
-    from llmgym.llm.masking import MaskPolicy
+    from llmgym.llm.masking import MaskPolicy, TokenMask
     from llmgym.llm.tokenization import TextEncoder
 
-__all__ = ["EngineHost", "GenerationEngine", "LLMBackend", "PolicyLLM", "TrainableLLM"]
+__all__ = ["EngineHost", "GenerationEngine", "HeadsLLM", "LLMBackend", "PolicyLLM", "TrainableLLM"]
 
 
 @runtime_checkable
-class PolicyLLM(Protocol):
-    """An LLM an agent acts with and an algorithm updates (:class:`llmgym.LLM`)."""
-
-    @property
-    def tokenizer(self) -> Any:
-        """The Hugging Face tokenizer the prompts are rendered with."""
-        ...
+class HeadsLLM(Protocol):
+    """What :class:`PolicyLLM` and :class:`TrainableLLM` share: the heads' outputs and per-token log-probs."""
 
     @property
     def module_function_keys(self) -> list[str]:
@@ -52,17 +49,33 @@ class PolicyLLM(Protocol):
         candidates: Sequence[Sequence[str]] | None = None,
         **kwargs: Any,
     ) -> list[dict[str, Any]]:
-        """Module outputs (and the built-in ``"score"``): one dict per context."""
-        ...
+        """Module outputs (and the built-in ``"score"``): one dict per context.
 
-    def generate(self, contexts: Sequence[str], **generation_kwargs: Any) -> list[list[Generation]]:
-        """Sampled continuations: per context, per returned sequence, a :class:`~llmgym.llm.generation.Generation`."""
+        In process, with gradients when ``require_grad=True``.
+        """
         ...
 
     def token_logprobs(
         self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], **kwargs: Any
     ) -> list[dict[str, Any]]:
-        """Per-token log-probs ``[T_i]`` of given completions (``"logprobs"``): one dict per sample."""
+        """Per-token log-probs ``[T_i]`` of given completions (``"logprobs"``): one dict per sample.
+
+        In process, with gradients when ``require_grad=True``.
+        """
+        ...
+
+
+@runtime_checkable
+class PolicyLLM(HeadsLLM, Protocol):
+    """An LLM an agent acts with and an algorithm updates (:class:`llmgym.LLM`)."""
+
+    @property
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer the prompts are rendered with."""
+        ...
+
+    def generate(self, contexts: Sequence[str], **generation_kwargs: Any) -> list[list[Generation]]:
+        """Sampled continuations: per context, per returned sequence, a :class:`~llmgym.llm.generation.Generation`."""
         ...
 
     def update(
@@ -120,33 +133,12 @@ class LLMBackend(PolicyLLM, Protocol):
 
 
 @runtime_checkable
-class TrainableLLM(Protocol):
+class TrainableLLM(HeadsLLM, Protocol):
     """The in-process LLM an updater trains and a policy re-scores actions on (with gradients)."""
 
     @property
     def module_functions(self) -> torch.nn.ModuleDict:
         """The heads by name (``"value"``, ``"policy"``...)."""
-        ...
-
-    @property
-    def module_function_keys(self) -> list[str]:
-        """Names of :attr:`module_functions`."""
-        ...
-
-    def forward(
-        self,
-        keys: Sequence[str],
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]] | None = None,
-        **kwargs: Any,
-    ) -> list[dict[str, Any]]:
-        """Module outputs (and ``"score"``), with gradients when ``require_grad=True``."""
-        ...
-
-    def token_logprobs(
-        self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], **kwargs: Any
-    ) -> list[dict[str, Any]]:
-        """Per-token log-probs of given completions, with gradients when ``require_grad=True``."""
         ...
 
     def reference(self) -> AbstractContextManager[None]:
@@ -206,11 +198,7 @@ class GenerationEngine(Protocol):
     """
 
     def generate(
-        self,
-        contexts: list[str],
-        generation_kwargs: dict[str, Any],
-        mask_top_p: float,
-        mask_min_tokens: int = 1,
+        self, contexts: list[str], generation_kwargs: dict[str, Any], mask: TokenMask
     ) -> list[list[Generation]]:
         """Sample continuations of ``B`` validated contexts.
 
@@ -218,8 +206,7 @@ class GenerationEngine(Protocol):
             contexts: The prompts (checked, not empty).
             generation_kwargs: Transformers-style sampling settings (``max_new_tokens``,
                 ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``num_return_sequences``...).
-            mask_top_p: NLPO's mask: each token restricted to the mask policy's top-p set; 1: none.
-            mask_min_tokens: NLPO's mask keeps at least this many of the mask policy's most likely tokens.
+            mask: NLPO's mask (each token restricted to the mask policy's top-p set), or an inactive one.
 
         Returns:
             Per context, ``num_return_sequences`` generations.

@@ -81,22 +81,8 @@ class Sampling:
                 "repetition_penalty": self.repetition_penalty,
             }
         )
-        if (
-            isinstance(self.min_new_tokens, bool)
-            or not isinstance(self.min_new_tokens, int)
-            or self.min_new_tokens < 0
-        ):
-            raise InputError(
-                f"min_new_tokens={self.min_new_tokens!r} must be an int >= 0 (0: EOS allowed from the start)."
-            )
-        if (
-            isinstance(self.mask_min_tokens, bool)
-            or not isinstance(self.mask_min_tokens, int)
-            or self.mask_min_tokens < 1
-        ):
-            raise InputError(
-                f"mask_min_tokens={self.mask_min_tokens!r} must be an int >= 1 (1: the mask's top-p set alone)."
-            )
+        _check_count("min_new_tokens", self.min_new_tokens, 0, "0: EOS allowed from the start")
+        _check_count("mask_min_tokens", self.mask_min_tokens, 1, "1: the mask's top-p set alone")
         object.__setattr__(self, "temperature", float(self.temperature))
         object.__setattr__(self, "top_k", int(self.top_k))
         object.__setattr__(self, "top_p", float(self.top_p))
@@ -150,6 +136,12 @@ class Sampling:
         if self.min_new_tokens > 0:
             kwargs["min_new_tokens"] = self.min_new_tokens
         return kwargs
+
+
+def _check_count(name: str, value: Any, minimum: int, meaning: str) -> None:
+    """Raise ``InputError`` unless ``value`` is an int (not a bool) >= ``minimum``; ``meaning`` explains ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(f"{name}={value!r} must be an int >= {minimum} ({meaning}).")
 
 
 def _warp(scores: torch.Tensor, sampling: Sampling) -> torch.Tensor:

@@ -52,6 +52,7 @@ from llmgym.llm.validation import check_generation_kwargs
 if TYPE_CHECKING:
     from llmgym.config import VLLMConfig
     from llmgym.llm.generation import Generation
+    from llmgym.llm.masking import TokenMask
 
 __all__ = [
     "EngineRequest",
@@ -373,19 +374,15 @@ class VLLMEngine:
         return self._scratch.path
 
     def generate(
-        self,
-        contexts: list[str],
-        generation_kwargs: dict[str, Any],
-        mask_top_p: float,
-        mask_min_tokens: int = 1,
+        self, contexts: list[str], generation_kwargs: dict[str, Any], mask: TokenMask
     ) -> list[list[Generation]]:
         """Sample with vLLM, then score the samples with llmgym (:func:`engine_generate`).
 
         Raises:
-            ConfigError: NLPO's mask (``mask_top_p < 1``), which vLLM cannot run.
+            ConfigError: An active ``mask`` (NLPO's), which vLLM cannot run.
             InputError: As :func:`engine_request`.
         """
-        if mask_top_p < 1.0:
+        if mask.active:
             raise ConfigError(
                 "NLPO's mask policy is a second model consulted at every decoding step, which vLLM cannot run; "
                 "set model.generation_engine=builtin with algorithm.name=nlpo."

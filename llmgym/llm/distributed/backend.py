@@ -124,18 +124,12 @@ class LocalLLMFactory:
                 model = shard_model(model, len(placement.gpus))
         elif model is not None:
             model = model.to(placement.device)
+        backend: type[LocalLLM] = LocalLLM
         if self.sharding == "fsdp":
             from llmgym.llm.distributed.fsdp import ShardedLLM
 
-            return ShardedLLM(
-                config,
-                self.module_functions,
-                self.updater,
-                model=model,
-                tokenizer=tokenizer,
-                collectives=collectives,
-            )
-        return LocalLLM(
+            backend = ShardedLLM
+        return backend(
             config,
             self.module_functions,
             self.updater,

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from llmgym.errors import CheckpointError
-from llmgym.llm.collectives import Collectives, check_num_samples, weighted_mean
+from llmgym.llm.collectives import check_num_samples, weighted_mean
 from llmgym.llm.local import LocalLLM
 from llmgym.llm.updater import Updater
 
@@ -99,30 +99,16 @@ class ShardedLLM(LocalLLM):
 
     Built on each server by :class:`~.backend.LocalLLMFactory` when ``distributed.sharding`` is
     ``fsdp``; the public methods are ``LocalLLM``'s, each gathering the parameters around itself.
-    Every server must make every call (an empty share included), in the same order.
-
-    Args:
-        config: The model section.
-        module_functions: Heads by name (replicated on every server).
-        updater: The Updater; its optimizer is built over the sharded parameters.
-        model: The prebuilt model, or ``None`` to load it.
-        tokenizer: Its tokenizer.
-        collectives: The servers' process group collectives.
+    Every server must make every call (an empty share included), in the same order. Its arguments
+    are ``LocalLLM``'s (``collectives``: the servers' process group; the heads are replicated on
+    every server).
     """
 
-    def __init__(
-        self,
-        config: Any = None,
-        module_functions: Mapping[str, Any] | None = None,
-        updater: Updater | type[Updater] | None = None,
-        *,
-        model: Any = None,
-        tokenizer: Any = None,
-        collectives: Collectives | None = None,
-    ) -> None:
-        super().__init__(
-            config, module_functions, None, model=model, tokenizer=tokenizer, collectives=collectives
-        )
+    def _prepare_training(self, updater: Updater | type[Updater] | None) -> None:
+        """Shard the model (and the reference) over the servers, then bind the Updater over the master shards.
+
+        After each optimizer step inside a call, the stepped parameters are gathered again.
+        """
         _broadcast_trainable(self.model)
         self._trained_modules = shard_model(self.model, self.compute_dtype)
         self._fsdp_modules = list(self._trained_modules)
@@ -131,11 +117,9 @@ class ShardedLLM(LocalLLM):
         #: The trainable parameters' master shards by name (the optimizer's parameters).
         self.masters = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self._depth = 0
-        self.updater = updater() if isinstance(updater, type) else updater
-        if self.updater is not None:
-            self.updater.bind(self)
-            if self.updater.optimizer is not None:
-                self.updater.optimizer.register_step_post_hook(lambda *_: self._regather())
+        super()._prepare_training(updater)
+        if self.updater is not None and self.updater.optimizer is not None:
+            self.updater.optimizer.register_step_post_hook(lambda *_: self._regather())
 
     # ------------------------------------------------------------------ gathering
     @contextlib.contextmanager

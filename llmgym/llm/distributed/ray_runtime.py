@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
 import os
 import secrets
@@ -36,6 +35,7 @@ from types import FrameType
 
 from llmgym.config import DistributedConfig
 from llmgym.errors import AuthenticationError, BackendError, require_installed
+from llmgym.lifetime import Reaper
 
 __all__ = ["RayRuntime", "check_token_file", "cluster_requires_token", "reload_ray_auth", "start_ray"]
 
@@ -47,31 +47,27 @@ _INSTANCE_VAR = "LLMGYM_RAY_INSTANCE"
 #: This process's token for the private instances it starts (drawn once: Ray caches the token it loads).
 _TOKEN = secrets.token_hex(32)
 
-#: Runs beside a private instance: when the driver dies without shutting Ray down (SIGKILL, the OOM killer),
-#: its end of the pipe closes; then it kills the instance's processes Ray leaves behind (its dashboard and
-#: runtime-env agents wait ~60 s on the dead GCS) and removes the instance's temp dir. "done" ends it quietly.
-_REAPER = """
-import os, shutil, signal, sys, time
+#: The clean-up of a private instance's reaper (a :class:`~llmgym.lifetime.Reaper`): when the driver dies without
+#: shutting Ray down (SIGKILL, the OOM killer), it kills the instance's processes Ray leaves behind (its dashboard
+#: and runtime-env agents wait ~60 s on the dead GCS) and removes the instance's temp dir.
+_REAP_INSTANCE = """
+import os, shutil
 import psutil
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-temp_dir = sys.argv[1]
-if sys.stdin.readline().strip() != "done":
-    def ours():
-        # The instance's processes carry its mark in their environment, or (the agents, whose process titles
-        # overwrite it) hold its log files open.
-        found = []
-        for proc in psutil.process_iter():
-            try:
-                if proc.pid == os.getpid() or proc.uids().real != os.getuid():
-                    continue
-                if proc.environ().get(sys.argv[2]) == temp_dir or any(
-                    f.path.startswith(temp_dir + os.sep) for f in proc.open_files()
-                ):
-                    found.append(proc)
-            except psutil.Error:
-                pass
-        return found
-    procs = ours()
+def reap(args, messages):
+    temp_dir, mark = args
+    # The instance's processes carry its mark in their environment, or (the agents, whose process titles
+    # overwrite it) hold its log files open.
+    procs = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid == os.getpid() or proc.uids().real != os.getuid():
+                continue
+            if proc.environ().get(mark) == temp_dir or any(
+                f.path.startswith(temp_dir + os.sep) for f in proc.open_files()
+            ):
+                procs.append(proc)
+        except psutil.Error:
+            pass
     for proc in procs:
         try:
             proc.kill()
@@ -110,7 +106,7 @@ class RayRuntime:
     _closed: bool = field(default=False, repr=False)
     #: A private instance's own Ray temp dir (sessions, sockets, logs), removed at shutdown.
     temp_dir: str | None = None
-    _reaper: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _reaper: Reaper | None = field(default=None, repr=False)
 
     def shutdown(self) -> None:
         """Disconnect (and stop a private instance: no Ray process stays behind); safe to call twice."""
@@ -126,12 +122,8 @@ class RayRuntime:
         _restore(self._saved_env)
         if self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
-        if self._reaper is not None and self._reaper.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._reaper.stdin.write(b"done\n")
-                self._reaper.stdin.close()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._reaper.wait(timeout=10)
+        if self._reaper is not None:
+            self._reaper.dismiss()
 
 
 def _restore(saved: dict[str, str | None]) -> None:
@@ -242,11 +234,7 @@ def _start_private(config: DistributedConfig) -> RayRuntime:
         raise BackendError(f"could not start a local Ray instance: {type(exc).__name__}: {exc}") from exc
     finally:
         os.environ.pop(_INSTANCE_VAR, None)
-    reaper = subprocess.Popen(
-        [sys.executable, "-c", _REAPER, temp_dir, _INSTANCE_VAR],
-        stdin=subprocess.PIPE,
-        start_new_session=True,  # a Ctrl-C to the terminal's process group reaches the driver, not the reaper
-    )
+    reaper = Reaper(_REAP_INSTANCE, [temp_dir, _INSTANCE_VAR], site_packages=True)
     return RayRuntime(
         _gcs_address(), private=True, owned=True, _saved_env=saved, temp_dir=temp_dir, _reaper=reaper
     )

@@ -229,29 +229,51 @@ def _eos_and_special_tokens(model_name: str) -> tuple[str, list[str]]:
     return eos, special
 
 
+def _override(key: str, value: Any) -> str:
+    """A shell-quoted ``key=value`` override whose value a config override reads back unchanged.
+
+    A string value is written double-quoted (so ``"generate a sentence with: "`` stays a string with its
+    trailing space, and ``" "`` stays a space); the whole argument is quoted for the shell.
+    """
+    import json
+    import shlex
+
+    text = json.dumps(value) if isinstance(value, str) else str(value)
+    return shlex.quote(f"{key}={text}")
+
+
+#: ``alg.training_args`` of RL4LMs' supervised configs that change nothing in what is trained.
+_SFT_BOOKKEEPING = ("logging_steps", "save_total_limit", "output_dir")
+
+
 def _supervised_refusal(mapping: Mapping[str, Any]) -> str:
     """What to run instead of an ``alg.id: supervised`` config: ``llmgym sft`` on its own datapool and settings."""
     pool = mapping.get("datapool") or {}
-    training = (mapping.get("alg") or {}).get("training_args") or {}
-    overrides = [f"env.kwargs.datapool={pool.get('id')}"] + [
-        f"env.kwargs.datapool_kwargs.{key}={value}" for key, value in (pool.get("args") or {}).items()
+    training = dict((mapping.get("alg") or {}).get("training_args") or {})
+    overrides = [_override("env.kwargs.datapool", pool.get("id"))] + [
+        _override(f"env.kwargs.datapool_kwargs.{key}", value)
+        for key, value in (pool.get("args") or {}).items()
     ]
-    options = [f"--learning-rate {training['learning_rate']}"] if "learning_rate" in training else []
+    options = [f"--learning-rate {training.pop('learning_rate')}"] if "learning_rate" in training else []
     if "per_device_train_batch_size" in training:
-        options.append(f"--batch-size {training['per_device_train_batch_size']}")
-    seq2seq = (mapping.get("alg") or {}).get("model_type") == "seq2seq"
+        options.append(f"--batch-size {training.pop('per_device_train_batch_size')}")
+    epochs = training.pop("num_train_epochs", None)
+    if training.get("lr_scheduler_type") == "constant":
+        training.pop("lr_scheduler_type")
+    for key in _SFT_BOOKKEEPING:
+        training.pop(key, None)
+    unapplied = ", ".join(f"alg.training_args.{key}={value!r}" for key, value in training.items())
     return (
-        "RL4LMs config: alg.id='supervised' is supervised fine-tuning, which llmgym runs with llmgym sft (TRL's "
-        "SFTTrainer on the datapool's references), not llmgym train. Fix: convert an RL config of the same task "
-        "(llmgym convert CFG --approximate --output task.yaml), then run llmgym sft task.yaml "
+        "RL4LMs config: alg.id='supervised' is supervised fine-tuning, which llmgym runs with llmgym sft (the "
+        "datapool's references as the completion, the loss on them only; a T5 or BART model trains as an "
+        "encoder-decoder), not llmgym train. Fix: convert an RL config of the same task (e.g. the ppo config "
+        "next to this one: llmgym convert CFG --approximate --output task.yaml), then run llmgym sft task.yaml "
         + " ".join(overrides + options)
-        + " --out FOLDER --steps N (RL4LMs counts epochs, llmgym sft steps), and train RL from it with "
-        "model.name=FOLDER (docs/trl.md)."
-        + (
-            " llmgym sft trains causal LMs only: this config's seq2seq model has no llmgym equivalent yet."
-            if seq2seq
-            else ""
-        )
+        + " --out FOLDER --steps N (RL4LMs counts epochs"
+        + (f", {epochs} here" if epochs is not None else "")
+        + ": N = epochs x examples / batch size), and train RL from it with model.name=FOLDER (docs/trl.md). "
+        "llmgym sft trains with a constant learning rate and no weight decay, and does not evaluate (evaluate "
+        "the folder with llmgym eval)" + (f"; not applied: {unapplied}" if unapplied else "") + "."
     )
 
 

@@ -4,9 +4,8 @@ RL4LMs trains on a token-level MDP: each generated token is a step, the reward c
 (or on every step), ``n_steps`` and ``batch_size`` count token transitions. The conversion keeps
 that: ``llmgym/TextGen-v0`` in ``mode="token"`` with the ``token`` agent, the same datapool,
 reward, splits and metrics. Every RL4LMs key is mapped, or refused with a
-:class:`~llmgym.errors.ConfigError` naming it. Keys llmgym honours only approximately (RL4LMs'
-adaptive KL controller ``alg.kl_div.target_kl``, ``min_length``, beam search in evaluation, SB3's
-A2C RMSprop...) are refused unless ``approximate=True``, which maps them as documented and lists
+:class:`~llmgym.errors.ConfigError` naming it. Keys llmgym honours only approximately (beam search
+in evaluation, SB3's A2C RMSprop...) are refused unless ``approximate=True``, which maps them as documented and lists
 each in :attr:`Conversion.approximations`. T5/BART (seq2seq) policies train as RL4LMs' do: the
 prompt goes to the encoder, the generated tokens to the decoder (``model.model_type: seq2seq``;
 the token agent's :class:`~llmgym.agents.generative.DecoderHistory`).
@@ -83,6 +82,10 @@ _NULLABLE = {
     "alg.kl_div.target_kl",
     "alg.policy.args.generation_kwargs.top_k",
     "alg.policy.args.generation_kwargs.max_new_tokens",
+    "alg.policy.args.generation_kwargs.min_length",
+    "alg.policy.args.generation_kwargs.min_new_tokens",
+    "train_evaluation.generation_kwargs.min_length",
+    "train_evaluation.generation_kwargs.min_new_tokens",
     "train_evaluation.eval_every",
     "train_evaluation.save_every",
     "train_evaluation.eval_batch_size",
@@ -119,6 +122,10 @@ _TYPED_VALUES: dict[str, str] = {
     "alg.policy.args.generation_kwargs.top_k": _INT,
     "alg.policy.args.generation_kwargs.temperature": _FLOAT,
     "alg.policy.args.generation_kwargs.max_new_tokens": _INT,
+    "alg.policy.args.generation_kwargs.min_length": _INT,
+    "alg.policy.args.generation_kwargs.min_new_tokens": _INT,
+    "train_evaluation.generation_kwargs.min_length": _INT,
+    "train_evaluation.generation_kwargs.min_new_tokens": _INT,
     "train_evaluation.n_iters": _INT,
     "train_evaluation.eval_every": _INT,
     "train_evaluation.save_every": _INT,
@@ -227,6 +234,21 @@ def _eos_and_special_tokens(model_name: str) -> tuple[str, list[str]]:
     eos = str(tokenizer.eos_token)
     special = [str(t) for t in getattr(tokenizer, "all_special_tokens", []) if t and str(t) != eos]
     return eos, special
+
+
+def _min_new_tokens(min_length: Any, min_new_tokens: Any, seq2seq: bool) -> int:
+    """``agent.min_new_tokens`` for RL4LMs' ``generation_kwargs.min_length`` and ``min_new_tokens``.
+
+    RL4LMs bans EOS while ``generate``'s sequence is shorter than ``min_length``: for a causal policy it
+    adds the (padded) prompt length first, so ``min_length`` counts new tokens; for a seq2seq policy it
+    is the decoder's length, which starts with the decoder start token, so EOS is banned for the first
+    ``min_length - 1`` generated tokens. ``min_new_tokens`` counts new tokens either way; with both,
+    the longer ban holds (``generate`` applies both processors).
+    """
+    from_length = int(min_length or 0)
+    if seq2seq:
+        from_length = max(0, from_length - 1)
+    return max(from_length, int(min_new_tokens or 0))
 
 
 def _override(key: str, value: Any) -> str:
@@ -372,11 +394,8 @@ def convert_rl4lms_config(
     gen = pargs.sub("generation_kwargs")
     if gen.get("do_sample", True) is not True:
         approximately("alg.policy.args.generation_kwargs.do_sample", "llmgym always samples rollouts")
-    for key in ("min_length", "min_new_tokens"):
-        if gen.get(key):
-            approximately(
-                f"alg.policy.args.generation_kwargs.{key}", "dropped: llmgym's policy may end at EOS earlier"
-            )
+    # EOS banned before that many of the episode's tokens: the token agent's agent.min_new_tokens, exactly
+    min_new_tokens = _min_new_tokens(gen.get("min_length"), gen.get("min_new_tokens"), seq2seq)
     top_k = int(gen.get("top_k") or 0)  # agent.top_k: rollouts and their re-scoring cut to the top k tokens
     temperature = float(gen.get("temperature", 1.0))
     max_new = gen.get("max_new_tokens")
@@ -474,6 +493,7 @@ def convert_rl4lms_config(
     save_every = ev.get("save_every")
     metrics = [{"id": m["id"], "args": dict(m.get("args") or {})} for m in ev.get("metrics") or []]
     eval_width = ev.get("eval_batch_size")
+    own_eval_kwargs = ev.data.get("generation_kwargs") is not None  # else RL4LMs evaluates with the policy's
     egen = ev.sub("generation_kwargs")
     if egen.get("do_sample"):
         approximately("train_evaluation.generation_kwargs.do_sample", "llmgym evaluates splits greedily")
@@ -497,7 +517,17 @@ def convert_rl4lms_config(
     egen.get(
         "temperature"
     )  # greedy evaluation: the temperature changes no argmax (do_sample is listed above)
-    for key in ("min_length", "min_new_tokens", "top_k", "top_p"):
+    eval_min = (
+        _min_new_tokens(egen.get("min_length"), egen.get("min_new_tokens"), seq2seq)
+        if own_eval_kwargs
+        else min_new_tokens
+    )
+    if eval_min != min_new_tokens:
+        approximately(
+            "train_evaluation.generation_kwargs.min_length",
+            f"evaluation bans EOS before the rollouts' agent.min_new_tokens={min_new_tokens} tokens, not {eval_min}",
+        )
+    for key in ("top_k", "top_p"):
         if egen.get(key):
             approximately(
                 f"train_evaluation.generation_kwargs.{key}",
@@ -534,6 +564,7 @@ def convert_rl4lms_config(
             "prompt_truncation_side": truncation_side,
             "temperature": temperature,
             "top_k": top_k,
+            "min_new_tokens": min_new_tokens,
         },
         "algorithm": algorithm,
         "train": train,

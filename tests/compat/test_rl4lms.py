@@ -365,3 +365,34 @@ def test_min_length_maps_exactly_onto_the_token_agents_min_new_tokens(policy, ti
         ConfigError, match=r"train_evaluation\.generation_kwargs\.min_length='five' is invalid"
     ):
         convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("synthetic_generate_increasing_numbers_gpt2_nlpo.yml", "causal"),  # NLPO's mask and the EOS ban
+        ("synthetic_generate_increasing_numbers_t5_ppo.yml", "seq2seq"),
+    ],
+)
+def test_a_min_length_config_rescores_its_first_update_at_ratio_one(
+    name, kind, tiny_model_dir, tiny_t5_dir, tmp_path, monkeypatch
+):
+    # EOS banned for the first 2 of each episode's 4 tokens and allowed for the last 2: one minibatch holds both,
+    # each re-scored under the distribution that drew it, so the first epoch's ratio is 1.
+    folder = tiny_model_dir if kind == "causal" else tiny_t5_dir
+    raw = _load(name)
+    assert convert_rl4lms_config(raw, model_name=str(folder)).config["agent"]["min_new_tokens"] > 0
+    path = _write_converted(raw, tmp_path, folder)
+    shorter = [
+        "agent.min_new_tokens=2",
+        "env.kwargs.max_tokens=4",
+        "algorithm.rollout_steps=4",
+        "algorithm.minibatch_size=8",
+        "algorithm.epochs=1",
+        "train.total_env_steps=8",
+    ]
+    run, _ = _train(path, folder, tmp_path, monkeypatch, shorter)
+    updates = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    first = next(u for u in updates if u["kind"] == "train")
+    assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert first["ratio_max"] == pytest.approx(1.0, abs=1e-4)

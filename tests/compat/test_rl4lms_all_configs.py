@@ -273,14 +273,19 @@ def test_the_count_of_exact_and_approximate_conversions(stand_ins, tmp_path):
         if not keys:
             exact.append(name)
     assert (len(ALL), len(SUPERVISED), len(RL)) == (44, 6, 38)
-    assert exact == [
+    assert exact == [  # min_length maps exactly onto agent.min_new_tokens
+        "imdb_text_continuation_gpt2_nlpo.yml",
+        "imdb_text_continuation_gpt2_nlpo_on_supervised.yml",
+        "imdb_text_continuation_gpt2_ppo.yml",
+        "imdb_text_continuation_gpt2_ppo_on_supervised.yml",
         "synthetic_generate_dates_gpt2_ppo.yml",
+        "synthetic_generate_increasing_numbers_gpt2_nlpo.yml",
         "synthetic_generate_increasing_numbers_gpt2_ppo.yml",
         "synthetic_generate_increasing_numbers_gpt2_trpo.yml",
+        "synthetic_generate_increasing_numbers_t5_nlpo.yml",
+        "synthetic_generate_increasing_numbers_t5_ppo.yml",
     ]
     assert dict(counts) == {
-        "alg.policy.args.generation_kwargs.min_length": 26,
-        "train_evaluation.generation_kwargs.min_length": 16,
         "train_evaluation.generation_kwargs.num_beams": 15,
         "train_evaluation.generation_kwargs.do_sample": 9,
         "train_evaluation.generation_kwargs.top_k": 5,

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Optional
 
+from llmgym.agents.actions import Decision, TokenChoice
 from llmgym.agents.base import BaseAgent
 from llmgym.agents.history import History, PlainTemplate, Prompt
-from llmgym.agents.policies import Decision, TokenChoice, TokenPolicy, decoder_state_values
+from llmgym.agents.policies import TokenPolicy, decoder_state_values
 from llmgym.envs.core import normalize_action_text
 from llmgym.errors import ConfigError, InvalidActionError
 from llmgym.llm.protocols import PolicyLLM

@@ -68,12 +68,17 @@ class TokenChoice:
             episode's earlier tokens, :attr:`~llmgym.agents.history.Prompt.decoder_ids`); empty otherwise.
         raw_log_probs: Their log-probs under the model's own distribution (no temperature, top-k,
             top-p, mask or penalty: ``Generation.raw_logprobs``), the KL's policy side; empty when not recorded.
+        episode_tokens: Tokens generated earlier in the episode that ``min_new_tokens`` counts
+            (:attr:`~llmgym.agents.history.Prompt.episode_tokens`, a token agent's decision index): EOS
+            was banned for the first ``min_new_tokens - episode_tokens`` of the tokens, and the update's
+            re-scoring bans it likewise (:meth:`TokenPolicy.eos_bans`).
     """
 
     token_ids: list[int]
     token_log_probs: list[float] = field(default_factory=list)
     decoder_prefix: list[int] = field(default_factory=list)
     raw_log_probs: list[float] = field(default_factory=list)
+    episode_tokens: int = 0
 
 
 @dataclass
@@ -144,11 +149,14 @@ class TokenActions:
         token_ids: ``B`` generated token-id lists.
         decoder_prefixes: ``B`` decoder prefixes of an encoder-decoder's sequences (fed before the
             tokens, not scored), or ``None`` when no sequence has one.
+        episode_tokens: ``B`` counts of the tokens generated earlier in each sequence's episode
+            (:attr:`TokenChoice.episode_tokens`, for ``min_new_tokens``), or ``None`` when all are 0.
     """
 
     prompt_ids: list[list[int]]
     token_ids: list[list[int]]
     decoder_prefixes: Optional[list[list[int]]] = None
+    episode_tokens: Optional[list[int]] = None
 
     def __post_init__(self) -> None:
         if len(self.prompt_ids) != len(self.token_ids):
@@ -160,6 +168,11 @@ class TokenActions:
             raise InputError(
                 f"TokenActions got {len(self.decoder_prefixes)} decoder prefixes for {len(self.token_ids)} token "
                 "sequences; pass one per sequence (empty where there is none), or None."
+            )
+        if self.episode_tokens is not None and len(self.episode_tokens) != len(self.token_ids):
+            raise InputError(
+                f"TokenActions got {len(self.episode_tokens)} episode token counts for {len(self.token_ids)} token "
+                "sequences; pass one per sequence, or None."
             )
 
     def __len__(self) -> int:
@@ -177,11 +190,12 @@ class TokenActions:
 
     def select(self, indices: Sequence[int]) -> TokenActions:
         """The actions at ``indices`` (positions in this batch)."""
-        prefixes = self.decoder_prefixes
+        prefixes, counts = self.decoder_prefixes, self.episode_tokens
         return TokenActions(
             [self.prompt_ids[i] for i in indices],
             [self.token_ids[i] for i in indices],
             None if prefixes is None else [prefixes[i] for i in indices],
+            None if counts is None else [counts[i] for i in indices],
         )
 
 

@@ -450,16 +450,22 @@ class TokenPolicy:
     special_tokens: bool = False
     stop: tuple[str, ...] = ()
 
-    def generation_kwargs(self, greedy: bool) -> dict[str, Any]:
+    def generation_kwargs(self, greedy: bool, min_new_tokens: Optional[int] = None) -> dict[str, Any]:
         """Keyword arguments of ``llm.generate`` for one step (greedy: the argmax at every token).
 
         Greedy keeps the repetition penalty and ``min_new_tokens`` (they shape the argmax too) and the stop strings.
+
+        Args:
+            greedy: The argmax at every token.
+            min_new_tokens: EOS banned for this many of the tokens instead of ``sampling.min_new_tokens``
+                (what is left of it after the episode's earlier tokens: :meth:`eos_bans`).
         """
+        sampling = self._banning(min_new_tokens)
         kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens}
         if greedy:
-            kwargs.update(do_sample=False, **self.sampling.history_kwargs())
+            kwargs.update(do_sample=False, **sampling.history_kwargs())
         else:
-            kwargs.update(self.sampling.generation_kwargs())
+            kwargs.update(sampling.generation_kwargs())
         if self.stop:
             kwargs["stop_strings"] = list(self.stop)
         return kwargs
@@ -480,10 +486,13 @@ class TokenPolicy:
         """
         texts = [p.text for p in prompts]
         prefixes = [list(p.decoder_ids) for p in prompts]
-        kwargs = self.generation_kwargs(greedy)
-        if any(prefixes):
-            kwargs["decoder_prefixes"] = prefixes
-        generations = llm.generate(texts, **kwargs)
+        generations: list[Any] = [None] * len(prompts)
+        for banned, group in self.eos_bans([p.episode_tokens for p in prompts]).items():
+            kwargs = self.generation_kwargs(greedy, banned)
+            if any(prefixes):
+                kwargs["decoder_prefixes"] = [prefixes[i] for i in group]
+            for index, gens in zip(group, llm.generate([texts[i] for i in group], **kwargs)):
+                generations[index] = gens
         if any(prefixes):
             values = decoder_state_values(llm, [gens[0].prompt_ids for gens in generations], prefixes)
         else:
@@ -505,7 +514,11 @@ class TokenPolicy:
                     log_prob=float(gen.logprobs.sum()),
                     value=value,
                     choice=TokenChoice(
-                        list(gen.token_ids), gen.logprobs.tolist(), prefix, gen.raw_logprobs.tolist()
+                        list(gen.token_ids),
+                        gen.logprobs.tolist(),
+                        prefix,
+                        gen.raw_logprobs.tolist(),
+                        prompt.episode_tokens,
                     ),
                 )
             )
@@ -525,11 +538,60 @@ class TokenPolicy:
             )
         choices = [d.choice for d in decisions if isinstance(d.choice, TokenChoice)]
         prefixes = [list(c.decoder_prefix) for c in choices]
+        counts = [c.episode_tokens for c in choices]
         return TokenActions(
             [list(d.prompt_ids) for d in decisions],
             [list(c.token_ids) for c in choices],
             prefixes if any(prefixes) else None,
+            counts if any(counts) else None,
         )
+
+    def eos_bans(self, episode_tokens: Sequence[int]) -> dict[int, list[int]]:
+        """Positions grouped by how many of their tokens EOS is banned for.
+
+        ``sampling.min_new_tokens`` counts the episode's tokens: a generation after ``n`` of them has EOS
+        banned for its first ``max(0, min_new_tokens - n)`` tokens (RL4LMs' ``min_length`` for a token
+        agent, one token per step). A generative agent's generations all start at 0.
+
+        Args:
+            episode_tokens: Per generation, the tokens its episode generated before it.
+
+        Returns:
+            ``{tokens banned: positions}``, one entry when every generation has the same ban.
+        """
+        groups: dict[int, list[int]] = {}
+        for index, before in enumerate(episode_tokens):
+            groups.setdefault(max(0, self.sampling.min_new_tokens - int(before)), []).append(index)
+        return groups
+
+    def _banning(self, min_new_tokens: Optional[int]) -> Sampling:
+        """:attr:`sampling` with EOS banned for ``min_new_tokens`` tokens (``None``: its own ``min_new_tokens``)."""
+        if min_new_tokens is None or min_new_tokens == self.sampling.min_new_tokens:
+            return self.sampling
+        return replace(self.sampling, min_new_tokens=min_new_tokens)
+
+    def _scored(
+        self, llm: TrainableLLM, actions: TokenActions, keys: list[str], require_grad: bool
+    ) -> list[dict[str, Any]]:
+        """``llm.token_logprobs`` of the actions under :attr:`sampling`, each with EOS banned as when it was drawn."""
+        groups = self.eos_bans(actions.episode_tokens or [0] * len(actions))
+        outputs: list[dict[str, Any]] = [{} for _ in range(len(actions))]
+        for banned, group in groups.items():
+            part = actions if len(groups) == 1 else actions.select(group)
+            prefixed: dict[str, Any] = (
+                {} if part.decoder_prefixes is None else {"decoder_prefixes": part.decoder_prefixes}
+            )
+            scored = llm.token_logprobs(
+                part.prompt_ids,
+                part.token_ids,
+                keys=keys,
+                require_grad=require_grad,
+                sampling=self._banning(banned),
+                **prefixed,
+            )
+            for index, output in zip(group, scored):
+                outputs[index] = output
+        return outputs
 
     def evaluate(
         self,
@@ -543,7 +605,8 @@ class TokenPolicy:
     ) -> PolicyOutputs:
         """Re-score generated sequences on their stored ids (see :meth:`Policy.evaluate`).
 
-        The log-probs (the PPO ratio's) are under :attr:`sampling`, cut as the tokens were drawn. The
+        The log-probs (the PPO ratio's) are under :attr:`sampling`, cut as the tokens were drawn (EOS
+        banned where it was: :meth:`eos_bans`). The
         reference KL compares the policy and the reference under the same uncut distribution
         (:meth:`reference_sampling`), as RL4LMs measures it: a second policy pass scores the tokens
         so when :attr:`sampling` cuts (top-k, top-p, NLPO's mask, a penalty), so that the KL is 0
@@ -561,14 +624,7 @@ class TokenPolicy:
         prefixed: dict[str, Any] = (
             {} if actions.decoder_prefixes is None else {"decoder_prefixes": actions.decoder_prefixes}
         )
-        outputs = llm.token_logprobs(
-            actions.prompt_ids,
-            actions.token_ids,
-            keys=[VALUE_KEY] if has_value else [],
-            require_grad=require_grad,
-            sampling=self.sampling,
-            **prefixed,
-        )
+        outputs = self._scored(llm, actions, [VALUE_KEY] if has_value else [], require_grad)
         token_lp = [o["logprobs"] for o in outputs]
         log_probs = torch.stack([lp.sum() for lp in token_lp])
         entropy = torch.stack([-lp.mean() if lp.numel() else lp.new_zeros(()) for lp in token_lp])

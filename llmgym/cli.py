@@ -85,10 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     sft = sub.add_parser(
         "sft",
-        help="supervised warm start: fine-tune the config's model on its datapool's references (TRL's SFTTrainer)",
+        help="supervised warm start: fine-tune the config's model on its datapool's references (TRL's SFTTrainer; "
+        "T5/BART with transformers' Seq2SeqTrainer)",
         description=(
             "Fine-tune the model of a text-generation config on its datapool's references with TRL's SFTTrainer "
-            "(LoRA merged into the weights when model.lora is set, else full fine-tuning) and write a model folder; "
+            "(an encoder-decoder such as T5 with transformers' Seq2SeqTrainer: prompt to the encoder, reference to "
+            "the decoder; LoRA merged into the weights when model.lora is set, else full fine-tuning) and write a "
+            "model folder; "
             "start RL from it with llmgym train CONFIG model.name=FOLDER (docs/trl.md). "
             "Example: llmgym sft textgen_ppo --out runs/sft-sentiment"
         ),
@@ -108,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-length",
         type=int,
         default=None,
-        help="cut examples (prompt + reference) to this many tokens, at most the model's window; by default an "
-        "example longer than the window is an error",
+        help="cut examples (prompt + reference; an encoder-decoder's reference) to this many tokens, at most the "
+        "model's window; by default an example longer than the window is an error",
     )
 
     sweep = sub.add_parser(

@@ -633,8 +633,9 @@ class AgentConfig(_Section):
     )
     min_new_tokens: int = _f(
         0,
-        "Generative agents: EOS is forbidden before this many generated tokens (RL4LMs' min_length; 0: never). "
-        "Rollouts, evaluations and the updates' re-scoring use the same distribution.",
+        "Generative and token agents: EOS is forbidden before this many generated tokens (0: never); a token "
+        "agent counts the episode's tokens, one per step (RL4LMs' min_length). Rollouts, evaluations (greedy "
+        "too) and the updates' re-scoring use the same distribution.",
     )
     repetition_penalty: float = _f(
         1.0,
@@ -676,10 +677,10 @@ class AgentConfig(_Section):
         _check_positive("agent", "repetition_penalty", self.repetition_penalty)
         if any(not s for s in self.stop):
             raise ConfigError(f"agent.stop={self.stop!r} holds an empty string; give non-empty stop strings.")
-        if self.type == "token" and (self.min_new_tokens or self.stop):
+        if self.type == "token" and self.stop:
             raise ConfigError(
-                "agent.type=token generates one token per step, so agent.min_new_tokens and agent.stop do not apply; "
-                "end episodes in the env (its eos_token, max_tokens) or use agent.type=generative."
+                "agent.type=token generates one token per step, so agent.stop does not apply; end episodes in the "
+                "env (its eos_token, max_tokens) or use agent.type=generative."
             )
 
 

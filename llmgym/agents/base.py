@@ -27,9 +27,10 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from llmgym.agents.actions import Decision
 from llmgym.agents.history import History, Prompt
 from llmgym.agents.learning import Episode, EpisodeLearner
-from llmgym.agents.policies import Decision, Policy, prompt_values
+from llmgym.agents.policies import Policy, prompt_values
 from llmgym.config import AgentConfig, AlgorithmConfig
 from llmgym.errors import ConfigError, InputError
 from llmgym.llm.modules import VALUE_KEY

@@ -6,15 +6,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Optional
 
+from llmgym.agents.actions import Decision, TokenChoice
 from llmgym.agents.base import BaseAgent
 from llmgym.agents.history import History, PlainTemplate, Prompt
-from llmgym.agents.policies import Decision, TokenChoice, TokenPolicy, decoder_state_values
+from llmgym.agents.policies import TokenPolicy, decoder_state_values
 from llmgym.envs.core import normalize_action_text
 from llmgym.errors import ConfigError, InvalidActionError
 from llmgym.llm.protocols import PolicyLLM
 from llmgym.llm.sampling import Sampling
 
-__all__ = ["DecoderHistory", "GenerativeAgent", "TokenAgent", "Agent", "is_encoder_decoder"]
+__all__ = ["DecoderHistory", "GenerativeAgent", "TokenAgent", "TokenHistory", "Agent", "is_encoder_decoder"]
 
 
 class GenerativeAgent(BaseAgent):
@@ -107,13 +108,26 @@ class GenerativeAgent(BaseAgent):
         return parsed
 
 
-class DecoderHistory(History):
+class TokenHistory(History):
+    """A token-level episode of a causal model: each turn is one generated token.
+
+    :meth:`render` says how many tokens the episode has generated so far
+    (:attr:`~llmgym.agents.history.Prompt.episode_tokens`, its turns), which ``agent.min_new_tokens``
+    counts: EOS is banned while it is below the minimum, as RL4LMs' ``min_length`` bans it.
+    """
+
+    def render(self) -> Prompt:
+        """:meth:`History.render`, with the episode's token count."""
+        return replace(super().render(), episode_tokens=len(self._turns))
+
+
+class DecoderHistory(TokenHistory):
     """A token-level episode of an encoder-decoder model: the episode's first observation goes to the encoder, the tokens generated since to the decoder.
 
     :meth:`render` renders the first observation once (the prompt, as RL4LMs' seq2seq policies
     encode it) and returns it with :attr:`decoder_ids`, the ids the agent generated since, which
     :class:`TokenAgent` appends after each step; the later observations' text (prompt + completion
-    so far) is never re-tokenized.
+    so far) is never re-tokenized. Its ``episode_tokens`` is the decoder prefix's length.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -135,7 +149,9 @@ class DecoderHistory(History):
         """The episode's encoder prompt with the decoder prefix (see the class docstring)."""
         if self._prompt is None:
             self._prompt = super().render()
-        return replace(self._prompt, decoder_ids=tuple(self.decoder_ids))
+        return replace(
+            self._prompt, decoder_ids=tuple(self.decoder_ids), episode_tokens=len(self.decoder_ids)
+        )
 
 
 def is_encoder_decoder(llm: PolicyLLM) -> bool:
@@ -168,8 +184,9 @@ class TokenAgent(GenerativeAgent):
     def make_history(self) -> History:
         """The prompt is the observation itself (the text so far), after the system prompt if any.
 
-        With an encoder-decoder model, a :class:`DecoderHistory`: the first observation and the tokens since,
-        the first observation cut on ``agent.prompt_truncation_side`` when over ``agent.max_prompt_tokens``.
+        A :class:`TokenHistory` (its prompts count the episode's tokens, for ``agent.min_new_tokens``); with an
+        encoder-decoder model, a :class:`DecoderHistory`: the first observation and the tokens since, the first
+        observation cut on ``agent.prompt_truncation_side`` when over ``agent.max_prompt_tokens``.
 
         Raises:
             ConfigError: ``agent.prompt_truncation_side=right`` with a causal model, whose prompt is the
@@ -183,7 +200,7 @@ class TokenAgent(GenerativeAgent):
                 "agent's prompt is the text so far, whose end is what it just generated. Fix: "
                 "agent.prompt_truncation_side=left, or an encoder-decoder model."
             )
-        kind = DecoderHistory if seq2seq else History
+        kind = DecoderHistory if seq2seq else TokenHistory
         return kind(
             self.llm.tokenizer,
             system_prompt=self.config.system_prompt,

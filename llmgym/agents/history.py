@@ -70,6 +70,9 @@ class Prompt:
         decoder_ids: An encoder-decoder model's decoder prefix: the token ids generated earlier in
             the episode, continued after (:class:`~llmgym.agents.generative.TokenAgent`); the text
             and ``token_ids`` go to the encoder. Empty for causal models.
+        episode_tokens: Tokens the agent generated earlier in the episode that ``min_new_tokens``
+            counts (a token agent's decision index, one token per step); 0 where each generation
+            starts anew.
     """
 
     text: str
@@ -78,6 +81,7 @@ class Prompt:
     num_turns: int
     observation_truncated: bool
     decoder_ids: tuple[int, ...] = ()
+    episode_tokens: int = 0
 
 
 class History:

@@ -1,6 +1,6 @@
 """The seam between an agent and the algorithm that trains it: the agent decides, the algorithm learns.
 
-An agent records a :class:`~llmgym.agents.policies.Decision` per env step, drawn from its
+An agent records a :class:`~llmgym.agents.actions.Decision` per env step, drawn from its
 :class:`~llmgym.agents.policies.Policy`, which the algorithm re-scores the decisions under. In
 LlamaGym's loop (``act`` / ``assign_reward`` / ``terminate_episode``) the agent hands its finished
 :class:`Episode` objects to the :class:`EpisodeLearner` it was given (an algorithm such as
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from llmgym.agents.policies import Decision
+from llmgym.agents.actions import Decision
 
 if TYPE_CHECKING:
     from llmgym.agents.base import BaseAgent

@@ -5,7 +5,7 @@ Each algorithm's math and loop live in its own module (:mod:`~llmgym.algorithms.
 objectives next to the model; :mod:`~llmgym.algorithms.registry` maps ``algorithm.name`` to a class.
 """
 
-from llmgym.agents.policies import (
+from llmgym.agents.distributions import (
     categorical_entropy,
     categorical_log_prob,
     kl_estimate,

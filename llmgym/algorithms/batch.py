@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from llmgym.agents.policies import Actions, CandidateActions, KLEstimator, Policy, PolicyOutputs, TokenActions
+from llmgym.agents.actions import Actions, CandidateActions, PolicyOutputs, TokenActions
+from llmgym.agents.distributions import KLEstimator
+from llmgym.agents.policies import Policy
 from llmgym.algorithms.protocols import NaturalGradientObjective, Objective
 from llmgym.errors import InputError
 

@@ -1,6 +1,6 @@
 """Rollout storage for on-policy algorithms: one slot per env per step, read back as flat batches.
 
-The buffer holds the agent's :class:`~llmgym.agents.policies.Decision` at each step (the exact
+The buffer holds the agent's :class:`~llmgym.agents.actions.Decision` at each step (the exact
 prompt, its token ids, the action in the policy's terms, its log-prob and value) and what the env
 answered (reward, terminated, truncated, the value of the final observation of a truncated
 episode). Numeric fields are ``[T, N]`` tensors (steps x envs); the decisions are kept as Python
@@ -16,7 +16,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from llmgym.agents.policies import Decision
+from llmgym.agents.actions import Decision
 from llmgym.algorithms.advantages import compute_gae
 from llmgym.errors import InputError
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from llmgym.agents.policies import Decision, Policy
+from llmgym.agents.actions import Decision
+from llmgym.agents.policies import Policy
 from llmgym.llm.protocols import PolicyLLM
 from llmgym.text_metrics import MetricContext, MetricSpec, compute_metrics
 

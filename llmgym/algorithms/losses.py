@@ -4,7 +4,7 @@ Each algorithm's own policy loss lives in its module (:mod:`llmgym.algorithms.pp
 :mod:`llmgym.algorithms.a2c`).
 
 The distributions they are taken over (candidate softmaxes, token log-probs, KL estimates) live
-with the policy, :mod:`llmgym.agents.policies`. Shapes: ``[B]`` for action-level quantities (one
+with the policy, :mod:`llmgym.agents.distributions` and :mod:`llmgym.agents.policies`. Shapes: ``[B]`` for action-level quantities (one
 action per transition), ``[B, L]`` with a bool ``mask [B, L]`` for token-level ones (one generated
 token per position). Every reduction is a (masked) mean over the entries that count. Statistics
 are returned detached.
@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from llmgym.agents.policies import kl_estimate
+from llmgym.agents.distributions import kl_estimate
 from llmgym.errors import InputError
 
 __all__ = ["check_same_shape", "kl_estimate", "masked_mean", "value_loss"]

@@ -21,9 +21,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from llmgym.agents.actions import Decision
 from llmgym.agents.base import BaseAgent
+from llmgym.agents.distributions import KLEstimator
 from llmgym.agents.learning import Episode
-from llmgym.agents.policies import Decision, KLEstimator, Policy
+from llmgym.agents.policies import Policy
 from llmgym.algorithms.advantages import whiten
 from llmgym.algorithms.batch import UpdateBatch
 from llmgym.algorithms.buffer import RolloutBatch, RolloutBuffer

@@ -57,8 +57,9 @@ from typing import Any, Optional
 
 import torch
 
+from llmgym.agents.actions import Decision, TokenChoice
 from llmgym.agents.learning import Episode
-from llmgym.agents.policies import Decision, TokenChoice, TokenPolicy
+from llmgym.agents.policies import TokenPolicy
 from llmgym.config import AlgorithmConfig, KLConfig, ModelConfig, PPOSection
 from llmgym.envs.reward_checks import check_reward
 from llmgym.errors import ConfigError, InputError, require

@@ -4,9 +4,8 @@ RL4LMs trains on a token-level MDP: each generated token is a step, the reward c
 (or on every step), ``n_steps`` and ``batch_size`` count token transitions. The conversion keeps
 that: ``llmgym/TextGen-v0`` in ``mode="token"`` with the ``token`` agent, the same datapool,
 reward, splits and metrics. Every RL4LMs key is mapped, or refused with a
-:class:`~llmgym.errors.ConfigError` naming it. Keys llmgym honours only approximately (RL4LMs'
-adaptive KL controller ``alg.kl_div.target_kl``, ``min_length``, beam search in evaluation, SB3's
-A2C RMSprop...) are refused unless ``approximate=True``, which maps them as documented and lists
+:class:`~llmgym.errors.ConfigError` naming it. Keys llmgym honours only approximately (beam search
+in evaluation, SB3's A2C RMSprop...) are refused unless ``approximate=True``, which maps them as documented and lists
 each in :attr:`Conversion.approximations`. T5/BART (seq2seq) policies train as RL4LMs' do: the
 prompt goes to the encoder, the generated tokens to the decoder (``model.model_type: seq2seq``;
 the token agent's :class:`~llmgym.agents.generative.DecoderHistory`).
@@ -83,6 +82,10 @@ _NULLABLE = {
     "alg.kl_div.target_kl",
     "alg.policy.args.generation_kwargs.top_k",
     "alg.policy.args.generation_kwargs.max_new_tokens",
+    "alg.policy.args.generation_kwargs.min_length",
+    "alg.policy.args.generation_kwargs.min_new_tokens",
+    "train_evaluation.generation_kwargs.min_length",
+    "train_evaluation.generation_kwargs.min_new_tokens",
     "train_evaluation.eval_every",
     "train_evaluation.save_every",
     "train_evaluation.eval_batch_size",
@@ -119,6 +122,10 @@ _TYPED_VALUES: dict[str, str] = {
     "alg.policy.args.generation_kwargs.top_k": _INT,
     "alg.policy.args.generation_kwargs.temperature": _FLOAT,
     "alg.policy.args.generation_kwargs.max_new_tokens": _INT,
+    "alg.policy.args.generation_kwargs.min_length": _INT,
+    "alg.policy.args.generation_kwargs.min_new_tokens": _INT,
+    "train_evaluation.generation_kwargs.min_length": _INT,
+    "train_evaluation.generation_kwargs.min_new_tokens": _INT,
     "train_evaluation.n_iters": _INT,
     "train_evaluation.eval_every": _INT,
     "train_evaluation.save_every": _INT,
@@ -229,29 +236,66 @@ def _eos_and_special_tokens(model_name: str) -> tuple[str, list[str]]:
     return eos, special
 
 
+def _min_new_tokens(min_length: Any, min_new_tokens: Any, seq2seq: bool) -> int:
+    """``agent.min_new_tokens`` for RL4LMs' ``generation_kwargs.min_length`` and ``min_new_tokens``.
+
+    RL4LMs bans EOS while ``generate``'s sequence is shorter than ``min_length``: for a causal policy it
+    adds the (padded) prompt length first, so ``min_length`` counts new tokens; for a seq2seq policy it
+    is the decoder's length, which starts with the decoder start token, so EOS is banned for the first
+    ``min_length - 1`` generated tokens. ``min_new_tokens`` counts new tokens either way; with both,
+    the longer ban holds (``generate`` applies both processors).
+    """
+    from_length = int(min_length or 0)
+    if seq2seq:
+        from_length = max(0, from_length - 1)
+    return max(from_length, int(min_new_tokens or 0))
+
+
+def _override(key: str, value: Any) -> str:
+    """A shell-quoted ``key=value`` override whose value a config override reads back unchanged.
+
+    A string value is written double-quoted (so ``"generate a sentence with: "`` stays a string with its
+    trailing space, and ``" "`` stays a space); the whole argument is quoted for the shell.
+    """
+    import json
+    import shlex
+
+    text = json.dumps(value) if isinstance(value, str) else str(value)
+    return shlex.quote(f"{key}={text}")
+
+
+#: ``alg.training_args`` of RL4LMs' supervised configs that change nothing in what is trained.
+_SFT_BOOKKEEPING = ("logging_steps", "save_total_limit", "output_dir")
+
+
 def _supervised_refusal(mapping: Mapping[str, Any]) -> str:
     """What to run instead of an ``alg.id: supervised`` config: ``llmgym sft`` on its own datapool and settings."""
     pool = mapping.get("datapool") or {}
-    training = (mapping.get("alg") or {}).get("training_args") or {}
-    overrides = [f"env.kwargs.datapool={pool.get('id')}"] + [
-        f"env.kwargs.datapool_kwargs.{key}={value}" for key, value in (pool.get("args") or {}).items()
+    training = dict((mapping.get("alg") or {}).get("training_args") or {})
+    overrides = [_override("env.kwargs.datapool", pool.get("id"))] + [
+        _override(f"env.kwargs.datapool_kwargs.{key}", value)
+        for key, value in (pool.get("args") or {}).items()
     ]
-    options = [f"--learning-rate {training['learning_rate']}"] if "learning_rate" in training else []
+    options = [f"--learning-rate {training.pop('learning_rate')}"] if "learning_rate" in training else []
     if "per_device_train_batch_size" in training:
-        options.append(f"--batch-size {training['per_device_train_batch_size']}")
-    seq2seq = (mapping.get("alg") or {}).get("model_type") == "seq2seq"
+        options.append(f"--batch-size {training.pop('per_device_train_batch_size')}")
+    epochs = training.pop("num_train_epochs", None)
+    if training.get("lr_scheduler_type") == "constant":
+        training.pop("lr_scheduler_type")
+    for key in _SFT_BOOKKEEPING:
+        training.pop(key, None)
+    unapplied = ", ".join(f"alg.training_args.{key}={value!r}" for key, value in training.items())
     return (
-        "RL4LMs config: alg.id='supervised' is supervised fine-tuning, which llmgym runs with llmgym sft (TRL's "
-        "SFTTrainer on the datapool's references), not llmgym train. Fix: convert an RL config of the same task "
-        "(llmgym convert CFG --approximate --output task.yaml), then run llmgym sft task.yaml "
+        "RL4LMs config: alg.id='supervised' is supervised fine-tuning, which llmgym runs with llmgym sft (the "
+        "datapool's references as the completion, the loss on them only; a T5 or BART model trains as an "
+        "encoder-decoder), not llmgym train. Fix: convert an RL config of the same task (e.g. the ppo config "
+        "next to this one: llmgym convert CFG --approximate --output task.yaml), then run llmgym sft task.yaml "
         + " ".join(overrides + options)
-        + " --out FOLDER --steps N (RL4LMs counts epochs, llmgym sft steps), and train RL from it with "
-        "model.name=FOLDER (docs/trl.md)."
-        + (
-            " llmgym sft trains causal LMs only: this config's seq2seq model has no llmgym equivalent yet."
-            if seq2seq
-            else ""
-        )
+        + " --out FOLDER --steps N (RL4LMs counts epochs"
+        + (f", {epochs} here" if epochs is not None else "")
+        + ": N = epochs x examples / batch size), and train RL from it with model.name=FOLDER (docs/trl.md). "
+        "llmgym sft trains with a constant learning rate and no weight decay, and does not evaluate (evaluate "
+        "the folder with llmgym eval)" + (f"; not applied: {unapplied}" if unapplied else "") + "."
     )
 
 
@@ -350,11 +394,8 @@ def convert_rl4lms_config(
     gen = pargs.sub("generation_kwargs")
     if gen.get("do_sample", True) is not True:
         approximately("alg.policy.args.generation_kwargs.do_sample", "llmgym always samples rollouts")
-    for key in ("min_length", "min_new_tokens"):
-        if gen.get(key):
-            approximately(
-                f"alg.policy.args.generation_kwargs.{key}", "dropped: llmgym's policy may end at EOS earlier"
-            )
+    # EOS banned before that many of the episode's tokens: the token agent's agent.min_new_tokens, exactly
+    min_new_tokens = _min_new_tokens(gen.get("min_length"), gen.get("min_new_tokens"), seq2seq)
     top_k = int(gen.get("top_k") or 0)  # agent.top_k: rollouts and their re-scoring cut to the top k tokens
     temperature = float(gen.get("temperature", 1.0))
     max_new = gen.get("max_new_tokens")
@@ -452,6 +493,7 @@ def convert_rl4lms_config(
     save_every = ev.get("save_every")
     metrics = [{"id": m["id"], "args": dict(m.get("args") or {})} for m in ev.get("metrics") or []]
     eval_width = ev.get("eval_batch_size")
+    own_eval_kwargs = ev.data.get("generation_kwargs") is not None  # else RL4LMs evaluates with the policy's
     egen = ev.sub("generation_kwargs")
     if egen.get("do_sample"):
         approximately("train_evaluation.generation_kwargs.do_sample", "llmgym evaluates splits greedily")
@@ -475,7 +517,17 @@ def convert_rl4lms_config(
     egen.get(
         "temperature"
     )  # greedy evaluation: the temperature changes no argmax (do_sample is listed above)
-    for key in ("min_length", "min_new_tokens", "top_k", "top_p"):
+    eval_min = (
+        _min_new_tokens(egen.get("min_length"), egen.get("min_new_tokens"), seq2seq)
+        if own_eval_kwargs
+        else min_new_tokens
+    )
+    if eval_min != min_new_tokens:
+        approximately(
+            "train_evaluation.generation_kwargs.min_length",
+            f"evaluation bans EOS before the rollouts' agent.min_new_tokens={min_new_tokens} tokens, not {eval_min}",
+        )
+    for key in ("top_k", "top_p"):
         if egen.get(key):
             approximately(
                 f"train_evaluation.generation_kwargs.{key}",
@@ -512,6 +564,7 @@ def convert_rl4lms_config(
             "prompt_truncation_side": truncation_side,
             "temperature": temperature,
             "top_k": top_k,
+            "min_new_tokens": min_new_tokens,
         },
         "algorithm": algorithm,
         "train": train,

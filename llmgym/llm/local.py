@@ -468,11 +468,12 @@ class LocalLLM:
                 ]
         seen = None
         if sampling is not None and sampling.depends_on_history:
-            if self.is_seq2seq:
+            if self.is_seq2seq and sampling.repetition_penalty != 1.0:
                 raise InputError(
-                    "repetition_penalty and min_new_tokens are re-scored for causal LMs only; seq2seq models are not "
-                    "supported (set agent.repetition_penalty=1 and agent.min_new_tokens=0)."
+                    "repetition_penalty is re-scored for causal LMs only; seq2seq models are not supported (set "
+                    "agent.repetition_penalty=1)."
                 )
+            # a seq2seq completion's tokens follow its decoder prefix: min_new_tokens counts them, as generate does
             seen, keep = self._history_masks(prompts, completions, sampling, keep)
         with self._maybe_reference(reference, require_grad):
             return self._run(

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from llmgym.agents.policies import CandidateChoice, Decision, TokenChoice
+from llmgym.agents.actions import CandidateChoice, Decision, TokenChoice
 from llmgym.algorithms.callbacks import Callback
 from llmgym.atomic_io import write_text_atomic
 from llmgym.errors import InputError

@@ -17,8 +17,8 @@ from typing import Any, Optional
 
 import gymnasium as gym
 
+from llmgym.agents.actions import Decision
 from llmgym.agents.base import BaseAgent
-from llmgym.agents.policies import Decision
 from llmgym.config import Config
 from llmgym.errors import ConfigError
 from llmgym.report.records import EpisodeRecorder

@@ -51,6 +51,7 @@ def test_first_minibatch_ratio_is_one_and_nothing_clipped(tmp_path, normalize, a
         ("generative", "agent.repetition_penalty=3.0"),
         ("token", "agent.repetition_penalty=3.0"),
         ("generative", "agent.min_new_tokens=3"),
+        ("token", "agent.min_new_tokens=3"),
         ("generative", "agent.stop=[a,e]"),
     ],
 )
@@ -114,7 +115,6 @@ def test_top_p_and_top_k_out_of_range_are_config_errors(tmp_path, override, mess
         (["agent.repetition_penalty=0"], "agent.repetition_penalty=0"),
         (["agent.min_new_tokens=-1"], "agent.min_new_tokens"),
         (["agent.type=token", "agent.stop=[x]"], "agent.type=token generates one token"),
-        (["agent.type=token", "agent.min_new_tokens=2"], "agent.type=token generates one token"),
     ],
 )
 def test_generation_settings_out_of_range_are_config_errors(tmp_path, overrides, message):

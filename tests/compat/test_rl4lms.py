@@ -234,22 +234,25 @@ def test_llmgym_train_converts_an_rl4lms_file_strictly(tiny_model_dir):
         "reward",
     )
     assert config.model.reference_copy and config.model.lora is None
-    with pytest.raises(ConfigError, match=r"generation_kwargs\.min_length.*approximate"):
-        load_run_config(
-            str(CONFIGS / "imdb_text_continuation_gpt2_ppo.yml"), [f"model.name={tiny_model_dir}"]
-        )
+    imdb = load_run_config(
+        str(CONFIGS / "imdb_text_continuation_gpt2_ppo.yml"), [f"model.name={tiny_model_dir}"]
+    )  # its min_length maps exactly onto agent.min_new_tokens
+    assert (imdb.agent.type, imdb.agent.min_new_tokens) == ("token", 48)
+    with pytest.raises(ConfigError, match=r"generation_kwargs\.num_beams.*approximate"):
+        load_run_config(str(CONFIGS / "common_gen_t5_ppo.yml"), [f"model.name={tiny_model_dir}"])
 
 
 def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsys):
     from llmgym.cli import main
 
-    path = CONFIGS / "imdb_text_continuation_gpt2_nlpo.yml"
-    assert main(["convert", str(path), "--model", str(tiny_model_dir)]) == 2
+    dialog = CONFIGS / "dialog_gpt2_nlpo.yml"  # samples its evaluation with top_k: greedy here
+    assert main(["convert", str(dialog), "--model", str(tiny_model_dir)]) == 2
     err = capsys.readouterr().err
-    assert "alg.kl_div" not in err and "generation_kwargs.min_length" in err
-    assert main(["convert", str(path), "--approximate", "--model", str(tiny_model_dir)]) == 0
+    assert "alg.kl_div" not in err and "generation_kwargs.do_sample" in err and "min_length" not in err
+    path = CONFIGS / "imdb_text_continuation_gpt2_nlpo.yml"
+    assert main(["convert", str(path), "--model", str(tiny_model_dir)]) == 0  # min_length is mapped exactly
     out, err = capsys.readouterr()
-    assert "min_tokens_to_keep" not in err  # mapped exactly
+    assert "min_tokens_to_keep" not in err and "approximately" not in err
     (tmp_path / "nlpo.yaml").write_text(out)
     config = load_config(str(tmp_path / "nlpo.yaml"))
     assert (
@@ -258,6 +261,7 @@ def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsy
         config.algorithm.nlpo.mask_update_interval,
         config.algorithm.nlpo.min_tokens_to_keep,
     ) == ("nlpo", 0.9, 5, 100)
+    assert config.agent.min_new_tokens == 48  # min_length 48 of a causal policy: 48 new tokens
     assert config.train.eval_splits == ["val", "test"] and config.env.kwargs["datapool_kwargs"] == {
         "seed": 42,
         "split": "train",
@@ -321,3 +325,74 @@ def test_the_critic_difference_is_printed(tiny_model_dir):
     with pytest.warns(UserWarning, match="separate copy of the model as its critic.*value_head: detached"):
         conversion = convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
     assert conversion.config["algorithm"]["value_head"] == "detached"
+
+
+@pytest.mark.parametrize("policy", ["causal_lm_actor_critic_policy", "seq2seq_lm_actor_critic_policy"])
+def test_min_length_maps_exactly_onto_the_token_agents_min_new_tokens(policy, tiny_model_dir):
+    # RL4LMs' generate bans EOS while its sequence is shorter than min_length (transformers'
+    # MinLengthLogitsProcessor): a causal policy's min_length is added to the padded prompt's length, a seq2seq
+    # policy's counts the decoder's ids, the decoder start token first.
+    import torch
+    from transformers.generation.logits_process import MinLengthLogitsProcessor
+
+    raw = _load("synthetic_generate_increasing_numbers_gpt2_ppo.yml")
+    raw["alg"]["policy"]["id"] = policy
+    raw["alg"]["policy"]["args"]["generation_kwargs"]["min_length"] = 5
+    conversion = convert_rl4lms_config(raw, model_name=str(tiny_model_dir))  # strict: no approximation
+    minimum = conversion.config["agent"]["min_new_tokens"]
+    seq2seq = policy.startswith("seq2seq")
+    assert minimum == (4 if seq2seq else 5)
+    eos, prompt = 3, 7
+    processor = MinLengthLogitsProcessor(5 if seq2seq else prompt + 5, eos)
+    for generated in range(8):  # EOS banned at decision t exactly while t < agent.min_new_tokens
+        ids = torch.zeros(1, (1 if seq2seq else prompt) + generated, dtype=torch.long)
+        banned = bool(torch.isinf(processor(ids, torch.zeros(1, 10))[0, eos]))
+        assert banned == (generated < minimum), generated
+
+    raw["alg"]["policy"]["args"]["generation_kwargs"]["min_new_tokens"] = 6  # both: the longer ban
+    assert convert_rl4lms_config(raw, model_name=str(tiny_model_dir)).config["agent"]["min_new_tokens"] == 6
+    del raw["alg"]["policy"]["args"]["generation_kwargs"]["min_new_tokens"]
+    # evaluation: its own min_length (greedy decoding keeps agent.min_new_tokens) when it is the same ban
+    raw["train_evaluation"]["generation_kwargs"] = {"min_length": 5}
+    assert not convert_rl4lms_config(raw, model_name=str(tiny_model_dir)).approximations
+    raw["train_evaluation"]["generation_kwargs"] = {"min_length": 3}
+    with pytest.raises(
+        ConfigError, match=r"train_evaluation\.generation_kwargs\.min_length: evaluation bans EOS"
+    ):
+        convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
+    raw["train_evaluation"]["generation_kwargs"] = {"min_length": "five"}
+    with pytest.raises(
+        ConfigError, match=r"train_evaluation\.generation_kwargs\.min_length='five' is invalid"
+    ):
+        convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("synthetic_generate_increasing_numbers_gpt2_nlpo.yml", "causal"),  # NLPO's mask and the EOS ban
+        ("synthetic_generate_increasing_numbers_t5_ppo.yml", "seq2seq"),
+    ],
+)
+def test_a_min_length_config_rescores_its_first_update_at_ratio_one(
+    name, kind, tiny_model_dir, tiny_t5_dir, tmp_path, monkeypatch
+):
+    # EOS banned for the first 2 of each episode's 4 tokens and allowed for the last 2: one minibatch holds both,
+    # each re-scored under the distribution that drew it, so the first epoch's ratio is 1.
+    folder = tiny_model_dir if kind == "causal" else tiny_t5_dir
+    raw = _load(name)
+    assert convert_rl4lms_config(raw, model_name=str(folder)).config["agent"]["min_new_tokens"] > 0
+    path = _write_converted(raw, tmp_path, folder)
+    shorter = [
+        "agent.min_new_tokens=2",
+        "env.kwargs.max_tokens=4",
+        "algorithm.rollout_steps=4",
+        "algorithm.minibatch_size=8",
+        "algorithm.epochs=1",
+        "train.total_env_steps=8",
+    ]
+    run, _ = _train(path, folder, tmp_path, monkeypatch, shorter)
+    updates = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    first = next(u for u in updates if u["kind"] == "train")
+    assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert first["ratio_max"] == pytest.approx(1.0, abs=1e-4)

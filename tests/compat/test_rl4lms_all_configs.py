@@ -188,15 +188,61 @@ def _converted(name: str, models: dict, tmp_path: Path):
 def test_supervised_configs_are_refused_with_the_sft_command(name):
     raw = _load(name)
     with pytest.raises(
-        ConfigError, match=r"alg.id='supervised'.*llmgym sft task.yaml env.kwargs.datapool="
+        ConfigError, match=r"alg.id='supervised'.*llmgym sft task.yaml 'env.kwargs.datapool="
     ) as error:
         convert_rl4lms_config(raw, approximate=True, model_name="unused")
     pool = raw["datapool"]["id"]
-    assert f"env.kwargs.datapool={pool} " in str(error.value)  # IMDB's: imdb_seq2seq, the continuation alone
+    assert f"""'env.kwargs.datapool="{pool}"' """ in str(
+        error.value
+    )  # IMDB's: imdb_seq2seq, the continuation alone
     assert f"--learning-rate {raw['alg']['training_args']['learning_rate']}" in str(error.value)
-    assert ("seq2seq model has no llmgym equivalent" in str(error.value)) == (
-        raw["alg"]["model_type"] == "seq2seq"
+    assert "no llmgym equivalent" not in str(error.value)  # T5 ones too
+
+
+def _sft_command(message: str) -> list[str]:
+    """The arguments of the llmgym sft command a supervised config's refusal gives, between the file and --out."""
+    import re
+    import shlex
+
+    found = re.search(r"llmgym sft task\.yaml (.*?) --out FOLDER", message)
+    assert found, message
+    return shlex.split(found.group(1))
+
+
+@pytest.mark.parametrize("name", SUPERVISED)
+def test_supervised_configs_run_through_the_sft_command_their_refusal_gives(
+    name, stand_ins, tmp_path, monkeypatch
+):
+    # What the refusal tells the user, done: convert the ppo config of the same task, run llmgym sft on it with
+    # the refusal's arguments (the supervised config's datapool, its arguments, learning rate and batch size).
+    from llmgym.cli import main
+
+    raw = _load(name)
+    model = stand_ins["seq2seq"] if raw["alg"]["model_type"] == "seq2seq" else stand_ins["causal"]
+    pool = raw["datapool"]["id"]
+    _fixture_rows(pool, tmp_path / "data" / pool)
+    raw["datapool"]["args"] = {
+        **(raw["datapool"].get("args") or {}),
+        "data_dir": str(tmp_path / "data" / pool),
+    }
+    with pytest.raises(ConfigError) as error:
+        convert_rl4lms_config(raw, approximate=True, model_name=model)
+    arguments = _sft_command(str(error.value))
+    rl, _ = _converted(name.replace("_supervised.yml", "_ppo.yml"), stand_ins, tmp_path / "rl")
+    task = tmp_path / "task.yaml"
+    task.write_text(yaml.safe_dump(rl.config))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    out = tmp_path / "sft"
+    tiny = [f"model.name={model}", "model.dtype=float32", "model.device=cpu", "agent.max_prompt_tokens=48"]
+    assert (
+        main(["sft", str(task), *tiny, *arguments, "--out", str(out), "--steps", "3", "--max-length", "64"])
+        == 0
     )
+    meta = json.loads((out / "llmgym_sft.json").read_text())
+    assert meta["datapool"] == raw["datapool"]["id"] and len(meta["losses"]) == 3
+    assert meta["trainer"] == ("Seq2SeqTrainer" if raw["alg"]["model_type"] == "seq2seq" else "SFTTrainer")
+    assert meta["learning_rate"] == raw["alg"]["training_args"]["learning_rate"]
 
 
 @pytest.mark.parametrize("name", RL)
@@ -227,14 +273,19 @@ def test_the_count_of_exact_and_approximate_conversions(stand_ins, tmp_path):
         if not keys:
             exact.append(name)
     assert (len(ALL), len(SUPERVISED), len(RL)) == (44, 6, 38)
-    assert exact == [
+    assert exact == [  # min_length maps exactly onto agent.min_new_tokens
+        "imdb_text_continuation_gpt2_nlpo.yml",
+        "imdb_text_continuation_gpt2_nlpo_on_supervised.yml",
+        "imdb_text_continuation_gpt2_ppo.yml",
+        "imdb_text_continuation_gpt2_ppo_on_supervised.yml",
         "synthetic_generate_dates_gpt2_ppo.yml",
+        "synthetic_generate_increasing_numbers_gpt2_nlpo.yml",
         "synthetic_generate_increasing_numbers_gpt2_ppo.yml",
         "synthetic_generate_increasing_numbers_gpt2_trpo.yml",
+        "synthetic_generate_increasing_numbers_t5_nlpo.yml",
+        "synthetic_generate_increasing_numbers_t5_ppo.yml",
     ]
     assert dict(counts) == {
-        "alg.policy.args.generation_kwargs.min_length": 26,
-        "train_evaluation.generation_kwargs.min_length": 16,
         "train_evaluation.generation_kwargs.num_beams": 15,
         "train_evaluation.generation_kwargs.do_sample": 9,
         "train_evaluation.generation_kwargs.top_k": 5,

@@ -152,3 +152,40 @@ def test_repetition_penalty_is_transformers_on_a_row_without_padding_and_skips_l
         [False, True, False, True, False],
     ]
     assert keep[:, 4].tolist() == [False, False, True] and keep[:, :4].all()
+
+
+@pytest.mark.parametrize("prefixed", [False, True])
+def test_min_new_tokens_of_a_seq2seq_is_rescored_exactly_after_its_decoder_prefix(prefixed):
+    # generate's min_new_tokens counts the tokens after the decoder prefix; re-scoring bans EOS on the same ones
+    from llmgym.testing import tiny_seq2seq_lm
+
+    model, tok = tiny_seq2seq_lm()
+    eos = tok.eos_token_id
+    bias = torch.zeros(model.config.vocab_size)
+    bias[eos] = 8.0  # EOS the most likely token: without the ban it would end most completions at once
+    model.lm_head.register_forward_hook(lambda module, inputs, output: output + bias.to(output.dtype))
+    llm = LocalLLM(ModelConfig(name="tiny"), model=model, tokenizer=tok)
+    sampling = Sampling(min_new_tokens=3)
+    prefixes = [[5, 6], [7]] if prefixed else None
+    extra = {} if prefixes is None else {"decoder_prefixes": prefixes}
+    torch.manual_seed(0)
+    gens = [
+        g[0] for g in llm.generate(PROMPTS[:2], max_new_tokens=5, **extra, **sampling.generation_kwargs())
+    ]
+    assert all(len(g.token_ids) >= 4 and eos not in g.token_ids[:3] for g in gens)
+    assert any(g.token_ids[3] == eos for g in gens)  # allowed from the 4th token on, and likely
+    rescored = llm.token_logprobs(
+        [g.prompt_ids for g in gens],
+        [g.token_ids for g in gens],
+        require_grad=False,
+        sampling=sampling,
+        **extra,
+    )
+    for g, r in zip(gens, rescored):
+        assert torch.allclose(r["logprobs"], g.logprobs, atol=1e-4)
+    with pytest.raises(InputError, match="repetition_penalty is re-scored for causal LMs only"):
+        llm.token_logprobs(
+            [g.prompt_ids for g in gens],
+            [g.token_ids for g in gens],
+            sampling=Sampling(repetition_penalty=2.0),
+        )

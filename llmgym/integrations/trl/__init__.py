@@ -1,6 +1,6 @@
 """llmgym and TRL, both ways (docs/trl.md).
 
-- :mod:`~llmgym.integrations.trl.sft`: a supervised warm start with TRL's ``SFTTrainer`` on a
+- :mod:`~llmgym.integrations.trl.sft`: a supervised warm start with TRL's ``SFTTrainer`` (T5/BART: transformers' ``Seq2SeqTrainer``) on a
   datapool's references (``llmgym sft``), written as a model folder an RL run starts from.
 - :mod:`~llmgym.integrations.trl.environment`: llmgym envs as ``GRPOTrainer(environment_factory=...)``
   environments (the env is a tool the model calls).

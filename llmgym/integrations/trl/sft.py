@@ -1,12 +1,17 @@
-"""Supervised warm start with TRL's ``SFTTrainer``: ``llmgym sft CONFIG --out FOLDER``.
+"""Supervised warm start: ``llmgym sft CONFIG --out FOLDER``.
 
 A text-generation run (``llmgym/TextGen-v0``) draws prompts from a datapool whose samples may carry
-reference completions. :func:`run_sft` trains the config's model on those references with TRL's
-``SFTTrainer`` (LoRA through PEFT when ``model.lora`` is set, else full fine-tuning), on the exact
-prompts the run's agent would send (its own prompt rendering: system prompt, template, token ids),
-with the loss on the completion tokens only, and writes a model folder (LoRA merged into the base)
-that an RL run starts from with ``model.name=FOLDER``. RL4LMs starts 20 of its configs this way
-(``*_on_supervised``).
+reference completions. :func:`run_sft` trains the config's model on those references (LoRA through
+PEFT when ``model.lora`` is set, else full fine-tuning), on the exact prompts the run's agent would
+send (its own prompt rendering: system prompt, template, token ids), with the loss on the
+completion tokens only, and writes a model folder (LoRA merged into the base) that an RL run starts
+from with ``model.name=FOLDER``. RL4LMs starts 14 of its configs this way (``*_on_supervised``).
+
+A causal LM trains with TRL's ``SFTTrainer`` on prompt + reference with the loss on the reference.
+An encoder-decoder (T5, BART) trains with transformers' ``Seq2SeqTrainer``, as RL4LMs' supervised
+seq2seq configs do: the prompt goes to the encoder, the reference + EOS are the decoder's labels.
+TRL's ``SFTTrainer`` has no encoder-decoder path (it feeds one concatenated sequence and computes a
+shifted causal loss), so it would let the encoder read the reference it is asked to generate.
 """
 
 from __future__ import annotations
@@ -29,7 +34,16 @@ if TYPE_CHECKING:
     from llmgym.config import Config
     from llmgym.envs.datapools import Sample
 
-__all__ = ["SFTSettings", "SFTExample", "SFTResult", "SFT_META", "fit_examples", "sft_examples", "run_sft"]
+__all__ = [
+    "SFTSettings",
+    "SFTExample",
+    "SFTResult",
+    "SFT_META",
+    "fit_examples",
+    "fit_seq2seq_examples",
+    "sft_examples",
+    "run_sft",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +100,16 @@ class SFTExample:
     input_ids: list[int]
     completion_mask: list[int]
 
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The prompt's ids (an encoder-decoder's encoder input)."""
+        return self.input_ids[: len(self.input_ids) - sum(self.completion_mask)]
+
+    @property
+    def completion_ids(self) -> list[int]:
+        """The reference's ids and EOS (an encoder-decoder's decoder labels)."""
+        return self.input_ids[len(self.input_ids) - sum(self.completion_mask) :]
+
 
 @dataclass(frozen=True)
 class SFTResult:
@@ -110,9 +134,16 @@ class SFTResult:
 
 @dataclass(frozen=True)
 class _TokenizerOnly:
-    """The part of an LLM an agent needs to render prompts (no model behind it)."""
+    """The part of an LLM an agent needs to render prompts (no model behind it).
+
+    Attributes:
+        tokenizer: The model's tokenizer.
+        is_seq2seq: The model is an encoder-decoder (the token agent then keeps the first observation as
+            the encoder prompt, cut on ``agent.prompt_truncation_side``).
+    """
 
     tokenizer: Any
+    is_seq2seq: bool = False
 
 
 def _textgen_samples(config: Config) -> tuple[list[Sample], str]:
@@ -136,17 +167,21 @@ def _textgen_samples(config: Config) -> tuple[list[Sample], str]:
         env.close()
 
 
-def sft_examples(config: Config, tokenizer: PreTrainedTokenizerBase) -> list[SFTExample]:
+def sft_examples(
+    config: Config, tokenizer: PreTrainedTokenizerBase, *, seq2seq: bool = False
+) -> list[SFTExample]:
     """Tokenize every (prompt, reference) pair of the run's datapool as the run's agent would see it.
 
     The prompt is rendered by the agent of ``agent.type`` (its system prompt, template and history
-    settings), so its ids are those the RL run feeds the model. Without a chat template a reference
-    that does not start with a space gets one after a prompt that does not end with one (a
-    continuation). EOS ends each completion, so the model learns where to stop.
+    settings), so its ids are those the RL run feeds the model (an encoder-decoder's encoder ids).
+    For a causal model without a chat template, a reference that does not start with a space gets
+    one after a prompt that does not end with one (a continuation); an encoder-decoder's reference
+    is the decoder's text on its own. EOS ends each completion, so the model learns where to stop.
 
     Args:
         config: The run config (``env`` must be a TextGen env; ``agent``).
         tokenizer: The model's tokenizer.
+        seq2seq: The model is an encoder-decoder (T5, BART).
 
     Returns:
         One example per reference of every sample.
@@ -172,7 +207,7 @@ def sft_examples(config: Config, tokenizer: PreTrainedTokenizerBase) -> list[SFT
             "give env.kwargs.datapool a pool whose samples have references (a JSONL file with a 'references' field, "
             "or one of RL4LMs' pools)."
         )
-    agent = build_agent(config, cast(PolicyLLM, _TokenizerOnly(tokenizer)), 1, instructions)
+    agent = build_agent(config, cast(PolicyLLM, _TokenizerOnly(tokenizer, seq2seq)), 1, instructions)
     history = agent.make_history()
     eos = tokenizer.eos_token_id
     if eos is None:
@@ -183,7 +218,8 @@ def sft_examples(config: Config, tokenizer: PreTrainedTokenizerBase) -> list[SFT
         history.add_observation(agent.format_observation({"text": sample.prompt}))
         prompt = history.render()
         text = reference
-        if not history.uses_chat_template and not prompt.text[-1:].isspace() and not text[:1].isspace():
+        continuation = not seq2seq and not history.uses_chat_template
+        if continuation and not prompt.text[-1:].isspace() and not text[:1].isspace():
             text = " " + text
         completion = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [int(eos)]
         examples.append(
@@ -244,6 +280,88 @@ def fit_examples(
     return kept, truncated, dropped
 
 
+def fit_seq2seq_examples(
+    examples: list[SFTExample], limit: int, source: str, max_length: Optional[int]
+) -> tuple[list[SFTExample], int, int]:
+    """An encoder-decoder's examples within ``max_length`` tokens on each side, or within the model's limit.
+
+    The prompt (the encoder's input) and the reference + EOS (the decoder's labels) are two sequences,
+    each bounded on its own: ``max_length`` cuts a longer reference to it and leaves out an example
+    whose prompt is longer (cutting the prompt would train on an input the RL run never feeds).
+
+    Args:
+        examples: The tokenized examples (:func:`sft_examples` with ``seq2seq=True``).
+        limit: The most positions the model takes on either side (:func:`~llmgym.llm.tokenization.decoder_limit`).
+        source: Where ``limit`` comes from, for messages.
+        max_length: ``SFTSettings.max_length``; ``None``: refuse a side longer than ``limit``.
+
+    Returns:
+        The examples to train on, how many references were cut, and how many examples were dropped.
+
+    Raises:
+        ConfigError: ``max_length`` exceeds ``limit``; without ``max_length``, a prompt or a reference is longer
+            than ``limit`` (naming how many, the longest, the limit and the fix); or no example is left.
+    """
+    if max_length is not None and max_length > limit:
+        raise ConfigError(
+            f"sft --max-length {max_length} exceeds the {limit} positions the model takes ({source}). "
+            f"Fix: pass --max-length {limit} or less."
+        )
+    if max_length is None:
+        longest = max(max(len(e.prompt_ids), len(e.completion_ids)) for e in examples)
+        if longest > limit:
+            over = sum(max(len(e.prompt_ids), len(e.completion_ids)) > limit for e in examples)
+            raise ConfigError(
+                f"llmgym sft: {over} of {len(examples)} examples have a prompt (encoder) or a reference and EOS "
+                f"(decoder) longer than the {limit} positions the model takes ({source}); the longest has {longest} "
+                f"tokens. Fix: pass --max-length {limit} to cut the references to it and leave out longer prompts "
+                "(or shorten the prompts with agent.max_prompt_tokens, or the references)."
+            )
+        return examples, 0, 0
+    kept: list[SFTExample] = []
+    truncated = dropped = 0
+    for example in examples:
+        prompt, completion = example.prompt_ids, example.completion_ids
+        if len(prompt) > max_length:
+            dropped += 1
+            continue
+        if len(completion) > max_length:
+            truncated += 1
+            completion = completion[:max_length]
+        kept.append(SFTExample(prompt + completion, [0] * len(prompt) + [1] * len(completion)))
+    if not kept:
+        raise ConfigError(
+            f"llmgym sft: every prompt is longer than --max-length {max_length}, so no example is left to train on. "
+            "Fix: raise --max-length, or shorten the prompts (agent.max_prompt_tokens)."
+        )
+    return kept, truncated, dropped
+
+
+@dataclass(frozen=True)
+class _Seq2SeqCollator:
+    """Pads a batch of (encoder ids, decoder labels) on the right: pad ids with an attention mask, labels with -100.
+
+    The model builds its decoder inputs from the labels (shifted right after its decoder start token),
+    so the labels must be right-padded whatever side the tokenizer pads prompts on.
+    """
+
+    pad_token_id: int
+
+    def __call__(self, features: list[dict[str, list[int]]]) -> dict[str, Any]:
+        import torch
+
+        def pad(rows: list[list[int]], value: int) -> Any:
+            width = max(len(r) for r in rows)
+            return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)
+
+        inputs = [f["input_ids"] for f in features]
+        return {
+            "input_ids": pad(inputs, self.pad_token_id),
+            "attention_mask": pad([[1] * len(r) for r in inputs], 0),
+            "labels": pad([f["labels"] for f in features], -100),
+        }
+
+
 def _check_finite(losses: list[float], model: Any, settings: SFTSettings) -> None:
     """Refuse a fine-tuning whose loss or weights went NaN or infinite, before anything is written."""
     from llmgym.errors import NonFiniteError
@@ -286,6 +404,25 @@ def _write_folder(out: Path, model: Any, tokenizer: Any, meta: dict[str, Any]) -
         raise
 
 
+def _seq2seq_trainer(model: Any, tokenizer: Any, examples: list[SFTExample], args: Any) -> Any:
+    """A ``Seq2SeqTrainer`` (transformers') on (encoder prompt, decoder reference + EOS) pairs."""
+    from datasets import Dataset
+    from transformers import Seq2SeqTrainer
+
+    if tokenizer.pad_token_id is None:
+        raise ConfigError(
+            "the tokenizer has no pad token; llmgym sft pads an encoder-decoder's prompts with it."
+        )
+    dataset = Dataset.from_list([{"input_ids": e.prompt_ids, "labels": e.completion_ids} for e in examples])
+    return Seq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        data_collator=_Seq2SeqCollator(int(tokenizer.pad_token_id)),
+        processing_class=tokenizer,
+    )
+
+
 def run_sft(
     config: Config,
     settings: SFTSettings,
@@ -293,29 +430,35 @@ def run_sft(
     model: Optional[PreTrainedModel] = None,
     tokenizer: Optional[PreTrainedTokenizerBase] = None,
 ) -> SFTResult:
-    """Fine-tune the config's model on its datapool's references with TRL's ``SFTTrainer``; write the model folder.
+    """Fine-tune the config's model on its datapool's references; write the model folder.
+
+    A causal LM trains with TRL's ``SFTTrainer`` (the loss on the reference tokens after the prompt),
+    an encoder-decoder with transformers' ``Seq2SeqTrainer`` (the prompt to the encoder, the reference
+    and EOS as the decoder's labels); both with the same settings and the same checks.
 
     Args:
         config: The run config: ``model`` (with ``model.lora`` LoRA adapters are trained and merged,
             else every weight is trained), ``env`` (a TextGen env and its datapool), ``agent`` (the prompts).
         settings: Steps, learning rate, batch size and the output folder.
-        model: A prebuilt causal LM to train in place of ``model.name`` (tests pass tiny models).
+        model: A prebuilt causal or seq2seq LM to train in place of ``model.name`` (tests pass tiny models).
         tokenizer: Its tokenizer.
 
     Returns:
         The folder, the per-step losses and what was trained.
 
     Raises:
-        ConfigError: ``settings.out`` is not empty, the model is a seq2seq model or 4-bit, the datapool has no
-            references, or an example is longer than the model's window (:func:`fit_examples`).
+        ConfigError: ``settings.out`` is not empty, the model is 4-bit, the datapool has no references, or an
+            example is longer than the model takes (:func:`fit_examples`, :func:`fit_seq2seq_examples`).
         NonFiniteError: The loss or the weights became NaN or infinite; nothing is written.
     """
     import torch
     from datasets import Dataset
+    from transformers import Seq2SeqTrainingArguments
     from trl import SFTConfig, SFTTrainer
 
     from llmgym.llm.adapters import apply_lora
     from llmgym.llm.models import load_model
+    from llmgym.llm.tokenization import decoder_limit, model_window
 
     out = Path(settings.out)
     _check_out(out)
@@ -323,12 +466,15 @@ def run_sft(
         raise ConfigError("llmgym sft writes merged full-precision weights; set model.load_in_4bit=false.")
     if model is None or tokenizer is None:
         model, tokenizer = load_model(config.model)
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise ConfigError("llmgym sft trains causal LMs (TRL's SFTTrainer); model.name is a seq2seq model.")
-    from llmgym.llm.tokenization import model_window
-
-    window = model_window(model.config)
-    examples, truncated, dropped = fit_examples(sft_examples(config, tokenizer), window, settings.max_length)
+    seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+    tokenized = sft_examples(config, tokenizer, seq2seq=seq2seq)
+    if seq2seq:
+        limit, source = decoder_limit(model.config, tokenizer)
+        examples, truncated, dropped = fit_seq2seq_examples(tokenized, limit, source, settings.max_length)
+    else:
+        examples, truncated, dropped = fit_examples(
+            tokenized, model_window(model.config), settings.max_length
+        )
     if truncated or dropped:
         logger.warning(
             "llmgym sft: %d examples cut to --max-length %d tokens, %d left out (their prompt alone filled it)",
@@ -339,31 +485,39 @@ def run_sft(
     seed = config.train.seed if settings.seed is None else settings.seed
     torch.manual_seed(seed)
     trained: Any = apply_lora(model, config.model.lora) if config.model.lora is not None else model
-    dataset = Dataset.from_list(
-        [{"input_ids": e.input_ids, "completion_mask": e.completion_mask} for e in examples]
-    )
     device = next(model.parameters()).device
+    common: dict[str, Any] = dict(
+        max_steps=settings.max_steps,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="constant",
+        per_device_train_batch_size=min(settings.batch_size, len(examples)),
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=seed,
+        data_seed=seed,
+        use_cpu=device.type == "cpu",
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=config.model.gradient_checkpointing,
+    )
     with tempfile.TemporaryDirectory(prefix="llmgym-sft-") as scratch:
-        args = SFTConfig(
-            output_dir=scratch,
-            max_steps=settings.max_steps,
-            learning_rate=settings.learning_rate,
-            lr_scheduler_type="constant",
-            per_device_train_batch_size=min(settings.batch_size, len(examples)),
-            completion_only_loss=True,
-            logging_steps=1,
-            save_strategy="no",
-            report_to="none",
-            disable_tqdm=True,
-            seed=seed,
-            data_seed=seed,
-            use_cpu=device.type == "cpu",
-            bf16=False,
-            fp16=False,
-            gradient_checkpointing=config.model.gradient_checkpointing,
-            max_length=max(len(e.input_ids) for e in examples),  # fit_examples bounded them
-        )
-        trainer = SFTTrainer(model=trained, args=args, train_dataset=dataset, processing_class=tokenizer)
+        if seq2seq:
+            trainer = _seq2seq_trainer(
+                trained, tokenizer, examples, Seq2SeqTrainingArguments(scratch, **common)
+            )
+        else:
+            dataset = Dataset.from_list(
+                [{"input_ids": e.input_ids, "completion_mask": e.completion_mask} for e in examples]
+            )
+            args = SFTConfig(
+                scratch,
+                completion_only_loss=True,
+                max_length=max(len(e.input_ids) for e in examples),  # fit_examples bounded them
+                **common,
+            )
+            trainer = SFTTrainer(model=trained, args=args, train_dataset=dataset, processing_class=tokenizer)
         trainer.train()
         losses = [float(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
     _check_finite(losses, trained, settings)
@@ -381,6 +535,7 @@ def run_sft(
         "truncated": truncated,
         "dropped": dropped,
         "lora": config.model.lora is not None,
+        "trainer": "Seq2SeqTrainer" if seq2seq else "SFTTrainer",
         "losses": losses,
     }
     _write_folder(out, final, tokenizer, meta)

@@ -134,3 +134,95 @@ def test_refusals(tiny_folder, tmp_path):
         )
     with pytest.raises(ConfigError, match="max_steps"):
         SFTSettings(tmp_path / "new", max_steps=0)
+
+
+@pytest.fixture(scope="module")
+def t5_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("sft") / "t5", kind="t5")
+
+
+def test_seq2seq_examples_are_the_encoder_prompt_the_rl_run_feeds_then_the_reference_and_eos(t5_folder):
+    from llmgym.testing import tiny_seq2seq_lm
+
+    config = load_config("textgen_ppo", [f"model.name={t5_folder}", *TINY])
+    _, tokenizer = tiny_seq2seq_lm()
+    examples = sft_examples(config, tokenizer, seq2seq=True)
+    assert len(examples) == 24
+    first = examples[0]
+    # the encoder ids of the RL run's first prompt are those of its sample's examples
+    assert _first_decision(config).prompt_ids in [e.prompt_ids for e in examples]
+    assert tokenizer.decode(first.prompt_ids) == "This movie was\nAction:"
+    # the decoder's text on its own (no space put before it), then EOS
+    reference = load_datapool("review_openings")[0].references[0]
+    assert reference.startswith("a delightful surprise")
+    assert first.completion_ids == [
+        *tokenizer(reference, add_special_tokens=False)["input_ids"],
+        tokenizer.eos_token_id,
+    ]
+
+
+def test_a_t5_trains_on_the_references_and_the_written_model_loads_and_generates(t5_folder, tmp_path):
+    from transformers import AutoModelForSeq2SeqLM
+
+    from llmgym.testing import tiny_seq2seq_lm
+
+    config = load_config("textgen_ppo", [f"model.name={t5_folder}", *TINY, "model.lora=null"])
+    model, tokenizer = tiny_seq2seq_lm()
+    base, _ = tiny_seq2seq_lm()
+    result = run_sft(
+        config,
+        SFTSettings(tmp_path / "sft", max_steps=8, learning_rate=3e-3),
+        model=model,
+        tokenizer=tokenizer,
+    )
+    assert len(result.losses) == 8 and result.losses[-1] < result.losses[0] - 0.3
+    meta = json.loads((result.folder / SFT_META).read_text())
+    assert meta["trainer"] == "Seq2SeqTrainer" and meta["losses"] == result.losses
+
+    # The loss is the decoder's on the reference given the prompt: recomputed from the written model, it is lower
+    # than the base model's on the same pairs.
+    written = AutoModelForSeq2SeqLM.from_pretrained(result.folder).eval()
+    examples = sft_examples(config, tokenizer, seq2seq=True)
+
+    def loss(m) -> float:
+        with torch.no_grad():
+            return sum(
+                float(m(input_ids=torch.tensor([e.prompt_ids]), labels=torch.tensor([e.completion_ids])).loss)
+                for e in examples
+            ) / len(examples)
+
+    assert loss(written) < loss(base) - 0.3
+    prompt = torch.tensor([examples[0].prompt_ids])
+    generated = written.generate(input_ids=prompt, max_new_tokens=5, do_sample=False)
+    assert generated.shape == (1, 6)  # the decoder start, then 5 tokens
+
+    # The RL run loads the folder by model.name: its first sampled tokens are scored by the written weights.
+    rl_config = load_config("textgen_ppo", [f"model.name={result.folder}", *TINY])  # fresh LoRA adapters
+    decision = _first_decision(rl_config)
+    ids, logged = decision.choice.token_ids, torch.tensor(decision.choice.token_log_probs)
+    start = written.config.decoder_start_token_id
+    with torch.no_grad():
+        logits = written(
+            input_ids=torch.tensor([decision.prompt_ids]),
+            decoder_input_ids=torch.tensor([[start, *ids[:-1]]]),
+        ).logits[0]
+    expected = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids)[:, None])[:, 0]
+    assert torch.allclose(logged, expected, atol=1e-4)
+
+
+def test_llmgym_sft_trains_t5_lora_and_writes_the_merged_model(t5_folder, tmp_path, capsys):
+    from transformers import AutoModelForSeq2SeqLM
+
+    out = tmp_path / "sft-t5"
+    overrides = [f"model.name={t5_folder}", *TINY, "model.lora.target_modules=[q, v]"]
+    code = main(
+        ["sft", "textgen_ppo", *overrides, "--out", str(out), "--steps", "4", "--learning-rate", "1e-2"]
+    )
+    assert code == 0, capsys.readouterr().err
+    meta = json.loads((out / SFT_META).read_text())
+    assert meta["lora"] and meta["trainer"] == "Seq2SeqTrainer" and meta["losses"][-1] < meta["losses"][0]
+    assert not (out / "adapter_config.json").exists()  # merged into full weights
+    merged = dict(AutoModelForSeq2SeqLM.from_pretrained(out).named_parameters())
+    base = dict(AutoModelForSeq2SeqLM.from_pretrained(t5_folder).named_parameters())
+    moved = [n for n, p in merged.items() if not torch.equal(p, base[n])]
+    assert moved and all(n.endswith((".q.weight", ".v.weight")) for n in moved)

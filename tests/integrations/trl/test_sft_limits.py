@@ -95,3 +95,66 @@ def test_max_length_cuts_long_examples_with_a_message(gpt2_folder, long_pool, tm
     assert "2 examples cut to --max-length 64 tokens, 0 left out" in capsys.readouterr().out
     meta = json.loads((out / "llmgym_sft.json").read_text())
     assert (meta["max_length"], meta["truncated"], meta["dropped"]) == (64, 2, 0)
+
+
+@pytest.fixture()
+def tiny_t5():
+    """A tiny T5 whose tokenizer states t5-base's model_max_length of 512 (T5 has relative positions)."""
+    from llmgym.testing import tiny_seq2seq_lm
+
+    model, tokenizer = tiny_seq2seq_lm()
+    tokenizer.model_max_length = 512
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def t5_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("sft") / "t5", kind="t5")
+
+
+def test_a_t5_whose_weights_become_nan_writes_nothing(t5_folder, tiny_t5, tmp_path):
+    config = load_config("textgen_ppo", [f"model.name={t5_folder}", *TINY, "model.lora=null"])
+    model, tokenizer = tiny_t5
+    out = tmp_path / "sft"
+    with pytest.raises(NonFiniteError, match=r"(nan|inf).*--learning-rate 1e\+12.*nothing was written"):
+        run_sft(config, SFTSettings(out, max_steps=3, learning_rate=1e12), model=model, tokenizer=tokenizer)
+    assert not list(tmp_path.iterdir())
+
+
+def test_t5_references_over_the_limit_are_refused_or_cut_to_max_length(
+    t5_folder, tiny_t5, long_pool, tmp_path
+):
+    config = load_config(
+        "textgen_ppo",
+        [f"model.name={t5_folder}", *TINY, "model.lora=null", f"env.kwargs.datapool={long_pool}"],
+    )
+    model, tokenizer = tiny_t5
+    with pytest.raises(
+        ConfigError, match=r"2 of 3 examples .* longer than the 512 positions .* --max-length 512"
+    ):
+        run_sft(config, SFTSettings(tmp_path / "out", max_steps=1), model=model, tokenizer=tokenizer)
+    with pytest.raises(ConfigError, match="exceeds the 512 positions the model takes"):
+        run_sft(
+            config,
+            SFTSettings(tmp_path / "out", max_steps=1, max_length=513),
+            model=model,
+            tokenizer=tokenizer,
+        )
+    assert not (tmp_path / "out").exists()
+    result = run_sft(
+        config, SFTSettings(tmp_path / "out", max_steps=1, max_length=64), model=model, tokenizer=tokenizer
+    )
+    assert (result.truncated, result.dropped, result.num_examples) == (2, 0, 3)
+
+
+def test_seq2seq_max_length_cuts_references_and_leaves_out_longer_prompts():
+    from llmgym.integrations.trl.sft import SFTExample, fit_seq2seq_examples
+
+    short = SFTExample([1, 2, 3, 4], [0, 0, 1, 1])
+    long_reference = SFTExample([1, 5, 6, 7, 8], [0, 1, 1, 1, 1])
+    long_prompt = SFTExample([1, 2, 3, 4, 9], [0, 0, 0, 0, 1])
+    kept, truncated, dropped = fit_seq2seq_examples([short, long_reference, long_prompt], 8, "test", 3)
+    assert [(e.prompt_ids, e.completion_ids) for e in kept] == [([1, 2], [3, 4]), ([1], [5, 6, 7])]
+    assert (truncated, dropped) == (1, 1)
+    with pytest.raises(ConfigError, match="every prompt is longer than --max-length 1"):
+        fit_seq2seq_examples([short], 8, "test", 1)

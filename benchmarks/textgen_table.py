@@ -6,7 +6,7 @@ completions at its ``agent.temperature``: episode ``j`` is the TextGen env reset
 a 95% percentile-bootstrap interval over episodes, the KL to the reference (the model with its
 LoRA adapter disabled, or the run's frozen copy of the initial weights): the mean over completions
 of ``sum_t log pi(a_t) - log pi_ref(a_t)`` on the sampled tokens, an unbiased estimate of
-``KL(pi || pi_ref)``, and the completions' fluency (:mod:`llmgym.algorithms.fluency`): their
+``KL(pi || pi_ref)``, and the completions' fluency (:mod:`llmgym.run.fluency`): their
 perplexity under the reference and their distinct-2. A trained NLPO policy samples from its mask
 policy's top-p tokens, as in training (the zero-shot row is unmasked). A run's training time is its
 last training record's ``time_s``. Runs named ``NAME-sSEED`` are also summarised per setting over
@@ -29,12 +29,12 @@ from typing import Any, Optional
 
 import gymnasium as gym
 
-from llmgym.agents.policies import Decision
+from llmgym.agents.actions import Decision
 from llmgym.algorithms import NLPO, algorithm_class
-from llmgym.algorithms.fluency import fluency_metrics
 from llmgym.checkpoint import latest_checkpoint
 from llmgym.config import Config, load_config
 from llmgym.run.build import build_agent, build_llm
+from llmgym.run.fluency import fluency_metrics
 from llmgym.stats import bootstrap_ci, iqm
 
 
@@ -67,7 +67,7 @@ def sample_policy(
 
     Returns:
         ``(rewards, fluency, completions)``: one reward and one completion text per episode, and
-        :func:`~llmgym.algorithms.fluency.fluency_metrics` of all of them (``kl_ref``,
+        :func:`~llmgym.run.fluency.fluency_metrics` of all of them (``kl_ref``,
         ``perplexity_ref``, ``distinct-1``, ``distinct-2``).
     """
     agent = build_agent(config, llm, width)

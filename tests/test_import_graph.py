@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 OLD_PATHS = (
     "llmgym.algorithms.trainer",
     "llmgym.algorithms.text_evaluation",
+    "llmgym.algorithms.fluency",
     "llmgym.build",
     "llmgym.evaluation",
     "llmgym.budgets",

@@ -182,9 +182,13 @@ class BaseAgent(abc.ABC):
         candidates = [self.get_candidates(obs, info) for obs, info in zip(observations, infos)]
         decisions = self._decide(prompts, candidates, greedy)
         for history, decision in zip(histories, decisions):
-            history.add_action(decision.response)
+            self._record_decision(history, decision)
         self.last_decisions = decisions
         return [d.action for d in decisions]
+
+    def _record_decision(self, history: History, decision: Decision) -> None:
+        """Close the env's pending turn with the decision's response (its next prompt shows it)."""
+        history.add_action(decision.response)
 
     def reset_env(self, index: int) -> None:
         """Forget the history of env ``index`` (its episode ended outside :meth:`observe`)."""

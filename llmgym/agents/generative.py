@@ -211,22 +211,12 @@ class TokenAgent(GenerativeAgent):
             overflow="truncate_right" if right else "truncate_left",
         )
 
-    def act_batch(
-        self,
-        observations: Sequence[Any],
-        infos: Optional[Sequence[dict[str, Any]]] = None,
-        greedy: bool = False,
-        env_indices: Optional[Sequence[int]] = None,
-    ) -> list[Any]:
-        """:meth:`BaseAgent.act_batch`; an encoder-decoder's sampled ids also extend its envs' decoder prefixes."""
-        actions = super().act_batch(observations, infos, greedy, env_indices)
-        indices = list(range(self.num_envs)) if env_indices is None else [int(i) for i in env_indices]
-        for index, decision in zip(indices, self.last_decisions):
-            history = self.histories[index]
-            if isinstance(history, DecoderHistory) and isinstance(decision.choice, TokenChoice):
-                history.decoder_ids.extend(decision.choice.token_ids)
-                history.encoder_ids = list(decision.prompt_ids)
-        return actions
+    def _record_decision(self, history: History, decision: Decision) -> None:
+        """:meth:`BaseAgent._record_decision`; an encoder-decoder's sampled ids also extend its env's decoder prefix."""
+        super()._record_decision(history, decision)
+        if isinstance(history, DecoderHistory) and isinstance(decision.choice, TokenChoice):
+            history.decoder_ids.extend(decision.choice.token_ids)
+            history.encoder_ids = list(decision.prompt_ids)
 
     def values_of(self, observations: dict[int, Any]) -> dict[int, float]:
         """:meth:`BaseAgent.values_of`; for an encoder-decoder episode under way, the decoder's state after its tokens so far."""

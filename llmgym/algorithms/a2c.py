@@ -17,7 +17,7 @@ from torch import Tensor
 from llmgym.agents.policies import Policy
 from llmgym.algorithms.batch import PolicyOutputs, SampleTargets
 from llmgym.algorithms.buffer import RolloutBuffer
-from llmgym.algorithms.losses import check_same_shape, masked_mean, value_loss
+from llmgym.algorithms.losses import actor_critic_loss, check_same_shape, masked_mean, value_loss
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.protocols import PolicyBackend
 
@@ -60,20 +60,9 @@ class A2CObjective:
         """The chunk's loss and statistics (see :class:`~llmgym.algorithms.protocols.Objective`)."""
         policy_loss = a2c_policy_loss(outputs.log_probs, targets.advantages)
         critic_loss, critic_stats = value_loss(outputs.values, targets.returns)
-        entropy = outputs.entropy.mean()
-        ref_kl = outputs.ref_kl.mean()
-        loss = (
-            policy_loss + self.value_coef * critic_loss - self.entropy_coef * entropy + self.kl_coef * ref_kl
+        return actor_critic_loss(
+            self, policy_loss, critic_loss, outputs.entropy, outputs.ref_kl, [critic_stats]
         )
-        stats = {
-            "loss": loss,
-            "policy_loss": policy_loss,
-            "value_loss": critic_loss,
-            "entropy": entropy,
-            "kl_ref": ref_kl,
-            **critic_stats,
-        }
-        return loss, {key: value.detach() for key, value in stats.items()}
 
 
 class A2C(OnPolicyAlgorithm):

@@ -26,7 +26,6 @@ from llmgym.algorithms.buffer import RolloutBuffer
 from llmgym.algorithms.callbacks import Callback
 from llmgym.algorithms.on_policy import RolloutTargets, lay_end_to_end
 from llmgym.algorithms.ppo import PPO, PPOObjective
-from llmgym.config import AlgorithmConfig
 from llmgym.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
@@ -64,14 +63,13 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         ConfigError: ``num_envs`` is not a multiple of ``group_size``.
     """
 
-    def __init__(
-        self,
-        agent: Optional[BaseAgent] = None,
-        envs: Optional[TextVectorEnv] = None,
-        config: Optional[AlgorithmConfig] = None,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(agent, envs, config, seed)
+    def setup(self, agent: Optional[BaseAgent], envs: Optional[TextVectorEnv]) -> None:
+        """The base class's checks, then that the vector env plays whole groups; no round played yet.
+
+        Raises:
+            ConfigError: ``num_envs`` is not a multiple of ``algorithm.group.size``.
+        """
+        super().setup(agent, envs)
         group = self.config.group.size
         if envs is not None and envs.num_envs % group:
             raise ConfigError(

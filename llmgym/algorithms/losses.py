@@ -1,18 +1,20 @@
 """Loss pieces every policy-gradient algorithm shares: pure torch functions, no model, no state.
 
 Each algorithm's own policy loss lives in its module (:mod:`llmgym.algorithms.ppo`,
-:mod:`llmgym.algorithms.a2c`).
+:mod:`llmgym.algorithms.a2c`); :func:`actor_critic_loss` adds the value, entropy and KL terms.
 
 The distributions they are taken over (candidate softmaxes, token log-probs, KL estimates) live
-with the policy, :mod:`llmgym.agents.distributions` and :mod:`llmgym.agents.policies`. Shapes: ``[B]`` for action-level quantities (one
-action per transition), ``[B, L]`` with a bool ``mask [B, L]`` for token-level ones (one generated
-token per position). Every reduction is a (masked) mean over the entries that count. Statistics
+with the policy, :mod:`llmgym.agents.distributions` and :mod:`llmgym.agents.policies`. Shapes:
+``[B]`` for action-level quantities (one action per transition), ``[B, L]`` with a bool
+``mask [B, L]`` for token-level ones (one generated token per position). Every reduction is a
+(masked) mean over the entries that count. Statistics
 are returned detached.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Mapping, Sequence
+from typing import Optional, Protocol
 
 import torch
 from torch import Tensor
@@ -20,7 +22,14 @@ from torch import Tensor
 from llmgym.agents.distributions import kl_estimate
 from llmgym.errors import InputError
 
-__all__ = ["check_same_shape", "kl_estimate", "masked_mean", "value_loss"]
+__all__ = [
+    "LossCoefficients",
+    "actor_critic_loss",
+    "check_same_shape",
+    "kl_estimate",
+    "masked_mean",
+    "value_loss",
+]
 
 
 def check_same_shape(reference_name: str, reference: Tensor, **others: Optional[Tensor]) -> None:
@@ -111,3 +120,64 @@ def value_loss(
             else torch.full_like(returns_var, float("nan"))
         )
     return loss, {"value_clip_fraction": clip_fraction.detach(), "explained_variance": explained.detach()}
+
+
+class LossCoefficients(Protocol):
+    """The weights of an actor-critic loss's terms: an objective's (:class:`~llmgym.algorithms.ppo.PPOObjective`)."""
+
+    @property
+    def value_coef(self) -> float:
+        """``c_v``, the value loss's weight."""
+        ...
+
+    @property
+    def entropy_coef(self) -> float:
+        """``c_e``, the entropy bonus's weight."""
+        ...
+
+    @property
+    def kl_coef(self) -> float:
+        """``c_kl``, the weight of the KL to the reference."""
+        ...
+
+
+def actor_critic_loss(
+    coefficients: LossCoefficients,
+    policy_loss: Tensor,
+    critic_loss: Tensor,
+    entropy: Tensor,
+    ref_kl: Tensor,
+    stats: Sequence[Mapping[str, Tensor]] = (),
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """An actor-critic objective's loss ``L_pi + c_v L_V - c_e mean(H) + c_kl mean(KL(pi || pi_ref))``.
+
+    Args:
+        coefficients: ``c_v``, ``c_e`` and ``c_kl`` (the objective).
+        policy_loss: The 0-d policy loss (with grad).
+        critic_loss: The 0-d value loss (:func:`value_loss`).
+        entropy: ``[B]`` entropies of the action distributions.
+        ref_kl: ``[B]`` KLs to the reference policy.
+        stats: The policy and value losses' own statistics, reported after the loss's terms, in order.
+
+    Returns:
+        ``(loss, stats)``: the 0-d loss and its detached statistics ``loss``, ``policy_loss``,
+        ``value_loss``, ``entropy``, ``kl_ref``, then those of ``stats``.
+    """
+    mean_entropy = entropy.mean()
+    mean_ref_kl = ref_kl.mean()
+    loss = (
+        policy_loss
+        + coefficients.value_coef * critic_loss
+        - coefficients.entropy_coef * mean_entropy
+        + coefficients.kl_coef * mean_ref_kl
+    )
+    terms = {
+        "loss": loss,
+        "policy_loss": policy_loss,
+        "value_loss": critic_loss,
+        "entropy": mean_entropy,
+        "kl_ref": mean_ref_kl,
+    }
+    for extra in stats:
+        terms.update(extra)
+    return loss, {key: value.detach() for key, value in terms.items()}

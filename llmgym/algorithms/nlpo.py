@@ -30,7 +30,6 @@ from llmgym.agents.policies import Policy
 from llmgym.algorithms.buffer import RolloutBuffer
 from llmgym.algorithms.ppo import PPO
 from llmgym.algorithms.protocols import MaskedPolicyBackend, PolicyBackend
-from llmgym.config import AlgorithmConfig
 from llmgym.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -52,14 +51,13 @@ class NLPO(PPO):
 
     name: ClassVar[str] = "nlpo"
 
-    def __init__(
-        self,
-        agent: Optional[BaseAgent] = None,
-        envs: Optional[TextVectorEnv] = None,
-        config: Optional[AlgorithmConfig] = None,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(agent, envs, config, seed)
+    def setup(self, agent: Optional[BaseAgent], envs: Optional[TextVectorEnv]) -> None:
+        """The base class's checks, then prepare the agent it is built with (:meth:`prepare`).
+
+        Raises:
+            ConfigError: The agent generates no tokens (a scoring agent).
+        """
+        super().setup(agent, envs)
         if agent is not None:
             self.prepare(agent)
 

@@ -249,14 +249,6 @@ class OnPolicyAlgorithm(abc.ABC):
                 f"algorithm.name={self.config.name!r} but {type(self).__name__} runs {self.name!r}; build the config "
                 f"with name={self.name!r} (or use the class that name selects)."
             )
-        if (agent is None) != (envs is None):
-            raise InputError(
-                f"{type(self).__name__} got {'an agent' if envs is None else 'envs'} without "
-                f"{'envs' if envs is None else 'an agent'}; pass both to train on envs, or neither to train an agent "
-                "from its episodes (agent = MyAgent(llm, algorithm=...))."
-            )
-        if agent is not None and envs is not None and agent.num_envs != envs.num_envs:
-            agent.set_num_envs(envs.num_envs)
         self.agent = agent
         self.envs = envs
         self.buffer = RolloutBuffer(envs.num_envs if envs is not None else 1, self.config.rollout_steps)
@@ -276,6 +268,29 @@ class OnPolicyAlgorithm(abc.ABC):
         #: The weight of the KL to the reference and its controller (``algorithm.kl``).
         self.kl = KLController(self.config.kl)
         self._rollout_kl: list[KLMeasurement] = []
+        self.setup(agent, envs)
+
+    def setup(self, agent: Optional[BaseAgent], envs: Optional[TextVectorEnv]) -> None:
+        """Check the agent and envs the algorithm is built with and fit the agent to the envs' width.
+
+        The end of ``__init__``: an algorithm that needs more of them, or state of its own, overrides
+        this (calling it first) instead of ``__init__``.
+
+        Args:
+            agent: The agent, or ``None``.
+            envs: The vector env, or ``None``.
+
+        Raises:
+            InputError: Only one of ``agent`` and ``envs`` is given.
+        """
+        if (agent is None) != (envs is None):
+            raise InputError(
+                f"{type(self).__name__} got {'an agent' if envs is None else 'envs'} without "
+                f"{'envs' if envs is None else 'an agent'}; pass both to train on envs, or neither to train an agent "
+                "from its episodes (agent = MyAgent(llm, algorithm=...))."
+            )
+        if agent is not None and envs is not None and agent.num_envs != envs.num_envs:
+            agent.set_num_envs(envs.num_envs)
 
     @classmethod
     def _named_by_import_path(cls, name: str) -> bool:

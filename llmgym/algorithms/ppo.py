@@ -25,7 +25,7 @@ from torch import Tensor
 from llmgym.agents.policies import Policy
 from llmgym.algorithms.batch import PolicyOutputs, SampleTargets
 from llmgym.algorithms.buffer import RolloutBuffer
-from llmgym.algorithms.losses import check_same_shape, kl_estimate, masked_mean, value_loss
+from llmgym.algorithms.losses import actor_critic_loss, check_same_shape, kl_estimate, masked_mean, value_loss
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.protocols import PolicyBackend
 from llmgym.errors import InputError
@@ -107,21 +107,9 @@ class PPOObjective:
         critic_loss, critic_stats = value_loss(
             outputs.values, targets.returns, targets.old_values, clip_range=self.value_clip_range
         )
-        entropy = outputs.entropy.mean()
-        ref_kl = outputs.ref_kl.mean()
-        loss = (
-            policy_loss + self.value_coef * critic_loss - self.entropy_coef * entropy + self.kl_coef * ref_kl
+        return actor_critic_loss(
+            self, policy_loss, critic_loss, outputs.entropy, outputs.ref_kl, [policy_stats, critic_stats]
         )
-        stats = {
-            "loss": loss,
-            "policy_loss": policy_loss,
-            "value_loss": critic_loss,
-            "entropy": entropy,
-            "kl_ref": ref_kl,
-            **policy_stats,
-            **critic_stats,
-        }
-        return loss, {key: value.detach() for key, value in stats.items()}
 
 
 class PPO(OnPolicyAlgorithm):

@@ -6,7 +6,8 @@
 * :mod:`llmgym.run.build`: the LLM, agent and envs of a run, built from its config.
 * :mod:`llmgym.run.budgets`: the prompt budget fitted to the model window at the start of a run.
 * :mod:`llmgym.run.evaluation` and :mod:`llmgym.run.text_evaluation`: seeded evaluation episodes, and
-  the split evaluation of text tasks.
+  the split evaluation of text tasks; :mod:`llmgym.run.fluency`: the fluency of an evaluation's
+  completions (perplexity under the reference, distinct-n, KL to the reference).
 * :mod:`llmgym.run.trainer`: ``Trainer``, ``run_training``, ``evaluate_run`` (logging, evaluation,
   checkpoints, resume), stopped cleanly by :mod:`llmgym.run.stop_signals`.
 

@@ -22,6 +22,7 @@ from llmgym.agents.base import BaseAgent
 from llmgym.config import Config
 from llmgym.errors import ConfigError
 from llmgym.report.records import EpisodeRecorder
+from llmgym.run.fluency import fluency_metrics
 
 __all__ = ["EpisodeStep", "eval_width", "evaluate", "play_episodes"]
 
@@ -143,7 +144,7 @@ def evaluate(
         ``success_rate``, ``episode_return`` (the task's return: ``info["shaping_reward"]`` is left
         out, the invalid-action penalty is in) and ``episode_length`` means, and ``episodes``; for a
         text-generation env (its episodes end with ``info["completion"]``) also the completions'
-        fluency (:func:`~llmgym.algorithms.fluency.fluency_metrics`: ``perplexity_ref``,
+        fluency (:func:`~llmgym.run.fluency.fluency_metrics`: ``perplexity_ref``,
         ``distinct-1``, ``distinct-2``, and ``kl_ref`` when sampled).
     """
     kwargs: dict[str, Any] = dict(config.env.kwargs)
@@ -199,9 +200,7 @@ def evaluate(
 def _fluency(
     agent: BaseAgent, decisions: list[Decision], completions: list[str], sampled: bool
 ) -> dict[str, float]:
-    """:func:`~llmgym.algorithms.fluency.fluency_metrics`, distinct-n only (with a warning) when the LLM has no reference."""
-    from llmgym.algorithms.fluency import fluency_metrics
-
+    """:func:`~llmgym.run.fluency.fluency_metrics`, distinct-n only (with a warning) when the LLM has no reference."""
     try:
         return fluency_metrics(agent.llm, agent.policy, decisions, completions, sampled=sampled)
     except ConfigError as exc:

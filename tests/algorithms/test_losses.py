@@ -5,13 +5,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgym.agents.policies import (
+from llmgym.agents.distributions import (
     categorical_entropy,
     categorical_log_prob,
     kl_estimate,
     pad_candidate_scores,
 )
-from llmgym.algorithms.losses import masked_mean, value_loss
+from llmgym.algorithms.a2c import A2CObjective
+from llmgym.algorithms.losses import actor_critic_loss, masked_mean, value_loss
 from llmgym.errors import InputError
 
 
@@ -129,3 +130,16 @@ def test_pad_candidate_scores_and_log_prob():
         pad_candidate_scores([a, torch.zeros(0)])
     with pytest.raises(InputError, match="empty"):
         pad_candidate_scores([])
+
+
+def test_actor_critic_loss_weighs_its_terms_and_reports_them_in_order():
+    objective = A2CObjective(value_coef=0.5, entropy_coef=0.1, kl_coef=0.2)
+    policy_loss = torch.tensor(1.0, requires_grad=True)
+    critic_loss = torch.tensor(4.0)
+    entropy, ref_kl = torch.tensor([1.0, 3.0]), torch.tensor([0.5, 1.5])
+    loss, stats = actor_critic_loss(
+        objective, policy_loss, critic_loss, entropy, ref_kl, [{"clip_fraction": torch.tensor(0.25)}]
+    )
+    assert loss.item() == pytest.approx(1.0 + 0.5 * 4.0 - 0.1 * 2.0 + 0.2 * 1.0)
+    assert list(stats) == ["loss", "policy_loss", "value_loss", "entropy", "kl_ref", "clip_fraction"]
+    assert loss.requires_grad and not any(value.requires_grad for value in stats.values())

@@ -11,6 +11,7 @@ from tests.test_import_graph import OLD_PATHS, ROOT
 NAMES = {
     "llmgym.algorithms.trainer": ("Trainer", "run_training", "evaluate_run", "TrainingStopped", "build_llm"),
     "llmgym.algorithms.text_evaluation": ("evaluate_splits", "metrics_table"),
+    "llmgym.algorithms.fluency": ("fluency_metrics",),
     "llmgym.build": ("build_llm", "build_agent", "make_envs"),
     "llmgym.evaluation": ("evaluate", "play_episodes"),
     "llmgym.budgets": ("fit_prompt_budget",),

@@ -144,16 +144,10 @@ def _check_count(name: str, value: Any, minimum: int, meaning: str) -> None:
         raise InputError(f"{name}={value!r} must be an int >= {minimum} ({meaning}).")
 
 
-def _warp(scores: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """Apply transformers' temperature, top-k and top-p warpers as ``generate`` does (removed tokens: -inf)."""
-    from transformers.generation.logits_process import (
-        TemperatureLogitsWarper,
-        TopKLogitsWarper,
-        TopPLogitsWarper,
-    )
+def _truncate(scores: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """Apply transformers' top-k and top-p warpers, in ``generate``'s order, to tempered ``scores`` (removed: -inf)."""
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
-    if sampling.temperature != 1.0:
-        scores = TemperatureLogitsWarper(sampling.temperature)(None, scores)
     if sampling.top_k != 0:
         scores = TopKLogitsWarper(top_k=sampling.top_k)(None, scores)
     if sampling.top_p < 1.0:
@@ -276,8 +270,7 @@ def sampled_logprobs(
     if seen is not None and sampling.repetition_penalty != 1.0:
         scores = repetition_penalty(scores, seen, sampling.repetition_penalty)
     index = targets[:, None]
-    masked = scores if keep is None else scores.masked_fill(~keep.to(scores.device), float("-inf"))
-    warped = _warp(masked, sampling)
-    target_scores = (scores / sampling.temperature).gather(-1, index)
-    warped = warped.scatter(-1, index, target_scores)
+    tempered = scores / sampling.temperature  # generate's TemperatureLogitsWarper: the one place it applies
+    masked = tempered if keep is None else tempered.masked_fill(~keep.to(scores.device), float("-inf"))
+    warped = _truncate(masked, sampling).scatter(-1, index, tempered.gather(-1, index))
     return torch.log_softmax(warped, dim=-1).gather(-1, index).squeeze(-1)

@@ -175,46 +175,61 @@ Refs = Sequence[Sequence[str]]
 Metas = Sequence[Mapping[str, Any]]
 
 
-@register_metric("bleu")
-def bleu(
-    prompts: Texts, completions: Texts, references: Refs, metadata: Metas, *, context: MetricContext
-) -> dict[str, MetricValue]:
-    """Corpus BLEU-4 on whitespace tokens (RL4LMs' ``lexical/bleu``)."""
-    return {"lexical/bleu": MetricValue(text_scores.bleu_corpus(completions, references))}
+def _pass_through_metric(
+    function: str, doc: str, compute: Callable[[Texts, Texts, Refs, dict[str, Any]], dict[str, MetricValue]]
+) -> MetricFn:
+    """A metric named ``function`` whose keyword arguments go to a scorer: ``compute(prompts, completions, references, args)``."""
+
+    def metric(
+        prompts: Texts,
+        completions: Texts,
+        references: Refs,
+        metadata: Metas,
+        *,
+        context: MetricContext,
+        **args: Any,
+    ) -> dict[str, MetricValue]:
+        return compute(prompts, completions, references, args)
+
+    metric.__name__ = metric.__qualname__ = function
+    metric.__doc__ = doc
+    return metric
 
 
-@register_metric("sacre_bleu")
-def sacre_bleu(
-    prompts: Texts,
-    completions: Texts,
-    references: Refs,
-    metadata: Metas,
-    *,
-    context: MetricContext,
-    **sacrebleu_args: Any,
-) -> dict[str, MetricValue]:
-    """Sacrebleu's corpus BLEU / 100 (RL4LMs' ``lexical/sacrebleu``)."""
-    return {
-        "lexical/sacrebleu": MetricValue(
-            text_scores.sacrebleu_corpus(completions, references, **sacrebleu_args)
-        )
-    }
+def _corpus_metric(function: str, name: str, score: Callable[..., float], what: str) -> MetricFn:
+    """The metric named ``function`` whose one score, ``name``, is ``score(completions, references, **args)``."""
+    return _pass_through_metric(
+        function,
+        f"{what} (RL4LMs' ``{name}``).",
+        lambda prompts, completions, references, args: {
+            name: MetricValue(score(completions, references, **args))
+        },
+    )
 
 
-@register_metric("chrf")
-def chrf(
-    prompts: Texts, completions: Texts, references: Refs, metadata: Metas, *, context: MetricContext
-) -> dict[str, MetricValue]:
-    """Sacrebleu's corpus chrF / 100 (RL4LMs' ``lexical/chrf``)."""
-    return {"lexical/chrf": MetricValue(text_scores.chrf_corpus(completions, references))}
-
-
-@register_metric("ter")
-def ter(
-    prompts: Texts, completions: Texts, references: Refs, metadata: Metas, *, context: MetricContext
-) -> dict[str, MetricValue]:
-    """Sacrebleu's corpus TER / 100, lower is better (RL4LMs' ``lexical/ter``)."""
-    return {"lexical/ter": MetricValue(text_scores.ter_corpus(completions, references))}
+#: Corpus BLEU-4 on whitespace tokens.
+bleu = register_metric(
+    "bleu",
+    _corpus_metric("bleu", "lexical/bleu", text_scores.bleu_corpus, "Corpus BLEU-4 on whitespace tokens"),
+)
+#: Sacrebleu's corpus BLEU / 100 (``args``: sacrebleu's).
+sacre_bleu = register_metric(
+    "sacre_bleu",
+    _corpus_metric(
+        "sacre_bleu", "lexical/sacrebleu", text_scores.sacrebleu_corpus, "Sacrebleu's corpus BLEU / 100"
+    ),
+)
+#: Sacrebleu's corpus chrF / 100.
+chrf = register_metric(
+    "chrf", _corpus_metric("chrf", "lexical/chrf", text_scores.chrf_corpus, "Sacrebleu's corpus chrF / 100")
+)
+#: Sacrebleu's corpus TER / 100, lower is better.
+ter = register_metric(
+    "ter",
+    _corpus_metric(
+        "ter", "lexical/ter", text_scores.ter_corpus, "Sacrebleu's corpus TER / 100, lower is better"
+    ),
+)
 
 
 @register_metric("rouge")
@@ -236,23 +251,18 @@ def rouge(
     }
 
 
-@register_metric("rouge_l_max")
-def rouge_l_max(
-    prompts: Texts,
-    completions: Texts,
-    references: Refs,
-    metadata: Metas,
-    *,
-    context: MetricContext,
-    **rouge_args: Any,
-) -> dict[str, MetricValue]:
-    """Best ROUGE-L F over the references, per sample and mean (RL4LMs' ``lexical/rouge_l_max``).
-
-    ``rouge_args`` are RL4LMs' py-rouge arguments (:func:`llmgym.envs.text_scores.rouge_l_max_scores`).
-    """
-    return _per_sample(
-        "lexical/rouge_l_max", text_scores.rouge_l_max_scores(completions, references, **rouge_args)
-    )
+#: Best ROUGE-L F over the references, per sample and mean.
+rouge_l_max = register_metric(
+    "rouge_l_max",
+    _pass_through_metric(
+        "rouge_l_max",
+        "Best ROUGE-L F over the references, per sample and mean (RL4LMs' ``lexical/rouge_l_max``).\n\n"
+        "``args`` are RL4LMs' py-rouge arguments (:func:`llmgym.envs.text_scores.rouge_l_max_scores`).",
+        lambda prompts, completions, references, args: _per_sample(
+            "lexical/rouge_l_max", text_scores.rouge_l_max_scores(completions, references, **args)
+        ),
+    ),
+)
 
 
 @register_metric("meteor")
@@ -413,22 +423,18 @@ def causal_perplexity(
     }
 
 
-@register_metric("increasing_numbers")
-def increasing_numbers_metric(
-    prompts: Texts,
-    completions: Texts,
-    references: Refs,
-    metadata: Metas,
-    *,
-    context: MetricContext,
-    min_tokens: int = 20,
-) -> dict[str, MetricValue]:
-    """The ``increasing_numbers`` reward per sample (RL4LMs' ``synthetic/increasing_numbers_in_text``)."""
-    scores = [
-        increasing_numbers(p, c, r, min_tokens=min_tokens)
-        for p, c, r in zip(prompts, completions, references)
-    ]
-    return _per_sample("synthetic/increasing_numbers_in_text", scores)
+#: The ``increasing_numbers`` reward per sample (``args``: the reward's, e.g. ``min_tokens``).
+increasing_numbers_metric = register_metric(
+    "increasing_numbers",
+    _pass_through_metric(
+        "increasing_numbers_metric",
+        "The ``increasing_numbers`` reward per sample (RL4LMs' ``synthetic/increasing_numbers_in_text``).",
+        lambda prompts, completions, references, args: _per_sample(
+            "synthetic/increasing_numbers_in_text",
+            [increasing_numbers(p, c, r, **args) for p, c, r in zip(prompts, completions, references)],
+        ),
+    ),
+)
 
 
 @register_metric("dates")
@@ -445,24 +451,18 @@ def dates(
 def _summac_metric(kind: str, name: str, what: str) -> MetricFn:
     """The metric of SummaC model ``kind`` (the ``summac`` package): each summary's consistency with its prompt."""
 
-    def metric(
-        prompts: Texts,
-        completions: Texts,
-        references: Refs,
-        metadata: Metas,
-        *,
-        context: MetricContext,
-        **summac_args: Any,
+    def compute(
+        prompts: Texts, completions: Texts, references: Refs, summac_args: dict[str, Any]
     ) -> dict[str, MetricValue]:
         module: Any = text_scores.require_optional("summac.model_summac", "summac", f"The '{kind}' metric")
-        scorer = getattr(module, kind)(**dict(summac_args))
+        scorer = getattr(module, kind)(**summac_args)
         return _per_sample(name, [float(s) for s in scorer.score(list(prompts), list(completions))["scores"]])
 
-    metric.__name__ = metric.__qualname__ = f"summac_{kind[len('SummaC') :].lower()}"
-    metric.__doc__ = (
-        f"{what} (the ``summac`` package; RL4LMs' ``{name}``); ``summac_args`` build SummaC's ``{kind}``."
+    return _pass_through_metric(
+        f"summac_{kind[len('SummaC') :].lower()}",
+        f"{what} (the ``summac`` package; RL4LMs' ``{name}``); ``args`` build SummaC's ``{kind}``.",
+        compute,
     )
-    return metric
 
 
 #: SummaC-ZS consistency of each summary with its prompt.

@@ -332,3 +332,26 @@ def test_preference_model_scores_an_empty_completion(tmp_path):
     reward = get_reward("common_gen_preference_model", **args, model_name=t5)
     [empty, full] = reward.batch(["", ""], ["", "dog runs"], [[], []], [{"concepts": ["dog"]}] * 2)
     assert 0.0 < empty < 1.0 and 0.0 < full < 1.0
+
+
+def test_factory_built_metrics_keep_their_names_docs_and_arguments():
+    from llmgym import text_metrics
+
+    names = {
+        "bleu": "bleu",
+        "sacre_bleu": "sacre_bleu",
+        "chrf": "chrf",
+        "ter": "ter",
+        "rouge_l_max": "rouge_l_max",
+        "increasing_numbers": "increasing_numbers_metric",
+        "summaCZS": "summac_zs",
+    }
+    for metric_id, name in names.items():
+        metric = getattr(text_metrics, name)
+        assert get_metric(metric_id) is metric
+        assert metric.__name__ == name and "RL4LMs'" in (metric.__doc__ or "")
+    texts, refs = ["the cat sat on a mat"], [["the cat sat on the mat"]]
+    default = compute_metrics([MetricSpec("sacre_bleu")], [""], texts, refs)["lexical/sacrebleu"].corpus
+    by_char = compute_metrics([MetricSpec("sacre_bleu", {"tokenize": "char"})], [""], texts, refs)
+    assert by_char["lexical/sacrebleu"].corpus != pytest.approx(default)  # the argument reaches sacrebleu
+    assert default == pytest.approx(text_scores.sacrebleu_corpus(texts, refs))

@@ -273,7 +273,14 @@ def test_the_count_of_exact_and_approximate_conversions(stand_ins, tmp_path):
         if not keys:
             exact.append(name)
     assert (len(ALL), len(SUPERVISED), len(RL)) == (44, 6, 38)
-    assert exact == [  # min_length maps exactly onto agent.min_new_tokens
+    # min_length maps exactly onto agent.min_new_tokens; an evaluation without generation_kwargs, or sampling
+    # with the rollouts' own settings, onto train.eval_split_decoding: sample
+    assert exact == [
+        "common_gen_t5_nlpo.yml",
+        "dialog_gpt2_nlpo.yml",
+        "dialog_gpt2_nlpo_on_supervised.yml",
+        "dialog_gpt2_ppo.yml",
+        "dialog_gpt2_ppo_on_supervised.yml",
         "imdb_text_continuation_gpt2_nlpo.yml",
         "imdb_text_continuation_gpt2_nlpo_on_supervised.yml",
         "imdb_text_continuation_gpt2_ppo.yml",
@@ -287,8 +294,8 @@ def test_the_count_of_exact_and_approximate_conversions(stand_ins, tmp_path):
     ]
     assert dict(counts) == {
         "train_evaluation.generation_kwargs.num_beams": 15,
-        "train_evaluation.generation_kwargs.do_sample": 9,
-        "train_evaluation.generation_kwargs.top_k": 5,
+        "train_evaluation.generation_kwargs.top_k": 4,  # summarization: top_k 0 where its rollouts cut to 50 or 100
+        "train_evaluation.generation_kwargs.temperature": 4,  # summarization: 0.7
         "train_evaluation.generation_kwargs.length_penalty": 4,
         "alg.args.use_rms_prop": 2,
         "alg.policy.args.prompt_truncation_side": 2,  # NarrativeQA NLPO: rollouts cut right, evaluation left

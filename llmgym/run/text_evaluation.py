@@ -124,7 +124,7 @@ def evaluate_splits(
     With ``train.eval_split_decoding: sample`` the completions are drawn as the rollouts draw them
     (``agent.act_batch(greedy=False)``: the agent's temperature, top-k, top-p and minimum length),
     seeded with ``seed`` before each split (the agent's generator and torch's, restored after), so
-    the same seed, split and ``agent.num_envs`` give the same predictions from an in-process model
+    the same seed, split and ``agent.num_envs`` (the batch drawn in) give the same predictions from an in-process model
     (LLM servers, ``distributed``, sample with their own generators).
 
     Args:

@@ -530,8 +530,8 @@ def convert_rl4lms_config(
             "train_evaluation.generation_kwargs.min_length",
             f"evaluation bans EOS before the rollouts' agent.min_new_tokens={min_new_tokens} tokens, not {eval_min}",
         )
-    # sampled, the splits are drawn with the rollouts' agent settings (an absent key read as the rollouts' is);
-    # greedy decoding and beam search ignore these keys
+    # sampled, the splits are drawn with the rollouts' agent settings; an absent key reads as the rollouts' mapping
+    # reads it (temperature 1, no top-k or top-p cut); greedy decoding and beam search ignore these keys
     eval_temperature = float(egen.get("temperature", 1.0)) if own_eval_kwargs else temperature
     eval_top_k = int(egen.get("top_k") or 0) if own_eval_kwargs else top_k
     eval_top_p = float(egen.get("top_p", 1.0)) if own_eval_kwargs else 1.0

@@ -166,7 +166,6 @@ def test_evaluation_samples_as_rl4lms_evaluates(tiny_model_dir):
     imdb = convert_rl4lms_config(_load("imdb_text_continuation_gpt2_ppo.yml"), model_name=str(tiny_model_dir))
     assert not imdb.approximations
     assert imdb.config["train"]["eval_split_decoding"] == "sample"
-    assert (imdb.config["agent"]["temperature"], imdb.config["agent"]["top_k"]) == (1.0, 0)
     raw = _load("dialog_gpt2_ppo.yml")  # its own kwargs, the rollouts' settings: sampled, exactly
     assert raw["train_evaluation"]["generation_kwargs"]["do_sample"] is True
     dialog = convert_rl4lms_config(raw, model_name=str(tiny_model_dir))

@@ -531,6 +531,7 @@ RESUME_SAFE_KEYS = (
     "train.eval_num_envs",
     "train.eval_before",
     "train.eval_sample",
+    "train.eval_split_decoding",
     "train.checkpoint_every",
     "train.keep_checkpoints",
     "train.checkpoint_signals",

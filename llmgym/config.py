@@ -62,12 +62,15 @@ __all__ = [
     "iter_field_help",
     "AUTO_RESUME",
     "CHECKPOINT_SIGNAL_NAMES",
+    "EVAL_SPLIT_DECODINGS",
 ]
 
 #: ``train.resume=auto``: resume ``train.output_dir/train.run_name`` when it holds a checkpoint, else start it.
 AUTO_RESUME = "auto"
 #: The signals ``train.checkpoint_signals`` may name (SIGTERM and SIGINT always stop the run).
 CHECKPOINT_SIGNAL_NAMES = ("SIGUSR1", "SIGUSR2", "SIGHUP")
+#: ``train.eval_split_decoding``: how the split evaluation completes its samples.
+EVAL_SPLIT_DECODINGS = ("greedy", "sample")
 
 
 def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" reads best at call sites
@@ -942,9 +945,16 @@ class TrainConfig(_Section):
     )
     eval_splits: list[str] = _f(
         [],
-        "Text generation (RL4LMs style): datapool splits whose every sample is completed greedily and scored by "
-        "train.eval_metrics; each evaluation covers the first split (e.g. val), the final one all (e.g. test too). "
-        "Completions, prompts and references are saved to predictions/*.jsonl.",
+        "Text generation (RL4LMs style): datapool splits whose every sample is completed (train.eval_split_decoding) "
+        "and scored by train.eval_metrics; each evaluation covers the first split (e.g. val), the final one all (e.g. "
+        "test too). Completions, prompts and references are saved to predictions/*.jsonl.",
+    )
+    eval_split_decoding: str = _f(
+        "greedy",
+        "How train.eval_splits' samples are completed: greedy (the most likely token), or sample (drawn as the "
+        "rollouts draw them: agent.temperature, top_k, top_p, min_new_tokens; the sampling generator reseeded from "
+        "train.seed for each split, so a run's predictions repeat). Sampled scores are logged as "
+        "{split}/sampled/{metric} and saved to predictions/*_{split}_sampled.jsonl.",
     )
     eval_metrics: list[dict[str, Any]] = _f(
         [],
@@ -987,6 +997,7 @@ class TrainConfig(_Section):
                 "name). Fix: set train.run_name=NAME, the same on every requeue of a job (e.g. its job id)."
             )
         self._positive("eval_max_samples")
+        self._choice("eval_split_decoding", EVAL_SPLIT_DECODINGS)
         for i, spec in enumerate(self.eval_metrics):
             if not isinstance(spec.get("id"), str) or set(spec) - {"id", "args"}:
                 raise ConfigError(

@@ -280,3 +280,13 @@ def test_a_checkpoint_config_written_before_a_rename_reads_under_the_new_keys(tm
     with pytest.warns(FutureWarning, match="algorithm.group_size"):
         saved = load_checkpoint_config(tmp_path)
     assert saved == {"algorithm": {"name": "grpo", "group": {"size": 8}, "ppo": {"clip_range": 0.1}}}
+
+
+def test_a_run_saved_before_eval_split_decoding_resumes_with_it_set():
+    # the split evaluation's decoding changes what is evaluated, not what is trained (a separate agent, its own
+    # seeded generators): a checkpoint written without the key resumes under either value
+    for decoding in ("greedy", "sample"):
+        new = _changed(train__eval_split_decoding=decoding)
+        assert check_resume_config(SAVED, new, "ckpt") == [
+            f"train.eval_split_decoding: '<absent>' -> '{decoding}'"
+        ]

@@ -86,6 +86,7 @@ _NULLABLE = {
     "alg.policy.args.generation_kwargs.min_new_tokens",
     "train_evaluation.generation_kwargs.min_length",
     "train_evaluation.generation_kwargs.min_new_tokens",
+    "train_evaluation.generation_kwargs.top_k",
     "train_evaluation.eval_every",
     "train_evaluation.save_every",
     "train_evaluation.eval_batch_size",
@@ -131,6 +132,10 @@ _TYPED_VALUES: dict[str, str] = {
     "train_evaluation.save_every": _INT,
     "train_evaluation.eval_batch_size": _INT,
     "train_evaluation.generation_kwargs.num_beams": _INT,
+    "train_evaluation.generation_kwargs.do_sample": _BOOL,
+    "train_evaluation.generation_kwargs.top_k": _INT,
+    "train_evaluation.generation_kwargs.temperature": _FLOAT,
+    "train_evaluation.generation_kwargs.top_p": _FLOAT,
 }
 
 
@@ -493,20 +498,21 @@ def convert_rl4lms_config(
     save_every = ev.get("save_every")
     metrics = [{"id": m["id"], "args": dict(m.get("args") or {})} for m in ev.get("metrics") or []]
     eval_width = ev.get("eval_batch_size")
-    own_eval_kwargs = ev.data.get("generation_kwargs") is not None  # else RL4LMs evaluates with the policy's
+    # RL4LMs' policy.generate(gen_kwargs=None) falls back to the rollouts' generation_kwargs: without its own,
+    # the evaluation samples as the rollouts do (train.eval_split_decoding: sample, exactly)
+    own_eval_kwargs = ev.data.get("generation_kwargs") is not None
     egen = ev.sub("generation_kwargs")
-    if egen.get("do_sample"):
-        approximately("train_evaluation.generation_kwargs.do_sample", "llmgym evaluates splits greedily")
+    eval_sampled = egen.get("do_sample", False) is True if own_eval_kwargs else True
     beams = int(egen.get("num_beams", 1))
     if beams != 1:
         approximately(
             "train_evaluation.generation_kwargs.num_beams",
-            "llmgym evaluates with greedy decoding, not beam search",
+            f"llmgym evaluates splits {'sampled' if eval_sampled else 'greedily'}, without beam search",
         )
     if egen.get("length_penalty") is not None:  # IWSLT: it acts only on beam search's scores
         approximately(
             "train_evaluation.generation_kwargs.length_penalty",
-            "a beam-search score weight; llmgym's greedy evaluation has no beams to weigh",
+            "a beam-search score weight; llmgym's evaluation has no beams to weigh",
         )
     max_eval = egen.get("max_new_tokens")
     if max_eval is not None and int(max_eval) != episode_length:
@@ -514,9 +520,6 @@ def convert_rl4lms_config(
             "train_evaluation.generation_kwargs.max_new_tokens",
             f"evaluation episodes end after env.args.max_episode_length={episode_length} tokens",
         )
-    egen.get(
-        "temperature"
-    )  # greedy evaluation: the temperature changes no argmax (do_sample is listed above)
     eval_min = (
         _min_new_tokens(egen.get("min_length"), egen.get("min_new_tokens"), seq2seq)
         if own_eval_kwargs
@@ -527,12 +530,22 @@ def convert_rl4lms_config(
             "train_evaluation.generation_kwargs.min_length",
             f"evaluation bans EOS before the rollouts' agent.min_new_tokens={min_new_tokens} tokens, not {eval_min}",
         )
-    for key in ("top_k", "top_p"):
-        if egen.get(key):
-            approximately(
-                f"train_evaluation.generation_kwargs.{key}",
-                "llmgym evaluates splits greedily, without it",
-            )
+    # sampled, the splits are drawn with the rollouts' agent settings; an absent key reads as the rollouts' mapping
+    # reads it (temperature 1, no top-k or top-p cut); greedy decoding and beam search ignore these keys
+    eval_temperature = float(egen.get("temperature", 1.0)) if own_eval_kwargs else temperature
+    eval_top_k = int(egen.get("top_k") or 0) if own_eval_kwargs else top_k
+    eval_top_p = float(egen.get("top_p", 1.0)) if own_eval_kwargs else 1.0
+    if eval_sampled:
+        for key, value, rollout in (
+            ("temperature", eval_temperature, temperature),
+            ("top_k", eval_top_k, top_k),
+            ("top_p", eval_top_p, 1.0),
+        ):
+            if value != rollout:
+                approximately(
+                    f"train_evaluation.generation_kwargs.{key}",
+                    f"llmgym samples the splits as the rollouts do, with {key}={rollout}, not {value}",
+                )
     egen.done()
     ev.done()
 
@@ -541,6 +554,7 @@ def convert_rl4lms_config(
         "eval_every": int(eval_every) * per_iter if eval_every else None,
         "checkpoint_every": int(save_every) * per_iter if save_every else None,
         "eval_splits": ["val", "test"],
+        "eval_split_decoding": "sample" if eval_sampled else "greedy",
         "eval_metrics": metrics,
         "eval_episodes": n_envs,
     }

@@ -1,18 +1,21 @@
 """Evaluation over whole datapool splits, as RL4LMs runs it (``train.eval_splits``, ``train.eval_metrics``).
 
 Every sample of a split (``val``, ``test``...) of a datapool env such as ``llmgym/TextGen-v0`` is
-completed by the agent (greedy), the split's texts are scored by the configured
-:mod:`llmgym.text_metrics` metrics (corpus-level), and the prompts, completions, references and
-rewards, with each metric's per-sample score where it has them (``lexical/rouge_l_max``...), are saved
-as one JSONL file per split and evaluation under ``predictions/``.
+completed by the agent, greedily or sampled as its rollouts are (``train.eval_split_decoding``), the
+split's texts are scored by the configured :mod:`llmgym.text_metrics` metrics (corpus-level), and the
+prompts, completions, references and rewards, with each metric's per-sample score where it has them
+(``lexical/rouge_l_max``...), are saved as one JSONL file per split and evaluation under ``predictions/``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from llmgym.agents.base import BaseAgent
 from llmgym.config import Config
@@ -40,8 +43,23 @@ def _split_env_kwargs(config: Config, split: str) -> dict[str, Any]:
     return kwargs
 
 
-def _complete(agent: BaseAgent, config: Config, split: str, limit: int | None) -> list[dict[str, Any]]:
-    """Run the agent greedily on every sample of ``split`` (at most ``limit``); one record per sample."""
+@contextmanager
+def _seeded(agent: BaseAgent, seed: int) -> Iterator[None]:
+    """Sampling seeded with ``seed``, the caller's random state kept.
+
+    The agent's generator (candidate choices) and torch's default generators (``transformers``
+    sampling in this process, CPU and every CUDA device) are reseeded; torch's are restored after.
+    """
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        torch.manual_seed(seed)
+        agent.generator.manual_seed(seed)
+        yield
+
+
+def _complete(
+    agent: BaseAgent, config: Config, split: str, limit: int | None, greedy: bool
+) -> list[dict[str, Any]]:
+    """Run the agent on every sample of ``split`` (at most ``limit``), greedily or sampled; one record per sample."""
     import gymnasium as gym
 
     first = gym.make(config.env.id, **_split_env_kwargs(config, split))
@@ -72,11 +90,17 @@ def _complete(agent: BaseAgent, config: Config, split: str, limit: int | None) -
                 "references": list(sample.references),
                 "reward": returns[index],
                 "metadata": dict(sample.metadata),
+                "decoding": "greedy" if greedy else "sample",
             }
 
     try:
         play_episodes(
-            agent, envs, count, lambda env, index: env.reset(seed=index, options={"index": index}), on_step
+            agent,
+            envs,
+            count,
+            lambda env, index: env.reset(seed=index, options={"index": index}),
+            on_step,
+            greedy,
         )
     finally:
         for env in envs:
@@ -93,29 +117,45 @@ def evaluate_splits(
     label: str,
     env_steps: int,
     model: Any = None,
+    seed: int = 0,
 ) -> dict[str, float]:
     """Complete and score every sample of each split; save the predictions.
 
+    With ``train.eval_split_decoding: sample`` the completions are drawn as the rollouts draw them
+    (``agent.act_batch(greedy=False)``: the agent's temperature, top-k, top-p and minimum length),
+    seeded with ``seed`` before each split (the agent's generator and torch's, restored after), so
+    the same seed, split and ``agent.num_envs`` (the batch drawn in) give the same predictions from an in-process model
+    (LLM servers, ``distributed``, sample with their own generators).
+
     Args:
-        agent: The agent (evaluated greedily).
-        config: The run's config (``env`` builds the split's env; ``train.eval_metrics``, ``train.eval_max_samples``).
+        agent: The agent.
+        config: The run's config (``env`` builds the split's env; ``train.eval_metrics``,
+            ``train.eval_max_samples``, ``train.eval_split_decoding``).
         splits: The datapool splits to evaluate.
         run_dir: The run directory; predictions go to ``predictions/{label}_{env_steps}_{split}.jsonl``
-            (one line per sample: prompt, completion, references, reward, metadata and the per-sample
-            metric scores).
+            (``..._{split}_sampled.jsonl`` when sampled; one line per sample: prompt, completion,
+            references, reward, metadata, the decoding and the per-sample metric scores).
         label: The evaluation's label (``before``, ``periodic``, ``after``).
         env_steps: Env steps trained so far.
         model: The policy's ``transformers`` model, for metrics that score with it (perplexity).
+        seed: The sampling generator's seed (sampled decoding only).
 
     Returns:
-        ``{split}/{metric name}`` corpus scores and ``{split}/episode_return`` (the mean reward).
+        ``{split}/{metric name}`` corpus scores and ``{split}/episode_return`` (the mean reward);
+        sampled: ``{split}/sampled/{metric name}`` and ``{split}/sampled/episode_return``.
     """
+    sampled = config.train.eval_split_decoding == "sample"
+    prefix, suffix = ("sampled/", "_sampled") if sampled else ("", "")
     specs = [MetricSpec(str(m["id"]), dict(m.get("args") or {})) for m in config.train.eval_metrics]
     out_dir = run_dir / "predictions"
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, float] = {}
     for split in splits:
-        records = _complete(agent, config, split, config.train.eval_max_samples)
+        if sampled:
+            with _seeded(agent, seed):
+                records = _complete(agent, config, split, config.train.eval_max_samples, greedy=False)
+        else:
+            records = _complete(agent, config, split, config.train.eval_max_samples, greedy=True)
         values = compute_metrics(
             specs,
             [r["prompt"] for r in records],
@@ -128,12 +168,12 @@ def evaluate_splits(
             if value.per_sample is not None and len(value.per_sample) == len(records):
                 for record, score in zip(records, value.per_sample):
                     record[name] = score
-        path = out_dir / f"{label}_{env_steps}_{split}.jsonl"
+        path = out_dir / f"{label}_{env_steps}_{split}{suffix}.jsonl"
         with path.open("w", encoding="utf-8") as fh:
             for record in records:
                 fh.write(json.dumps(record, default=str) + "\n")
-        result[f"{split}/episode_return"] = sum(r["reward"] for r in records) / max(1, len(records))
-        result.update({f"{split}/{name}": value.corpus for name, value in values.items()})
+        result[f"{split}/{prefix}episode_return"] = sum(r["reward"] for r in records) / max(1, len(records))
+        result.update({f"{split}/{prefix}{name}": value.corpus for name, value in values.items()})
     return result
 
 

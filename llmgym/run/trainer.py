@@ -361,7 +361,9 @@ class Trainer:
         The greedy policy is evaluated; with ``train.eval_sample`` the sampled policy is too, on
         the same episodes and with its sampling generator reseeded, under ``sampled_`` keys. With
         ``train.eval_splits``, every sample of the first split (all splits after training) is
-        completed and scored by ``train.eval_metrics`` (:mod:`llmgym.run.text_evaluation`).
+        completed (greedily, or sampled with the same reseeded generator under
+        ``train.eval_split_decoding: sample``) and scored by ``train.eval_metrics``
+        (:mod:`llmgym.run.text_evaluation`).
         The first ``logging.record_episodes`` greedy episodes (and sampled ones with
         ``train.eval_sample``) are appended to ``episodes.jsonl``, and the next training episode of
         env 0 is recorded (:class:`~llmgym.report.records.TrainingEpisodeSampler`).
@@ -396,6 +398,7 @@ class Trainer:
                         label=label,
                         env_steps=self.algorithm.env_steps,
                         model=local_model(self.llm),
+                        seed=seed,
                     )
                 )
         result["env_steps"] = float(self.algorithm.env_steps)

@@ -113,11 +113,19 @@ def test_commongen_t5_configs_train_a_seq2seq_policy_on_fixture_data(
     path = tmp_path / "converted.yaml"
     path.write_text(yaml.safe_dump(conversion.config))
     run, last = _train(path, tiny_t5_dir, tmp_path, monkeypatch)
+    # NLPO's evaluation samples as its rollouts do; PPO's is beam search in RL4LMs, greedy here
+    sampled = conversion.config["train"]["eval_split_decoding"] == "sample"
+    assert sampled == (name == "common_gen_t5_nlpo.yml")
+    tag, suffix = ("sampled/", "_sampled") if sampled else ("", "")
     for split in ("val", "test"):
-        assert 0.0 <= last[f"{split}/lexical/rouge_rouge1"] <= 1.0 and f"{split}/lexical/cider" in last
+        assert (
+            0.0 <= last[f"{split}/{tag}lexical/rouge_rouge1"] <= 1.0 and f"{split}/{tag}lexical/cider" in last
+        )
         rows_out = [
             json.loads(line)
-            for line in next((run / "predictions").glob(f"after_*_{split}.jsonl")).read_text().splitlines()
+            for line in next((run / "predictions").glob(f"after_*_{split}{suffix}.jsonl"))
+            .read_text()
+            .splitlines()
         ]
         assert rows_out[0]["prompt"].startswith("generate a sentence with: ")
     updates = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -153,6 +161,47 @@ def test_num_beams_one_and_eval_beam_settings(tiny_model_dir):
         convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
 
 
+def test_evaluation_samples_as_rl4lms_evaluates(tiny_model_dir):
+    # no train_evaluation.generation_kwargs: RL4LMs' policy.generate falls back to the rollouts' (sampled)
+    imdb = convert_rl4lms_config(_load("imdb_text_continuation_gpt2_ppo.yml"), model_name=str(tiny_model_dir))
+    assert not imdb.approximations
+    assert imdb.config["train"]["eval_split_decoding"] == "sample"
+    raw = _load("dialog_gpt2_ppo.yml")  # its own kwargs, the rollouts' settings: sampled, exactly
+    assert raw["train_evaluation"]["generation_kwargs"]["do_sample"] is True
+    dialog = convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
+    assert not dialog.approximations and dialog.config["train"]["eval_split_decoding"] == "sample"
+    # summarization's: top_k 0 and temperature 0.7 where the rollouts cut to 20 at temperature 1
+    raw["train_evaluation"]["generation_kwargs"] = {
+        "do_sample": True,
+        "top_k": 0,
+        "temperature": 0.7,
+        "min_length": 2,
+    }
+    conversion = convert_rl4lms_config(raw, approximate=True, model_name=str(tiny_model_dir))
+    assert conversion.config["train"]["eval_split_decoding"] == "sample"
+    assert [line.split(":")[0] for line in conversion.approximations] == [
+        "train_evaluation.generation_kwargs.temperature",
+        "train_evaluation.generation_kwargs.top_k",
+    ]
+    assert "with top_k=20, not 0" in conversion.approximations[1]
+    # beam search: evaluated greedily, printed
+    raw["train_evaluation"]["generation_kwargs"] = {"num_beams": 4, "max_new_tokens": 20, "min_length": 2}
+    with pytest.raises(
+        ConfigError, match=r"num_beams: llmgym evaluates splits greedily, without beam search"
+    ):
+        convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
+    conversion = convert_rl4lms_config(raw, approximate=True, model_name=str(tiny_model_dir))
+    assert conversion.config["train"]["eval_split_decoding"] == "greedy"
+    assert [line.split(":")[0] for line in conversion.approximations] == [
+        "train_evaluation.generation_kwargs.num_beams"
+    ]
+    raw["train_evaluation"]["generation_kwargs"] = {"do_sample": "yes"}
+    with pytest.raises(
+        ConfigError, match=r"generation_kwargs\.do_sample='yes' is invalid; expected true or false"
+    ):
+        convert_rl4lms_config(raw, model_name=str(tiny_model_dir))
+
+
 def _write_converted(raw, tmp_path, tiny_model_dir):
     conversion = convert_rl4lms_config(raw, approximate=True, model_name=str(tiny_model_dir))
     path = tmp_path / "converted.yaml"
@@ -185,11 +234,13 @@ def _train(path, tiny_model_dir, tmp_path, monkeypatch, extra=()):
 def test_synthetic_configs_train_and_evaluate_splits(name, tiny_model_dir, tmp_path, monkeypatch, capsys):
     path = _write_converted(_load(name), tmp_path, tiny_model_dir)
     run, last = _train(path, tiny_model_dir, tmp_path, monkeypatch)
-    for split in ("val", "test"):
-        assert 0.0 <= last[f"{split}/synthetic/increasing_numbers_in_text"] <= 1.0
+    for split in ("val", "test"):  # sampled, as RL4LMs evaluates a config without eval generation_kwargs
+        assert 0.0 <= last[f"{split}/sampled/synthetic/increasing_numbers_in_text"] <= 1.0
         rows = [
             json.loads(line)
-            for line in next((run / "predictions").glob(f"after_*_{split}.jsonl")).read_text().splitlines()
+            for line in next((run / "predictions").glob(f"after_*_{split}_sampled.jsonl"))
+            .read_text()
+            .splitlines()
         ]
         assert len(rows) == 2 and {"prompt", "completion", "references", "reward"} <= set(rows[0])
         assert rows[0]["prompt"] == "<|endoftext|>"
@@ -214,9 +265,9 @@ def test_imdb_config_trains_on_fixture_data_with_tiny_models(tiny_model_dir, tmp
     path = _write_converted(raw, tmp_path, tiny_model_dir)
     run, last = _train(path, tiny_model_dir, tmp_path, monkeypatch)
     for split in ("val", "test"):
-        assert 0.0 < last[f"{split}/semantic/learned_automodel_metric"] < 1.0
-        assert last[f"{split}/fluency_metrics/perplexity"] > 1.0
-        assert f"{split}/diversity_metrics/distinct-1" in last
+        assert 0.0 < last[f"{split}/sampled/semantic/learned_automodel_metric"] < 1.0
+        assert last[f"{split}/sampled/fluency_metrics/perplexity"] > 1.0
+        assert f"{split}/sampled/diversity_metrics/distinct-1" in last
     assert (run / "predictions").is_dir()
 
 
@@ -245,10 +296,13 @@ def test_llmgym_train_converts_an_rl4lms_file_strictly(tiny_model_dir):
 def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsys):
     from llmgym.cli import main
 
-    dialog = CONFIGS / "dialog_gpt2_nlpo.yml"  # samples its evaluation with top_k: greedy here
-    assert main(["convert", str(dialog), "--model", str(tiny_model_dir)]) == 2
+    dialog = CONFIGS / "dialog_gpt2_nlpo.yml"  # samples its evaluation with its rollouts' top_k, exactly
+    assert main(["convert", str(dialog), "--model", str(tiny_model_dir)]) == 0
+    assert "approximately" not in capsys.readouterr().err
+    common_gen = CONFIGS / "common_gen_t5_ppo.yml"  # evaluates with beam search
+    assert main(["convert", str(common_gen), "--approximate", "--model", str(tiny_model_dir)]) == 0
     err = capsys.readouterr().err
-    assert "alg.kl_div" not in err and "generation_kwargs.do_sample" in err and "min_length" not in err
+    assert "alg.kl_div" not in err and "generation_kwargs.num_beams" in err and "min_length" not in err
     path = CONFIGS / "imdb_text_continuation_gpt2_nlpo.yml"
     assert main(["convert", str(path), "--model", str(tiny_model_dir)]) == 0  # min_length is mapped exactly
     out, err = capsys.readouterr()
@@ -262,6 +316,7 @@ def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsy
         config.algorithm.nlpo.min_tokens_to_keep,
     ) == ("nlpo", 0.9, 5, 100)
     assert config.agent.min_new_tokens == 48  # min_length 48 of a causal policy: 48 new tokens
+    assert config.train.eval_split_decoding == "sample"  # RL4LMs evaluates with the rollouts' kwargs
     assert config.train.eval_splits == ["val", "test"] and config.env.kwargs["datapool_kwargs"] == {
         "seed": 42,
         "split": "train",
@@ -307,16 +362,16 @@ def test_final_evaluation_covers_test_when_eval_every_divides_the_run(tiny_model
     run, last = _train(path, tiny_model_dir, tmp_path, monkeypatch, extra=["train.eval_every=6"])
     evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [e["label"] for e in evals if e["kind"] == "eval"] == ["after"]
-    assert "test/synthetic/increasing_numbers_in_text" in last
+    assert "test/sampled/synthetic/increasing_numbers_in_text" in last
     # each prediction line carries RL4LMs' per-sample metric scores, under the metric's name
     for split in ("val", "test"):
         rows = [
             json.loads(line)
-            for line in (run / "predictions" / f"after_6_{split}.jsonl").read_text().splitlines()
+            for line in (run / "predictions" / f"after_6_{split}_sampled.jsonl").read_text().splitlines()
         ]
         assert all(0.0 <= r["synthetic/increasing_numbers_in_text"] <= 1.0 for r in rows)
         mean = sum(r["synthetic/increasing_numbers_in_text"] for r in rows) / len(rows)
-        assert mean == pytest.approx(last[f"{split}/synthetic/increasing_numbers_in_text"])
+        assert mean == pytest.approx(last[f"{split}/sampled/synthetic/increasing_numbers_in_text"])
 
 
 def test_the_critic_difference_is_printed(tiny_model_dir):

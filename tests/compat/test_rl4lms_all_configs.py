@@ -260,7 +260,8 @@ def test_every_rl_config_trains_two_updates_on_tiny_stand_ins(name, stand_ins, t
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert sum(1 for e in lines if e["kind"] == "train") == 2
     last = [e for e in lines if e["kind"] == "eval"][-1]
-    assert "val/episode_return" in last and "test/episode_return" in last
+    tag = "sampled/" if conversion.config["train"]["eval_split_decoding"] == "sample" else ""
+    assert f"val/{tag}episode_return" in last and f"test/{tag}episode_return" in last
 
 
 def test_the_count_of_exact_and_approximate_conversions(stand_ins, tmp_path):
@@ -273,7 +274,14 @@ def test_the_count_of_exact_and_approximate_conversions(stand_ins, tmp_path):
         if not keys:
             exact.append(name)
     assert (len(ALL), len(SUPERVISED), len(RL)) == (44, 6, 38)
-    assert exact == [  # min_length maps exactly onto agent.min_new_tokens
+    # min_length maps exactly onto agent.min_new_tokens; an evaluation without generation_kwargs, or sampling
+    # with the rollouts' own settings, onto train.eval_split_decoding: sample
+    assert exact == [
+        "common_gen_t5_nlpo.yml",
+        "dialog_gpt2_nlpo.yml",
+        "dialog_gpt2_nlpo_on_supervised.yml",
+        "dialog_gpt2_ppo.yml",
+        "dialog_gpt2_ppo_on_supervised.yml",
         "imdb_text_continuation_gpt2_nlpo.yml",
         "imdb_text_continuation_gpt2_nlpo_on_supervised.yml",
         "imdb_text_continuation_gpt2_ppo.yml",
@@ -285,12 +293,15 @@ def test_the_count_of_exact_and_approximate_conversions(stand_ins, tmp_path):
         "synthetic_generate_increasing_numbers_t5_nlpo.yml",
         "synthetic_generate_increasing_numbers_t5_ppo.yml",
     ]
-    assert dict(counts) == {
-        "train_evaluation.generation_kwargs.num_beams": 15,
-        "train_evaluation.generation_kwargs.do_sample": 9,
-        "train_evaluation.generation_kwargs.top_k": 5,
-        "train_evaluation.generation_kwargs.length_penalty": 4,
-        "alg.args.use_rms_prop": 2,
-        "alg.policy.args.prompt_truncation_side": 2,  # NarrativeQA NLPO: rollouts cut right, evaluation left
-        "env.args.context_start_token": 2,  # BART's and Blenderbot's decoder start, not the tiny T5's
-    }
+    assert (
+        dict(counts)
+        == {
+            "train_evaluation.generation_kwargs.num_beams": 15,
+            "train_evaluation.generation_kwargs.top_k": 4,  # summarization: top_k 0 where its rollouts cut to 50 or 100
+            "train_evaluation.generation_kwargs.temperature": 4,  # summarization: 0.7
+            "train_evaluation.generation_kwargs.length_penalty": 4,
+            "alg.args.use_rms_prop": 2,
+            "alg.policy.args.prompt_truncation_side": 2,  # NarrativeQA NLPO: rollouts cut right, evaluation left
+            "env.args.context_start_token": 2,  # BART's and Blenderbot's decoder start, not the tiny T5's
+        }
+    )

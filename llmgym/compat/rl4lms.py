@@ -241,6 +241,16 @@ def _eos_and_special_tokens(model_name: str) -> tuple[str, list[str]]:
     return eos, special
 
 
+#: The top-k that transformers' ``generate`` samples with when ``top_k`` is not given: the model config's
+#: ``top_k``, 50 by default (``PretrainedConfig`` in RL4LMs' pinned transformers 4.x, ``GenerationConfig`` now).
+HF_DEFAULT_TOP_K = 50
+
+
+def _top_k(value: Any) -> int:
+    """RL4LMs' sampling ``top_k``: as given (0: no cut), or transformers' default of 50 when absent."""
+    return HF_DEFAULT_TOP_K if value is None else int(value)
+
+
 def _min_new_tokens(min_length: Any, min_new_tokens: Any, seq2seq: bool) -> int:
     """``agent.min_new_tokens`` for RL4LMs' ``generation_kwargs.min_length`` and ``min_new_tokens``.
 
@@ -401,7 +411,7 @@ def convert_rl4lms_config(
         approximately("alg.policy.args.generation_kwargs.do_sample", "llmgym always samples rollouts")
     # EOS banned before that many of the episode's tokens: the token agent's agent.min_new_tokens, exactly
     min_new_tokens = _min_new_tokens(gen.get("min_length"), gen.get("min_new_tokens"), seq2seq)
-    top_k = int(gen.get("top_k") or 0)  # agent.top_k: rollouts and their re-scoring cut to the top k tokens
+    top_k = _top_k(gen.get("top_k"))  # agent.top_k: rollouts and their re-scoring cut to the top k tokens
     temperature = float(gen.get("temperature", 1.0))
     max_new = gen.get("max_new_tokens")
     if max_new is not None and int(max_new) != episode_length:
@@ -531,9 +541,9 @@ def convert_rl4lms_config(
             f"evaluation bans EOS before the rollouts' agent.min_new_tokens={min_new_tokens} tokens, not {eval_min}",
         )
     # sampled, the splits are drawn with the rollouts' agent settings; an absent key reads as the rollouts' mapping
-    # reads it (temperature 1, no top-k or top-p cut); greedy decoding and beam search ignore these keys
+    # reads it (temperature 1, top-k 50, no top-p cut); greedy decoding and beam search ignore these keys
     eval_temperature = float(egen.get("temperature", 1.0)) if own_eval_kwargs else temperature
-    eval_top_k = int(egen.get("top_k") or 0) if own_eval_kwargs else top_k
+    eval_top_k = _top_k(egen.get("top_k")) if own_eval_kwargs else top_k
     eval_top_p = float(egen.get("top_p", 1.0)) if own_eval_kwargs else 1.0
     if eval_sampled:
         for key, value, rollout in (

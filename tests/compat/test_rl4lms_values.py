@@ -85,3 +85,19 @@ def test_ppos_target_kl_converts_into_the_ppo_section(tiny_model_dir):
     assert converted.config["algorithm"]["ppo"]["target_kl"] == 0.05
     assert "target_kl" not in converted.config["algorithm"]
     assert load_config(converted.config).algorithm.ppo.target_kl == 0.05
+
+
+def test_an_absent_top_k_samples_top_50_as_transformers_generate_does(tiny_model_dir):
+    """RL4LMs' rollouts call ``generate(do_sample=True)``: without ``top_k`` it cuts to the config's 50; 0: no cut."""
+    absent = convert_rl4lms_config(
+        _with("alg.policy.args.generation_kwargs.do_sample", True), model_name=str(tiny_model_dir)
+    )
+    assert absent.config["agent"]["top_k"] == 50
+    none = convert_rl4lms_config(
+        _with("alg.policy.args.generation_kwargs.top_k", 0), model_name=str(tiny_model_dir)
+    )
+    assert none.config["agent"]["top_k"] == 0
+    twenty = convert_rl4lms_config(
+        _with("alg.policy.args.generation_kwargs.top_k", 20), model_name=str(tiny_model_dir)
+    )
+    assert twenty.config["agent"]["top_k"] == 20

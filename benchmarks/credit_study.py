@@ -319,11 +319,14 @@ class RunCurve:
     Attributes:
         evals: ``(env steps, metric)`` of every evaluation after training started, in order.
         train_seconds: Seconds spent collecting and updating (``collect_s + update_s`` summed).
+        wall_seconds: Seconds of its ``llmgym train`` processes, start-up and evaluations included
+            (``study.jsonl``).
         env_steps: Env steps trained.
     """
 
     evals: list[tuple[float, float]]
     train_seconds: float
+    wall_seconds: float
     env_steps: float
 
     def at(self, budget: float) -> Optional[float]:
@@ -331,8 +334,19 @@ class RunCurve:
         return next((value for steps, value in self.evals if steps >= budget), None)
 
 
-def read_curve(run_dir: Path, metric: str) -> Optional[RunCurve]:
-    """A finished run's evaluations and training time; ``None`` if it is not finished."""
+def wall_seconds(out: Path) -> dict[str, float]:
+    """Seconds of every cell's ``llmgym train`` processes, summed over its invocations, by cell name."""
+    path = out / STUDY_LOG
+    seconds: dict[str, float] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            seconds[entry["cell"]] = seconds.get(entry["cell"], 0.0) + float(entry["seconds"])
+    return seconds
+
+
+def read_curve(run_dir: Path, metric: str, wall: float = 0.0) -> Optional[RunCurve]:
+    """A finished run's evaluations and training time (``wall``: its processes' seconds); ``None`` if unfinished."""
     if not is_finished(run_dir):
         return None
     records = read_metrics(run_dir / "metrics.jsonl")
@@ -343,7 +357,7 @@ def read_curve(run_dir: Path, metric: str) -> Optional[RunCurve]:
     ]
     train = [r for r in records if r.get("kind") == "train"]
     seconds = sum(float(r.get("collect_s", 0.0)) + float(r.get("update_s", 0.0)) for r in train)
-    return RunCurve(evals, seconds, float(train[-1]["env_steps"]) if train else 0.0)
+    return RunCurve(evals, seconds, wall, float(train[-1]["env_steps"]) if train else 0.0)
 
 
 @dataclass
@@ -375,12 +389,23 @@ def _iqm_ci(values: Sequence[float]) -> str:
 def task_rows(out: Path, task: Task, study: dict[str, Any]) -> list[Row]:
     """Every algorithm's row on ``task``, its learning rate picked by the IQM at the full budget."""
     steps = study["steps"] or task.steps
+    wall = wall_seconds(out)
     rows = []
     for algorithm in study["algorithms"]:
         best: tuple[float, Optional[float], list[RunCurve]] = (-math.inf, None, [])
         for lr in study["learning_rates"]:
             folder = out / task.name / algorithm / f"lr-{lr:g}"
-            runs = [c for s in study["seeds"] if (c := read_curve(folder / f"seed-{s}", task.metric))]
+            runs = [
+                c
+                for s in study["seeds"]
+                if (
+                    c := read_curve(
+                        folder / f"seed-{s}",
+                        task.metric,
+                        wall.get(f"{task.name}/{algorithm}/lr-{lr:g}/seed-{s}", 0.0),
+                    )
+                )
+            ]
             finals = [v for c in runs if (v := c.at(steps)) is not None]
             score = iqm(finals) if finals else -math.inf
             if best[1] is None or score > best[0]:
@@ -416,8 +441,9 @@ def table(out: Path) -> str:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{out} holds no readable study.json ({exc}); run the study first.") from exc
     lines = [
-        "| task | algorithm | lr (of settings) | runs | IQM at half budget | IQM at full budget | train s / 1k env steps |",
-        "|---|---|---|---|---|---|---|",
+        "| task | algorithm | lr (of settings) | runs | IQM at half budget | IQM at full budget "
+        "| train s / 1k env steps | wall s / 1k env steps |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     figures = []
     for name in study["tasks"]:
@@ -429,10 +455,11 @@ def table(out: Path) -> str:
             full = [v for c in row.runs if (v := c.at(steps)) is not None]
             trained = sum(c.env_steps for c in row.runs)
             speed = f"{1000 * sum(c.train_seconds for c in row.runs) / trained:.1f}" if trained else "-"
+            wall = f"{1000 * sum(c.wall_seconds for c in row.runs) / trained:.1f}" if trained else "-"
             lr = f"{row.learning_rate:g} (of {row.settings})" if row.learning_rate is not None else "-"
             lines.append(
                 f"| {name} ({task.metric}, {steps} steps) | {row.algorithm} | {lr} | {len(row.runs)}/{row.planned} "
-                f"| {_iqm_ci(half)} | {_iqm_ci(full)} | {speed} |"
+                f"| {_iqm_ci(half)} | {_iqm_ci(full)} | {speed} | {wall} |"
             )
         svg = out / f"curves-{name}.svg"
         svg.write_text(curves_svg(task, rows, steps, study["evals"]), encoding="utf-8")
@@ -440,7 +467,8 @@ def table(out: Path) -> str:
     notes = (
         "\nIQM over seeds with its 95% percentile bootstrap interval (llmgym.stats), of the greedy evaluation "
         "first at or past each budget (the critic-free algorithms play whole rounds, so they may pass it by "
-        "up to one round). Train time is collection plus updates (evaluations left out).\n"
+        "up to one round). Train time is collection plus updates; wall time is the "
+        "runs' processes, start-up and evaluations included.\n"
     )
     return "\n".join(lines) + "\n" + notes + "\n" + "\n".join(figures) + "\n"
 

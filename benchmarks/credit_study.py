@@ -99,6 +99,8 @@ TASKS: dict[str, Task] = {
             (
                 "env.id=llmgym/FrozenLake-Text-v0",
                 "env.kwargs.is_slippery=false",
+                "agent.system_prompt=You walk on a frozen lake to the goal G without stepping into a hole H. "
+                "Reply with one word among left, down, right and up.",
                 "env.num_envs=8",
                 "env.max_episode_steps=16",
                 "algorithm.minibatch_size=32",

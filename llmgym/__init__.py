@@ -45,6 +45,7 @@ _LAZY: dict[str, str] = {
     "A2C": "llmgym.algorithms.a2c",
     "GRPO": "llmgym.algorithms.grpo",
     "RLOO": "llmgym.algorithms.rloo",
+    "ReBN": "llmgym.algorithms.rebn",
     "NLPO": "llmgym.algorithms.nlpo",
     "TRPO": "llmgym.algorithms.trpo",
 }
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from llmgym.algorithms.grpo import GRPO
     from llmgym.algorithms.nlpo import NLPO
     from llmgym.algorithms.ppo import PPO
+    from llmgym.algorithms.rebn import ReBN
     from llmgym.algorithms.rloo import RLOO
     from llmgym.algorithms.trpo import TRPO
     from llmgym.envs.checker import check_text_env

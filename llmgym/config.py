@@ -743,7 +743,7 @@ class KLConfig(_Section):
 
 
 #: The values of ``algorithm.name`` (the keys of :data:`llmgym.algorithms.registry.ALGORITHMS`).
-ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "grpo", "rloo", "nlpo", "trpo")
+ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "grpo", "rloo", "rebn", "nlpo", "trpo")
 
 
 @dataclass
@@ -855,7 +855,8 @@ class AlgorithmConfig(_Section):
     _section: ClassVar[str] = "algorithm"
     name: str = _f(
         "ppo",
-        "The algorithm: ppo, a2c, grpo or rloo (the last two critic-free, with group baselines), nlpo (PPO "
+        "The algorithm: ppo, a2c, grpo or rloo (the last two critic-free, with group baselines), rebn "
+        "(critic-free REINFORCE on per-turn returns normalised over the batch, GEM's ReBN), nlpo (PPO "
         "over the top-p tokens of a periodically refreshed mask policy; generative and token agents only) "
         "or trpo (a natural-gradient step in a KL trust region): llmgym.algorithms.registry. Or a user "
         "algorithm as 'package.module:ClassName', an llmgym.OnPolicyAlgorithm subclass.",

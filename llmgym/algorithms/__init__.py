@@ -1,4 +1,4 @@
-"""RL algorithms for LLM agents, one class each (PPO, A2C, GRPO, RLOO, NLPO, TRPO), with the pieces they share.
+"""RL algorithms for LLM agents, one class each (PPO, A2C, GRPO, RLOO, ReBN, NLPO, TRPO), with the pieces they share.
 
 Each algorithm's math and loop live in its own module (:mod:`~llmgym.algorithms.ppo`,
 :mod:`~llmgym.algorithms.a2c`); :class:`~llmgym.algorithms.updaters.PolicyUpdater` runs any of their
@@ -26,6 +26,7 @@ from llmgym.algorithms.protocols import (
     Objective,
     PolicyBackend,
 )
+from llmgym.algorithms.rebn import ReBN, return_batch_normalization, turn_returns
 from llmgym.algorithms.registry import ALGORITHMS, algorithm_class
 from llmgym.algorithms.rloo import RLOO, rloo_advantages
 from llmgym.algorithms.trpo import TRPO, TRPOObjective, conjugate_gradient, line_search, trpo_step_size
@@ -49,6 +50,7 @@ __all__ = [
     "PolicyOutputs",
     "PolicyUpdater",
     "RLOO",
+    "ReBN",
     "RolloutBatch",
     "RolloutBuffer",
     "SampleTargets",
@@ -68,8 +70,10 @@ __all__ = [
     "masked_mean",
     "pad_candidate_scores",
     "ppo_policy_loss",
+    "return_batch_normalization",
     "rloo_advantages",
     "trpo_step_size",
+    "turn_returns",
     "value_loss",
     "whiten",
 ]

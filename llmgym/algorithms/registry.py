@@ -7,6 +7,7 @@ from llmgym.algorithms.grpo import GRPO
 from llmgym.algorithms.nlpo import NLPO
 from llmgym.algorithms.on_policy import OnPolicyAlgorithm
 from llmgym.algorithms.ppo import PPO
+from llmgym.algorithms.rebn import ReBN
 from llmgym.algorithms.rloo import RLOO
 from llmgym.algorithms.trpo import TRPO
 from llmgym.algorithms.user_classes import import_class, is_import_path
@@ -15,7 +16,9 @@ from llmgym.errors import ConfigError
 __all__ = ["ALGORITHMS", "algorithm_class"]
 
 #: ``algorithm.name`` → its class (kept equal to :data:`llmgym.config.ALGORITHM_NAMES`, a test checks it).
-ALGORITHMS: dict[str, type[OnPolicyAlgorithm]] = {cls.name: cls for cls in (PPO, A2C, GRPO, RLOO, NLPO, TRPO)}
+ALGORITHMS: dict[str, type[OnPolicyAlgorithm]] = {
+    cls.name: cls for cls in (PPO, A2C, GRPO, RLOO, ReBN, NLPO, TRPO)
+}
 
 
 def algorithm_class(name: str) -> type[OnPolicyAlgorithm]:

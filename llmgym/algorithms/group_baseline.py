@@ -1,31 +1,27 @@
 """Critic-free policy optimisation with group baselines: what GRPO and RLOO share.
 
-Each round resets the vector env's ``N = M * G`` envs so that the ``G`` envs of group ``m`` start
-from the same seed (the same task, the same prompt), plays every env until its first episode
-ends, and credits each turn of an episode with its episode's return measured against the other
-returns of its group (:meth:`GroupBaselineAlgorithm.group_advantages`: GRPO standardises within
-the group, RLOO subtracts the leave-one-out mean). The update is PPO's clipped surrogate (epochs,
-minibatches, ``algorithm.ppo.target_kl``) with no value loss. Envs whose episode has ended keep stepping, their
-decisions discarded, until the round's last episode ends or ``algorithm.rollout_steps`` steps pass
-(an episode still running then counts with the return it has so far).
+Each round (:class:`~llmgym.algorithms.episode_rounds.EpisodeRoundAlgorithm`) resets the vector
+env's ``N = M * G`` envs so that the ``G`` envs of group ``m`` start from the same seed (the same
+task, the same prompt), plays every env until its first episode ends, and credits each turn of an
+episode with its episode's return measured against the other returns of its group
+(:meth:`GroupBaselineAlgorithm.group_advantages`: GRPO standardises within the group, RLOO
+subtracts the leave-one-out mean). The update is PPO's clipped surrogate with no value loss.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from llmgym.agents.base import BaseAgent
 from llmgym.agents.learning import Episode
 from llmgym.algorithms.buffer import RolloutBuffer
-from llmgym.algorithms.callbacks import Callback
+from llmgym.algorithms.episode_rounds import EpisodeRoundAlgorithm
 from llmgym.algorithms.on_policy import RolloutTargets, lay_end_to_end
-from llmgym.algorithms.ppo import PPO, PPOObjective
 from llmgym.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
@@ -48,7 +44,7 @@ def episode_returns_by_group(returns: Sequence[float], group_size: int) -> Tenso
     return torch.tensor([float(r) for r in returns], dtype=torch.float64).reshape(-1, group_size)
 
 
-class GroupBaselineAlgorithm(PPO, abc.ABC):
+class GroupBaselineAlgorithm(EpisodeRoundAlgorithm):
     """PPO's update with a group baseline instead of a critic (subclasses: GRPO, RLOO).
 
     Args:
@@ -76,7 +72,6 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
                 f"{type(self).__name__} plays groups of algorithm.group.size={group} envs from one reset seed, but "
                 f"env.num_envs={envs.num_envs}; set env.num_envs to a multiple of {group}."
             )
-        self._rounds = 0
         self._episode_lengths: list[int] = []
 
     @staticmethod
@@ -84,54 +79,11 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
     def group_advantages(returns: Tensor) -> Tensor:
         """``[M, G]`` advantages of the ``[M, G]`` episode returns of ``M`` groups of ``G``."""
 
-    def objective(self) -> PPOObjective:
-        """PPO's clipped surrogate with no value loss (there is no critic)."""
-        cfg = self.config
-        return PPOObjective(cfg.ppo.clip_range, None, 0.0, cfg.entropy_coef, self.kl.loss_coef)
-
-    # ------------------------------------------------------------------ rollouts
-    def _round_seeds(self, num_envs: int) -> list[int]:
+    def round_seeds(self, num_envs: int) -> list[int]:
+        """The ``G`` envs of each group start from the group's seed; each round takes the next ``M`` seeds."""
         groups = num_envs // self.config.group.size
         first = self._seed + self._rounds * groups
         return [first + g for g in range(groups) for _ in range(self.config.group.size)]
-
-    def collect_rollout(self, callback: Optional[Callback] = None) -> dict[str, float]:
-        """Play one round: every env's first episode from its group's seed; store them end to end.
-
-        Args:
-            callback: Told of every step (:meth:`~llmgym.algorithms.callbacks.Callback.on_step`);
-                an env whose episode has ended steps on outside ``live``.
-
-        Returns:
-            Rollout statistics (invalid-action rate, mean env reward per step: without the KL penalty).
-        """
-        agent, envs = self._require_envs()
-        self._rollout_start_steps = self.env_steps  # what algorithm.anneal_lr decays over, as PPO's rollout
-        observations, infos = envs.reset(seed=self._round_seeds(envs.num_envs))
-        self._episode_starts = np.ones(envs.num_envs, dtype=bool)
-        self._rounds += 1
-        for index in range(envs.num_envs):
-            agent.reset_env(index)
-        episodes = [Episode() for _ in range(envs.num_envs)]
-        running = set(range(envs.num_envs))
-        parse_failures = 0
-        env_reward_sum = 0.0
-        self._rollout_kl = []
-        for _ in range(self.config.rollout_steps):
-            step = self.rollout_step(observations, infos, callback, live=sorted(running))
-            for index in np.flatnonzero(step.live).tolist():
-                episodes[index].decisions.append(step.decisions[index])
-                episodes[index].rewards.append(float(step.rewards[index] + step.penalties[index]))
-                env_reward_sum += float(step.rewards[index])
-                parse_failures += int(step.decisions[index].parse_failed)
-                if step.terminated[index] or step.truncated[index]:
-                    running.discard(index)
-            observations, infos = list(step.next_observations), list(step.infos)
-            if not running:
-                break
-        steps = sum(len(ep.decisions) for ep in episodes)
-        self.buffer = self.episode_buffer(episodes)
-        return {"invalid_action_rate": parse_failures / steps, "reward_per_step": env_reward_sum / steps}
 
     def episode_buffer(self, episodes: Sequence[Episode]) -> RolloutBuffer:
         """The episodes end to end (GAE with discount 1 and no critic: each turn's return-to-go).
@@ -163,16 +115,3 @@ class GroupBaselineAlgorithm(PPO, abc.ABC):
         )
         per_turn = torch.repeat_interleave(advantages, lengths).to(batch.advantages.dtype)
         return RolloutTargets(batch, per_turn)
-
-    # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """Counters and episode statistics: every round starts from a seeded reset, so nothing is replayed."""
-        state = super().state_dict()
-        state["action_log"] = []
-        state["rounds"] = self._rounds
-        return state
-
-    def load_state_dict(self, state: dict[str, Any], generators: dict[str, torch.Tensor]) -> None:
-        """Restore :meth:`state_dict` (the next round resets the envs itself)."""
-        super().load_state_dict(state, generators)
-        self._rounds = int(state["rounds"])

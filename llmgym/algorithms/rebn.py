@@ -15,19 +15,16 @@ decisions discarded, until the round's last episode ends or ``algorithm.rollout_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from typing import TYPE_CHECKING, ClassVar, Optional
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from llmgym.agents.base import BaseAgent
 from llmgym.agents.learning import Episode
 from llmgym.algorithms.buffer import RolloutBuffer
-from llmgym.algorithms.callbacks import Callback
+from llmgym.algorithms.episode_rounds import EpisodeRoundAlgorithm
 from llmgym.algorithms.on_policy import RolloutTargets, lay_end_to_end
-from llmgym.algorithms.ppo import PPO, PPOObjective
-from llmgym.config import AlgorithmConfig
 from llmgym.errors import InputError
 
 if TYPE_CHECKING:
@@ -85,7 +82,7 @@ def return_batch_normalization(returns: Tensor, eps: float = REBN_EPS) -> Tensor
     return (returns - mean) / (std + eps)
 
 
-class ReBN(PPO):
+class ReBN(EpisodeRoundAlgorithm):
     """REINFORCE with Return Batch Normalization: PPO's surrogate on batch-normalised turn returns.
 
     Built and used as :class:`~llmgym.algorithms.ppo.PPO` is; ``algorithm.gamma`` discounts the
@@ -95,62 +92,16 @@ class ReBN(PPO):
 
     name: ClassVar[str] = "rebn"
 
-    def __init__(
-        self,
-        agent: Optional[BaseAgent] = None,
-        envs: Optional[TextVectorEnv] = None,
-        config: Optional[AlgorithmConfig] = None,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(agent, envs, config, seed)
-        self._rounds = 0
+    def setup(self, agent: Optional[BaseAgent], envs: Optional[TextVectorEnv]) -> None:
+        """The base class's checks; no batch yet."""
+        super().setup(agent, envs)
         #: ``[B]`` the discounted return of every turn of the last batch, in the buffer's order.
         self._turn_returns = torch.zeros(0, dtype=torch.float64)
 
-    def objective(self) -> PPOObjective:
-        """PPO's clipped surrogate with no value loss (there is no critic)."""
-        cfg = self.config
-        return PPOObjective(cfg.ppo.clip_range, None, 0.0, cfg.entropy_coef, self.kl.loss_coef)
-
-    # ------------------------------------------------------------------ rollouts
-    def collect_rollout(self, callback: Optional[Callback] = None) -> dict[str, float]:
-        """Play one round: every env's first episode from its own seed; store them end to end.
-
-        Args:
-            callback: Told of every step (:meth:`~llmgym.algorithms.callbacks.Callback.on_step`);
-                an env whose episode has ended steps on outside ``live``.
-
-        Returns:
-            Rollout statistics (invalid-action rate, mean env reward per step: without the KL penalty).
-        """
-        agent, envs = self._require_envs()
-        self._rollout_start_steps = self.env_steps
-        first = self._seed + self._rounds * envs.num_envs
-        observations, infos = envs.reset(seed=[first + i for i in range(envs.num_envs)])
-        self._episode_starts = np.ones(envs.num_envs, dtype=bool)
-        self._rounds += 1
-        for index in range(envs.num_envs):
-            agent.reset_env(index)
-        episodes = [Episode() for _ in range(envs.num_envs)]
-        running = set(range(envs.num_envs))
-        parse_failures = 0
-        env_reward_sum = 0.0
-        self._rollout_kl = []
-        for _ in range(self.config.rollout_steps):
-            step = self.rollout_step(observations, infos, callback, live=sorted(running))
-            for index in np.flatnonzero(step.live).tolist():
-                episodes[index].decisions.append(step.decisions[index])
-                episodes[index].rewards.append(float(step.rewards[index] + step.penalties[index]))
-                env_reward_sum += float(step.rewards[index])
-                parse_failures += int(step.decisions[index].parse_failed)
-                if step.terminated[index] or step.truncated[index]:
-                    running.discard(index)
-            observations, infos = list(step.next_observations), list(step.infos)
-            if not running:
-                break
-        steps = sum(len(ep.decisions) for ep in episodes)
-        self.buffer = self.episode_buffer(episodes)
-        return {"invalid_action_rate": parse_failures / steps, "reward_per_step": env_reward_sum / steps}
+    def round_seeds(self, num_envs: int) -> list[int]:
+        """Every env from its own seed; each round takes the next ``num_envs`` seeds."""
+        first = self._seed + self._rounds * num_envs
+        return [first + i for i in range(num_envs)]
 
     def episode_buffer(self, episodes: Sequence[Episode]) -> RolloutBuffer:
         """The episodes end to end; each turn's discounted return is kept for :meth:`rollout_targets`.
@@ -169,16 +120,3 @@ class ReBN(PPO):
         batch = buffer.get(torch.arange(len(buffer)))
         advantages = return_batch_normalization(self._turn_returns)
         return RolloutTargets(batch, advantages.to(batch.advantages.dtype))
-
-    # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """Counters and episode statistics: every round starts from a seeded reset, so nothing is replayed."""
-        state = super().state_dict()
-        state["action_log"] = []
-        state["rounds"] = self._rounds
-        return state
-
-    def load_state_dict(self, state: dict[str, Any], generators: dict[str, torch.Tensor]) -> None:
-        """Restore :meth:`state_dict` (the next round resets the envs itself)."""
-        super().load_state_dict(state, generators)
-        self._rounds = int(state["rounds"])

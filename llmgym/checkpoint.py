@@ -532,6 +532,7 @@ RESUME_SAFE_KEYS = (
     "train.eval_before",
     "train.eval_sample",
     "train.eval_split_decoding",
+    "algorithm.nlpo.evaluate_masked",
     "train.checkpoint_every",
     "train.keep_checkpoints",
     "train.checkpoint_signals",
@@ -559,8 +560,8 @@ def check_resume_config(saved: dict[str, Any], current: dict[str, Any], checkpoi
     """Refuse a resume whose config changes what the run computes; report the harmless changes.
 
     Only the keys in :data:`RESUME_SAFE_KEYS` may change: ``train.total_env_steps`` (to extend a
-    run), the evaluation and checkpoint schedule, output names, ``logging`` and the rendezvous
-    address, port and timeout. Every other key (``model`` with ``lora``, ``dtype`` and ``device``,
+    run), the evaluation and checkpoint schedule, NLPO's evaluation mask, output names, ``logging``
+    and the rendezvous address, port and timeout. Every other key (``model`` with ``lora``, ``dtype`` and ``device``,
     ``env`` with its ``id``, ``num_envs`` and ``kwargs``, ``agent``, ``algorithm``,
     ``train.seed``, the number of LLM servers...) changes what the resumed run collects or how
     it updates, so it would no longer continue the run exactly and is refused. (With

@@ -819,6 +819,13 @@ class NLPOSection(_Section):
         "probability (RL4LMs' min_tokens_to_keep, 100 by default there; converted RL4LMs configs set it); "
         "1 keeps the top-p set alone.",
     )
+    evaluate_masked: bool = _f(
+        True,
+        "Evaluations (train.eval_episodes' greedy and sampled episodes, train.eval_splits greedy or sampled, "
+        "llmgym eval) decode under the mask, as RL4LMs' maskable policies do (its generate always applies the "
+        "mask's logits processor): every token from the mask policy's top-p set (min_tokens_to_keep at least); "
+        "false evaluates the unmasked policy. Training is unchanged either way.",
+    )
 
     def _check(self) -> None:
         self._positive("mask_update_interval", "min_tokens_to_keep")

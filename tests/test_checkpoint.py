@@ -290,3 +290,14 @@ def test_a_run_saved_before_eval_split_decoding_resumes_with_it_set():
         assert check_resume_config(SAVED, new, "ckpt") == [
             f"train.eval_split_decoding: '<absent>' -> '{decoding}'"
         ]
+
+
+def test_an_nlpo_run_saved_before_evaluate_masked_resumes_with_it_set():
+    # it decides how the separate evaluation agent decodes, not what is collected or trained
+    saved = {**SAVED, "algorithm": {"name": "nlpo", "nlpo": {"mask_top_p": 0.9}}}
+    for masked in (True, False):
+        new = json.loads(json.dumps(saved))
+        new["algorithm"]["nlpo"]["evaluate_masked"] = masked
+        assert check_resume_config(saved, new, "ckpt") == [
+            f"algorithm.nlpo.evaluate_masked: '<absent>' -> {masked!r}"
+        ]

@@ -453,7 +453,8 @@ class TokenPolicy:
     def generation_kwargs(self, greedy: bool, min_new_tokens: Optional[int] = None) -> dict[str, Any]:
         """Keyword arguments of ``llm.generate`` for one step (greedy: the argmax at every token).
 
-        Greedy keeps the repetition penalty and ``min_new_tokens`` (they shape the argmax too) and the stop strings.
+        Greedy keeps NLPO's mask, the repetition penalty and ``min_new_tokens`` (they shape the argmax
+        too) and the stop strings.
 
         Args:
             greedy: The argmax at every token.
@@ -463,7 +464,7 @@ class TokenPolicy:
         sampling = self._banning(min_new_tokens)
         kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens}
         if greedy:
-            kwargs.update(do_sample=False, **sampling.history_kwargs())
+            kwargs.update(do_sample=False, **sampling.mask_kwargs(), **sampling.history_kwargs())
         else:
             kwargs.update(sampling.generation_kwargs())
         if self.stop:

@@ -498,6 +498,8 @@ def convert_rl4lms_config(
             )
         # RL4LMs' maskable policies keep at least min_tokens_to_keep tokens (default 100)
         algorithm["nlpo"]["min_tokens_to_keep"] = int(pargs.get("min_tokens_to_keep", 100))
+        # RL4LMs' maskable policies pass their mask's logits processor to every generate, evaluation included
+        algorithm["nlpo"]["evaluate_masked"] = True
     pargs.done()
     policy.done()
     alg.done()

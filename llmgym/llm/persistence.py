@@ -32,7 +32,7 @@ from llmgym.errors import CheckpointError
 from llmgym.llm.adapters import is_peft_model
 from llmgym.llm.fingerprint import BaseFingerprint
 
-__all__ = ["save_llm_state", "load_llm_state", "load_mask_policy", "read_meta"]
+__all__ = ["save_llm_state", "load_llm_state", "load_mask_policy", "has_mask_policy", "read_meta"]
 
 _FORMAT = 1
 _MASK_FILE = "mask_policy.safetensors"
@@ -237,6 +237,11 @@ def load_llm_state(
             f"checkpoint {str(folder)!r} could not be loaded into this LLM ({str(exc).splitlines()[0][:300]}); load it "
             "into an LLM built with the same model and model.lora settings as the one that saved it."
         ) from exc
+
+
+def has_mask_policy(path: str | os.PathLike[str]) -> bool:
+    """Whether the LLM state in ``path`` saved a mask-policy snapshot (NLPO had taken one)."""
+    return (Path(path) / _MASK_FILE).is_file()
 
 
 def load_mask_policy(path: str | os.PathLike[str]) -> dict[str, torch.Tensor] | None:

@@ -122,11 +122,16 @@ class Sampling:
             "top_k": self.top_k,
             "top_p": self.top_p,
         }
-        if self.is_masked:
-            kwargs["mask_top_p"] = self.mask_top_p
-            if self.mask_min_tokens > 1:
-                kwargs["mask_min_tokens"] = self.mask_min_tokens
-        return {**kwargs, **self.history_kwargs()}
+        return {**kwargs, **self.mask_kwargs(), **self.history_kwargs()}
+
+    def mask_kwargs(self) -> dict[str, Any]:
+        """The ``generate`` arguments of NLPO's mask, greedy or sampled (none when unmasked)."""
+        if not self.is_masked:
+            return {}
+        kwargs: dict[str, Any] = {"mask_top_p": self.mask_top_p}
+        if self.mask_min_tokens > 1:
+            kwargs["mask_min_tokens"] = self.mask_min_tokens
+        return kwargs
 
     def history_kwargs(self) -> dict[str, Any]:
         """The ``generate`` arguments of the history-dependent processors, greedy or sampled (none by default)."""

@@ -11,7 +11,8 @@ continue across rollouts rather than starting from chosen seeds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -24,7 +25,7 @@ from llmgym.errors import ConfigError
 from llmgym.report.records import EpisodeRecorder
 from llmgym.run.fluency import fluency_metrics
 
-__all__ = ["EpisodeStep", "eval_width", "evaluate", "play_episodes"]
+__all__ = ["EpisodeStep", "eval_width", "evaluate", "evaluated_policy", "masks_evaluation", "play_episodes"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,32 @@ def play_episodes(
                 state[slot] = (obs, info)
 
 
+def masks_evaluation(config: Config) -> bool:
+    """Whether evaluations decode under NLPO's mask (``algorithm.name: nlpo`` and ``algorithm.nlpo.evaluate_masked``)."""
+    return config.algorithm.name == "nlpo" and config.algorithm.nlpo.evaluate_masked
+
+
+@contextmanager
+def evaluated_policy(agent: BaseAgent, config: Config) -> Iterator[None]:
+    """The agent acts with the policy evaluations decode with; its own policy is restored after.
+
+    With :func:`masks_evaluation`, every token is restricted to the mask policy's top-p set
+    (``agent.policy.masked(algorithm.nlpo.mask_top_p, algorithm.nlpo.min_tokens_to_keep)``), greedy
+    and sampled alike, as RL4LMs' maskable policies apply their mask in every ``generate``, evaluation
+    included; otherwise the agent's policy as it is.
+    """
+    if not masks_evaluation(config):
+        yield
+        return
+    nlpo = config.algorithm.nlpo
+    policy = agent.policy
+    agent.policy = policy.masked(nlpo.mask_top_p, nlpo.min_tokens_to_keep)
+    try:
+        yield
+    finally:
+        agent.policy = policy
+
+
 def eval_width(config: Config, episodes: int) -> int:
     """Envs evaluated side by side: ``train.eval_num_envs`` (default ``env.num_envs``), at most ``episodes``."""
     width = config.train.eval_num_envs or config.env.num_envs
@@ -138,7 +165,8 @@ def evaluate(
     """Run ``episodes`` seeded episodes (episode ``j`` uses seed ``seed + j``) with the agent.
 
     Up to ``agent.num_envs`` episodes run side by side (:func:`play_episodes`). With a
-    ``recorder``, the steps of the episodes it wants are recorded (for the run report).
+    ``recorder``, the steps of the episodes it wants are recorded (for the run report). An NLPO
+    config's agent decodes under the mask with ``algorithm.nlpo.evaluate_masked`` (:func:`evaluated_policy`).
 
     Returns:
         ``success_rate``, ``episode_return`` (the task's return: ``info["shaping_reward"]`` is left
@@ -176,24 +204,25 @@ def evaluate(
             if recorder is not None and recorded:
                 recorder.end_episode(episode, seed + episode, bool(successes[episode]), step.terminated)
 
-    try:
-        play_episodes(
-            agent, envs, episodes, lambda env, episode: env.reset(seed=seed + episode), on_step, greedy
-        )
-    finally:
-        for env in envs:
-            env.close()
     n = max(1, episodes)
-    result = {
-        "success_rate": sum(successes) / n,
-        "episode_return": sum(returns) / n,
-        "episode_length": sum(lengths) / n,
-        "episodes": float(episodes),
-    }
-    if completions:
-        result.update(
-            _fluency(agent, decisions, [completions[e] for e in sorted(completions)], sampled=not greedy)
-        )
+    with evaluated_policy(agent, config):  # the fluency's KL reads the policy the tokens were drawn from
+        try:
+            play_episodes(
+                agent, envs, episodes, lambda env, episode: env.reset(seed=seed + episode), on_step, greedy
+            )
+        finally:
+            for env in envs:
+                env.close()
+        result = {
+            "success_rate": sum(successes) / n,
+            "episode_return": sum(returns) / n,
+            "episode_length": sum(lengths) / n,
+            "episodes": float(episodes),
+        }
+        if completions:
+            result.update(
+                _fluency(agent, decisions, [completions[e] for e in sorted(completions)], sampled=not greedy)
+            )
     return result
 
 

@@ -20,7 +20,7 @@ import torch
 from llmgym.agents.base import BaseAgent
 from llmgym.config import Config
 from llmgym.errors import BackendError, ConfigError
-from llmgym.run.evaluation import EpisodeStep, play_episodes
+from llmgym.run.evaluation import EpisodeStep, evaluated_policy, play_episodes
 from llmgym.text_metrics import MetricContext, MetricSpec, compute_metrics
 
 if TYPE_CHECKING:
@@ -94,14 +94,15 @@ def _complete(
             }
 
     try:
-        play_episodes(
-            agent,
-            envs,
-            count,
-            lambda env, index: env.reset(seed=index, options={"index": index}),
-            on_step,
-            greedy,
-        )
+        with evaluated_policy(agent, config):
+            play_episodes(
+                agent,
+                envs,
+                count,
+                lambda env, index: env.reset(seed=index, options={"index": index}),
+                on_step,
+                greedy,
+            )
     finally:
         for env in envs:
             env.close()
@@ -125,7 +126,9 @@ def evaluate_splits(
     (``agent.act_batch(greedy=False)``: the agent's temperature, top-k, top-p and minimum length),
     seeded with ``seed`` before each split (the agent's generator and torch's, restored after), so
     the same seed, split and ``agent.num_envs`` (the batch drawn in) give the same predictions from an in-process model
-    (LLM servers, ``distributed``, sample with their own generators).
+    (LLM servers, ``distributed``, sample with their own generators). An NLPO config's agent decodes
+    under the mask, greedy or sampled, with ``algorithm.nlpo.evaluate_masked`` (as RL4LMs' maskable
+    policies do: :func:`~llmgym.run.evaluation.evaluated_policy`).
 
     Args:
         agent: The agent.

@@ -43,6 +43,7 @@ from llmgym.checkpoint import (
 from llmgym.config import AUTO_RESUME, Config, config_to_dict, load_config, save_config
 from llmgym.envs.registration import check_env_id
 from llmgym.errors import CheckpointError, ConfigError
+from llmgym.llm.persistence import has_mask_policy
 from llmgym.metrics import RunLogger, plot_learning_curve, trim_metrics
 from llmgym.report.records import (
     EPISODES_NAME,
@@ -55,7 +56,7 @@ from llmgym.report.records import (
 )
 from llmgym.run.build import build_agent, build_llm, env_instructions, make_envs, seed_everything
 from llmgym.run.config_files import load_run_config
-from llmgym.run.evaluation import eval_width, evaluate
+from llmgym.run.evaluation import eval_width, evaluate, masks_evaluation
 from llmgym.run.requirements import check_requirements
 from llmgym.run.stop_signals import SignalStop, StopRequest, TrainingStopped
 from llmgym.run_lock import LOCK_FILE, RunLock, default_run_stem, new_run_dir
@@ -786,7 +787,9 @@ def evaluate_run(
 
     With ``report``, the result and the first ``logging.record_episodes`` episodes are saved in an
     evaluation folder (``RUN_DIR/eval``, or ``train.output_dir/eval-ENV-TIME`` for a config) with
-    its ``report.html``, whose path is printed.
+    its ``report.html``, whose path is printed. An NLPO config with ``algorithm.nlpo.evaluate_masked``
+    decodes under the mask policy the checkpoint saved (zero-shot, or a checkpoint without one: a
+    snapshot of the evaluated policy, as NLPO takes before its first rollout).
 
     Args:
         run_dir: Run directory written by ``llmgym train``; or a config (a YAML file or the name
@@ -827,6 +830,9 @@ def evaluate_run(
         # A run still training may replace its checkpoint while it loads: then its newest one is read.
         folder, config = read_latest_checkpoint(path, load) if path.is_dir() else (None, load(None))
         llm = built[0]
+        if masks_evaluation(config) and (folder is None or not has_mask_policy(folder / "llm")):
+            # no snapshot to mask with: NLPO's first one, the policy as it is evaluated (trained from, zero-shot)
+            llm.refresh_mask_policy()
         agent = build_agent(config, llm, eval_width(config, episodes), env_instructions(config))
         algo = config.algorithm
         recorder = EpisodeRecorder(

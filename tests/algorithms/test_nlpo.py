@@ -149,3 +149,41 @@ def test_masked_logprobs_equal_generates_on_gpt2_too():
     )
     for g, r in zip(gens, rescored):
         torch.testing.assert_close(r["logprobs"], g.logprobs, atol=1e-5, rtol=0)
+
+
+def test_greedy_under_the_mask_keeps_the_mask(tiny_llama):
+    from llmgym.agents.policies import TokenPolicy
+
+    masked = TokenPolicy().masked(0.5, 3)
+    assert masked.generation_kwargs(greedy=True) == {
+        "max_new_tokens": 32,
+        "do_sample": False,
+        "mask_top_p": 0.5,
+        "mask_min_tokens": 3,
+    }
+    assert "mask_top_p" not in TokenPolicy().generation_kwargs(greedy=True)
+
+
+def test_llmgym_eval_of_an_nlpo_config_masks_with_the_first_snapshot_training_takes(tmp_path, tiny_model_dir):
+    from llmgym.run.evaluation import evaluate
+    from llmgym.run.trainer import Trainer, evaluate_run
+
+    config = tiny_config(
+        tmp_path,
+        "llmgym/TextGen-v0",
+        *TOKEN_TEXTGEN,
+        f"model.name={tiny_model_dir}",
+        "train.run_name=z",
+        "agent.max_prompt_tokens=64",
+    )
+    trainer = Trainer(config)  # NLPO snapshots the initial weights as its mask policy before any rollout
+    try:
+        want = evaluate(trainer.eval_agent, trainer.config, 3, seed=3)
+        assert not trainer.eval_agent.policy.sampling.is_masked  # masked only while it evaluates
+    finally:
+        trainer.close()
+    path = tmp_path / "z" / "config.yaml"
+    # zero-shot: no snapshot saved, so the evaluation takes NLPO's first one (not "no snapshot yet")
+    assert evaluate_run(path, episodes=3, seed=3, report=False) == want
+    sampled = evaluate_run(path, episodes=3, seed=3, report=False, greedy=False)
+    assert sampled["episodes"] == 3.0

@@ -315,6 +315,8 @@ def test_llmgym_convert_prints_a_loadable_config(tiny_model_dir, tmp_path, capsy
         config.algorithm.nlpo.mask_update_interval,
         config.algorithm.nlpo.min_tokens_to_keep,
     ) == ("nlpo", 0.9, 5, 100)
+    # RL4LMs' maskable policy applies its mask in evaluation's generate too: set, not left to the default
+    assert "evaluate_masked: true" in out and config.algorithm.nlpo.evaluate_masked
     assert config.agent.min_new_tokens == 48  # min_length 48 of a causal policy: 48 new tokens
     assert config.train.eval_split_decoding == "sample"  # RL4LMs evaluates with the rollouts' kwargs
     assert config.train.eval_splits == ["val", "test"] and config.env.kwargs["datapool_kwargs"] == {

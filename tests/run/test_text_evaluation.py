@@ -95,3 +95,84 @@ def test_a_changed_seed_samples_other_predictions(tmp_path):
 def test_an_unknown_split_decoding_is_refused_by_name(tmp_path):
     with pytest.raises(ConfigError, match=r"train\.eval_split_decoding='beam'.*\['greedy', 'sample'\]"):
         tiny_config(tmp_path, "llmgym/TextGen-v0", "train.eval_split_decoding=beam")
+
+
+# NLPO's mask keeps one token (the mask policy's argmax: the tiny model's distribution is nearly flat, so
+# 0.0001 is below its top probability) and the special tokens (RL4LMs unmasks them too).
+NLPO_SPLIT = [
+    "algorithm.name=nlpo",
+    "algorithm.nlpo.mask_top_p=0.0001",
+    "algorithm.nlpo.min_tokens_to_keep=1",
+    "env.kwargs.mode=completion",
+    "agent.type=generative",
+    "agent.max_new_tokens=4",
+]
+
+
+def _replayed(model, mask_model, decision, special_ids, masked):
+    """The greedy tokens of ``decision``'s prompt, replayed: the argmax, or the argmax over the mask's kept set."""
+    ids = list(decision.prompt_ids)
+    for _ in decision.choice.token_ids:
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, -1]
+            kept = {int(mask_model(torch.tensor([ids])).logits[0, -1].argmax()), *special_ids}
+        ids.append(max(kept, key=lambda t: float(logits[t])) if masked else int(logits.argmax()))
+    return ids[len(decision.prompt_ids) :]
+
+
+@pytest.mark.parametrize("decoding", ["greedy", "sample"])
+def test_an_nlpo_split_evaluation_decodes_under_the_mask_when_asked(tmp_path, decoding):
+    config = tiny_config(
+        tmp_path, "llmgym/TextGen-v0", *SPLIT_TEXTGEN, *NLPO_SPLIT, f"train.eval_split_decoding={decoding}"
+    )
+    unmasked = dataclasses.replace(
+        config,
+        algorithm=dataclasses.replace(
+            config.algorithm, nlpo=dataclasses.replace(config.algorithm.nlpo, evaluate_masked=False)
+        ),
+    )
+    model, tokenizer = tiny_causal_lm("llama", seed=0)
+    mask_model, _ = tiny_causal_lm("llama", seed=0)  # the mask policy: the weights NLPO snapshot at setup
+    trainer = Trainer(config, model=model, tokenizer=tokenizer)
+    agent = trainer.eval_agent
+    kwargs = {"run_dir": trainer.run_dir, "env_steps": 0, "seed": 5}
+    try:
+        with torch.no_grad():  # the policy moves away from its mask policy, as training moves it
+            noise = torch.Generator().manual_seed(0)
+            for param in trainer.llm.model.parameters():
+                param.add_(torch.randn(param.shape, generator=noise) * 0.2)
+        policy = agent.policy
+        on = evaluate_splits(agent, config, ["val"], label="on", **kwargs)
+        on_decisions = list(agent.last_decisions)
+        assert agent.policy is policy and not policy.sampling.is_masked  # restored: training untouched
+        assert trainer.agent.policy.sampling.mask_top_p == 0.0001  # the training agent keeps its mask
+        off = evaluate_splits(agent, unmasked, ["val"], label="off", **kwargs)
+        off_decisions = list(agent.last_decisions)
+        today = evaluate_splits(agent, unmasked, ["val"], label="today", **kwargs)
+        assert off == today and on != off
+        special = set(tokenizer.all_special_ids)
+        model = trainer.llm.model
+        for decision in on_decisions:
+            tokens = list(decision.choice.token_ids)
+            kept_only = _replayed(model, mask_model, decision, special, masked=True)
+            if decoding == "greedy":
+                assert tokens == kept_only
+            else:  # each drawn token is the mask policy's argmax or a special token
+                prefix = list(decision.prompt_ids)
+                for token in tokens:
+                    with torch.no_grad():
+                        top = int(mask_model(torch.tensor([prefix])).logits[0, -1].argmax())
+                    assert token in {top, *special}
+                    prefix.append(token)
+        if decoding == "greedy":
+            for decision in off_decisions:
+                assert list(decision.choice.token_ids) == _replayed(
+                    model, mask_model, decision, special, False
+                )
+    finally:
+        trainer.close()
+    suffix = "_sampled" if decoding == "sample" else ""
+    on_texts, _ = _completions(trainer.run_dir / "predictions" / f"on_0_val{suffix}.jsonl")
+    off_texts, _ = _completions(trainer.run_dir / "predictions" / f"off_0_val{suffix}.jsonl")
+    today_texts, _ = _completions(trainer.run_dir / "predictions" / f"today_0_val{suffix}.jsonl")
+    assert on_texts != off_texts and off_texts == today_texts

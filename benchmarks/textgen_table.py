@@ -76,9 +76,8 @@ def sample_policy(
         issubclass(algorithm_class(config.algorithm.name), NLPO)
         and llm.backend.mask_policy.params is not None
     ):
-        agent.policy = agent.policy.masked(
-            config.algorithm.nlpo.mask_top_p
-        )  # the trained NLPO policy samples masked
+        nlpo = config.algorithm.nlpo  # the trained NLPO policy samples through its mask, as in training
+        agent.policy = agent.policy.masked(nlpo.mask_top_p, nlpo.min_tokens_to_keep)
     env = gym.make(config.env.id, **dict(config.env.kwargs))
     rewards: list[float] = []
     completions: list[str] = []

@@ -83,7 +83,7 @@ def _run_study(tiny_model_dir, out):
         "--algorithms",
         "ppo,rebn",
         "--seeds",
-        "0,1",
+        "0",
         "--steps",
         "64",
         "--evals",
@@ -115,14 +115,14 @@ def test_the_study_stops_on_sigterm_and_resumes_where_it_stopped(tiny_model_dir,
 
     resumed = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "[1/4] babyai/ppo/lr-0.0005/seed-0: resuming" in resumed.stdout
+    assert "[1/2] babyai/ppo/lr-0.0005/seed-0: resuming" in resumed.stdout
     train = [r["env_steps"] for r in read_metrics(first / "metrics.jsonl") if r["kind"] == "train"]
     assert train[-1] == 64 and train == sorted(set(train))  # no update replayed or lost
     log = [json.loads(line) for line in (out / "study.jsonl").read_text().splitlines()]
-    assert [e["cell"] for e in log].count("babyai/ppo/lr-0.0005/seed-0") == 2 and len(log) == 5
+    assert [e["cell"] for e in log].count("babyai/ppo/lr-0.0005/seed-0") == 2 and len(log) == 3
 
     again = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and again.stdout.count("finished, skipped") == 4, again.stdout
+    assert again.returncode == 0 and again.stdout.count("finished, skipped") == 2, again.stdout
 
     table = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "credit_study.py"), "table", "--out", str(out)],
@@ -134,5 +134,5 @@ def test_the_study_stops_on_sigterm_and_resumes_where_it_stopped(tiny_model_dir,
     )
     assert table.returncode == 0, table.stderr[-3000:]
     rows = [line for line in table.stdout.splitlines() if line.startswith("| babyai")]
-    assert len(rows) == 2 and all("| 2/2 |" in row and "(of 1)" in row for row in rows)
+    assert len(rows) == 2 and all("| 1/1 |" in row and "(of 1)" in row for row in rows)
     assert (out / "curves-babyai.svg").read_text().startswith("<svg")

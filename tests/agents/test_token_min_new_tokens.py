@@ -67,17 +67,19 @@ def _next_token_logits(llm, decision) -> torch.Tensor:
         return model(input_ids=torch.tensor([decision.prompt_ids])).logits[0, -1]
 
 
+def _banning_agent(llm, num_envs: int) -> TokenAgent:
+    """A token agent on the bare prompt that bans EOS for its first ``MINIMUM`` tokens of each episode."""
+    config = AgentConfig(
+        type="token", use_chat_template=False, history_length=0, system_prompt="", min_new_tokens=MINIMUM
+    )
+    return TokenAgent(llm, config, num_envs=num_envs)
+
+
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
 def test_eos_is_banned_before_min_new_tokens_when_sampling_and_when_rescoring(kind):
     llm = _eos_heavy_llm(kind)
     eos = llm.tokenizer.eos_token_id
-    agent = TokenAgent(
-        llm,
-        AgentConfig(
-            type="token", use_chat_template=False, history_length=0, system_prompt="", min_new_tokens=MINIMUM
-        ),
-        num_envs=4,
-    )
+    agent = _banning_agent(llm, num_envs=4)
     torch.manual_seed(0)
     steps = _episodes(agent, num_envs=4, episodes=2, greedy=False)
     for t, decision in steps:
@@ -111,12 +113,6 @@ def test_greedy_evaluation_keeps_the_ban_then_takes_eos(kind):
     # RL4LMs' evaluation min_length: the argmax is EOS (its +6 bias) except while it is banned
     llm = _eos_heavy_llm(kind)
     eos = llm.tokenizer.eos_token_id
-    agent = TokenAgent(
-        llm,
-        AgentConfig(
-            type="token", use_chat_template=False, history_length=0, system_prompt="", min_new_tokens=MINIMUM
-        ),
-        num_envs=2,
-    )
+    agent = _banning_agent(llm, num_envs=2)
     steps = _episodes(agent, num_envs=2, episodes=1, greedy=True)
     assert [d.choice.token_ids[0] == eos for t, d in steps] == [t >= MINIMUM for t, _ in steps]

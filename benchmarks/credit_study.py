@@ -48,7 +48,7 @@ from llmgym.errors import ConfigError, RunFileError
 from llmgym.lifetime import exit_with_parent
 from llmgym.report.runs import read_metrics
 from llmgym.report.svg import PALETTE, Series, line_chart
-from llmgym.stats import bootstrap_ci, iqm
+from llmgym.stats import bootstrap_ci, iqm, parse_seeds
 
 #: Episodes per group of GRPO and RLOO (every task's ``env.num_envs`` is a multiple of it).
 GROUP_SIZE = 4
@@ -475,14 +475,6 @@ def table(out: Path) -> str:
     return "\n".join(lines) + "\n" + notes + "\n" + "\n".join(figures) + "\n"
 
 
-def _ints(text: str) -> list[int]:
-    """``0-4`` or ``0,2,5``."""
-    if "-" in text:
-        low, high = text.split("-", 1)
-        return list(range(int(low), int(high) + 1))
-    return [int(x) for x in text.split(",") if x]
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``run`` the cells or print the ``table``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -512,7 +504,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             [t for t in args.tasks.split(",") if t],
             [a for a in args.algorithms.split(",") if a],
             [float(x) for x in args.learning_rates.split(",") if x],
-            _ints(args.seeds),
+            parse_seeds(args.seeds),
             args.steps,
             args.evals,
             args.overrides,

@@ -17,6 +17,7 @@ import fcntl
 import logging
 import os
 import weakref
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 
@@ -62,7 +63,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class RunLock:
+class RunLock(AbstractContextManager["RunLock"]):
     """The exclusive advisory lock of a run folder, held by the process writing it.
 
     Build it with :meth:`acquire`; :meth:`release` (or leaving a ``with`` block) frees it. The
@@ -130,9 +131,6 @@ class RunLock:
             os.ftruncate(fd, 0)
         finally:
             os.close(fd)
-
-    def __enter__(self) -> RunLock:
-        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -59,6 +59,7 @@ import torch
 
 from llmgym.compat.lamorel_config import LamorelSettings, load_lamorel_config, parse_lamorel_args
 from llmgym.errors import BackendError, ConfigError, InputError
+from llmgym.llm.protocols import CandidateSets, Contexts, HeadOutputs
 from llmgym.llm.updater import Updater
 
 __all__ = [
@@ -150,7 +151,7 @@ class BaseUpdater(abc.ABC):
 
     @abc.abstractmethod
     def perform_update(
-        self, contexts: Sequence[str], candidates: Any, _current_batch_ids: Sequence[int], **kwargs: Any
+        self, contexts: Contexts, candidates: Any, _current_batch_ids: Sequence[int], **kwargs: Any
     ) -> Any:
         """Run one update.
 
@@ -173,7 +174,7 @@ class BaseModelInitializer(abc.ABC):
         """Modify ``model`` in place; ``model._modules['_LLM_model']`` is the transformers model."""
 
 
-def _as_candidate_groups(contexts: Sequence[str], candidates: Any) -> list[list[str]] | None:
+def _as_candidate_groups(contexts: Contexts, candidates: Any) -> list[list[str]] | None:
     """Normalise Lamorel's candidates: ``None`` (or empty), one list per context, or one flat list for one context."""
     if candidates is None or len(candidates) == 0:
         return None
@@ -230,7 +231,7 @@ class LamorelRows:
 
 
 def lamorel_rows(
-    tokenizer: Any, contexts: Sequence[str], candidates: Sequence[Sequence[str]], model_type: str
+    tokenizer: Any, contexts: Contexts, candidates: CandidateSets, model_type: str
 ) -> LamorelRows:
     """Lay contexts and candidates out in rows exactly as Lamorel's ``HF_LLM.forward`` does.
 
@@ -434,11 +435,11 @@ class LamorelLLMModule(torch.nn.Module):
     def _custom_outputs(
         self,
         keys: Sequence[str],
-        contexts: Sequence[str],
-        groups: Sequence[Sequence[str]],
+        contexts: Contexts,
+        groups: CandidateSets,
         size: int,
         kwargs: Mapping[str, Any],
-    ) -> list[dict[str, Any]]:
+    ) -> HeadOutputs:
         """Run custom module functions on Lamorel's minibatches; per context, its rows of each output."""
         causal = self._settings.model_type == "causal"
         rows = lamorel_rows(self._LLM_tokenizer, contexts, groups, self._settings.model_type)
@@ -470,12 +471,12 @@ class LamorelLLMModule(torch.nn.Module):
     def forward(
         self,
         module_function_keys: Sequence[str],
-        contexts: Sequence[str],
+        contexts: Contexts,
         candidates: Any = None,
         require_grad: bool = False,
         minibatch_size: int | None = None,
         **kwargs: Any,
-    ) -> list[dict[str, Any]]:
+    ) -> HeadOutputs:
         """Run ``"__score"`` and custom module functions on each context (Lamorel's ``forward``).
 
         Args:
@@ -495,7 +496,7 @@ class LamorelLLMModule(torch.nn.Module):
         keys = self._check_keys(module_function_keys)
         contexts = list(contexts)
         groups = _as_candidate_groups(contexts, candidates)
-        results: list[dict[str, Any]] = [{} for _ in contexts]
+        results: HeadOutputs = [{} for _ in contexts]
         if SCORE_KEY in keys:
             if groups is None:
                 raise InputError(f"key {SCORE_KEY!r} needs candidates; pass candidates=[[...], ...].")
@@ -531,8 +532,8 @@ class UpdaterAdapter(Updater):
 
     def perform_update(
         self,
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]] | None,
+        contexts: Contexts,
+        candidates: CandidateSets | None,
         _current_batch_ids: Sequence[int],
         **kwargs: Any,
     ) -> dict[str, Any]:
@@ -671,7 +672,7 @@ class Caller:
 
     def score(
         self,
-        contexts: Sequence[str],
+        contexts: Contexts,
         candidates: Any,
         additional_module_function_keys: Sequence[str] = (),
         **kwargs: Any,
@@ -708,8 +709,8 @@ class Caller:
         )
 
     def custom_module_fns(
-        self, module_function_keys: Sequence[str], contexts: Sequence[str], **kwargs: Any
-    ) -> list[dict[str, Any]]:
+        self, module_function_keys: Sequence[str], contexts: Contexts, **kwargs: Any
+    ) -> HeadOutputs:
         """Run custom module functions (and ``"__score"``) without gradients.
 
         Args:
@@ -725,7 +726,7 @@ class Caller:
         return list(self._modules(module_function_keys, list(contexts), groups, **kwargs))
 
     def generate(
-        self, contexts: Sequence[str], return_logprobs: bool = False, **kwargs: Any
+        self, contexts: Contexts, return_logprobs: bool = False, **kwargs: Any
     ) -> list[list[dict[str, Any]]]:
         """Generate continuations (any transformers generation argument, e.g. ``max_length``).
 
@@ -753,7 +754,7 @@ class Caller:
             out.append(group)
         return out
 
-    def update(self, contexts: Sequence[str], candidates: Any, **kwargs: Any) -> list[Any]:
+    def update(self, contexts: Contexts, candidates: Any, **kwargs: Any) -> list[Any]:
         """Run the custom updater on the batch; one result per LLM server.
 
         With several servers each runs the updater on its contiguous share of the batch (its

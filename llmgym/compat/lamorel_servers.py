@@ -42,6 +42,7 @@ from llmgym.llm.collectives import Collectives
 from llmgym.llm.distributed.backend import LocalLLMFactory
 from llmgym.llm.distributed.placement import Placement
 from llmgym.llm.local import LocalLLM
+from llmgym.llm.protocols import CandidateSets, Contexts, HeadOutputs
 
 __all__ = ["LamorelServer", "LamorelServerFactory"]
 
@@ -67,30 +68,22 @@ class LamorelServer:
         """The model's tokenizer."""
         return self._llm.tokenizer
 
-    def score(
-        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any
-    ) -> list[torch.Tensor]:
+    def score(self, contexts: Contexts, candidates: CandidateSets, **kwargs: Any) -> list[torch.Tensor]:
         """Log p(candidate | context), per context a tensor ``[k]``."""
         return self._llm.score(contexts, candidates, **kwargs)
 
     def forward(
-        self,
-        keys: Sequence[str],
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]] | None = None,
-        **kwargs: Any,
-    ) -> list[dict[str, Any]]:
+        self, keys: Sequence[str], contexts: Contexts, candidates: CandidateSets | None = None, **kwargs: Any
+    ) -> HeadOutputs:
         """Lamorel's ``forward``: per context a dict with one entry per key."""
-        result: list[dict[str, Any]] = self._module(keys, contexts, candidates, **kwargs)
+        result: HeadOutputs = self._module(keys, contexts, candidates, **kwargs)
         return result
 
-    def generate(self, contexts: Sequence[str], **kwargs: Any) -> list[Any]:
+    def generate(self, contexts: Contexts, **kwargs: Any) -> list[Any]:
         """Generations, per context, per returned sequence."""
         return self._llm.generate(contexts, **kwargs)
 
-    def update(
-        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
-    ) -> list[Any]:
+    def update(self, contexts: Contexts, candidates: CandidateSets | None = None, **kwargs: Any) -> list[Any]:
         """Run the Lamorel updater on this server's share (``_current_batch_ids`` in ``kwargs``)."""
         return self._llm.update(contexts, candidates, **kwargs)
 

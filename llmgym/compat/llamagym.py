@@ -56,6 +56,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 import torch
+from torch import Tensor
 
 from llmgym.agents.actions import Decision, TokenChoice
 from llmgym.agents.learning import Episode
@@ -569,7 +570,7 @@ class Agent(abc.ABC):
         )
         self._last_ids: tuple[list[int], list[int]] = ([], [])
         self._episode_ids: list[tuple[list[int], list[int]]] = []
-        self.current_batch: dict[str, list[torch.Tensor]] = {"queries": [], "responses": [], "rewards": []}
+        self.current_batch: dict[str, list[Tensor]] = {"queries": [], "responses": [], "rewards": []}
         self.current_episode_messages: list[dict[str, str]] = [
             {"role": "system", "content": self.get_system_prompt()}
         ]
@@ -636,7 +637,7 @@ class Agent(abc.ABC):
 
     def format_episode_for_ppo(
         self, messages: Sequence[Mapping[str, str]], rewards: Sequence[float]
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
         """The episode's turns as ``(queries, responses, rewards)``, rewards per turn as LlamaGym gives them.
 
         Queries and responses are the exact token ids of each answered turn. With sparse rewards
@@ -686,10 +687,7 @@ class Agent(abc.ABC):
         return {}
 
     def train_batch(
-        self,
-        batch_queries: list[torch.Tensor],
-        batch_responses: list[torch.Tensor],
-        batch_rewards: list[torch.Tensor],
+        self, batch_queries: list[Tensor], batch_responses: list[Tensor], batch_rewards: list[Tensor]
     ) -> dict[str, Any]:
         """Train on the first ``batch_size`` turns; the rest waits in :attr:`current_batch`."""
         size = self.ppo_config.batch_size
@@ -709,10 +707,7 @@ class Agent(abc.ABC):
         return train_stats
 
     def step(
-        self,
-        queries: Sequence[torch.Tensor],
-        responses: Sequence[torch.Tensor],
-        rewards: Sequence[torch.Tensor],
+        self, queries: Sequence[Tensor], responses: Sequence[Tensor], rewards: Sequence[Tensor]
     ) -> dict[str, float]:
         """One PPO update on turns given as token ids and rewards (TRL's ``PPOTrainer.step``).
 

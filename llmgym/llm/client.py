@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
@@ -12,13 +13,13 @@ import torch
 from llmgym.config import DistributedConfig, ModelConfig
 from llmgym.llm.generation import Generation
 from llmgym.llm.modules import ModuleFunction
-from llmgym.llm.protocols import LLMBackend
+from llmgym.llm.protocols import CandidateSets, Contexts, HeadOutputs, LLMBackend
 from llmgym.llm.updater import Updater
 
 __all__ = ["LLM"]
 
 
-class LLM:
+class LLM(AbstractContextManager["LLM"]):
     """An LLM policy: score candidates, generate, run heads and update, on any backend.
 
     Every method delegates to the backend (in-process :class:`~llmgym.llm.local.LocalLLM` here),
@@ -82,41 +83,35 @@ class LLM:
         config: ModelConfig = self._backend.config
         return config
 
-    def score(
-        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any
-    ) -> list[torch.Tensor]:
+    def score(self, contexts: Contexts, candidates: CandidateSets, **kwargs: Any) -> list[torch.Tensor]:
         """Score log p(candidate | context): per context a float tensor ``[k_i]``."""
         result: list[torch.Tensor] = self._backend.score(contexts, candidates, **kwargs)
         return result
 
     def forward(
-        self,
-        keys: Sequence[str],
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]] | None = None,
-        **kwargs: Any,
-    ) -> list[dict[str, Any]]:
+        self, keys: Sequence[str], contexts: Contexts, candidates: CandidateSets | None = None, **kwargs: Any
+    ) -> HeadOutputs:
         """Compute module outputs (and the built-in ``"score"``): one dict per context."""
-        result: list[dict[str, Any]] = self._backend.forward(keys, contexts, candidates, **kwargs)
+        result: HeadOutputs = self._backend.forward(keys, contexts, candidates, **kwargs)
         return result
 
-    def generate(self, contexts: Sequence[str], **generation_kwargs: Any) -> list[list[Generation]]:
+    def generate(self, contexts: Contexts, **generation_kwargs: Any) -> list[list[Generation]]:
         """Sample continuations: per context, per returned sequence, a :class:`Generation`."""
         result: list[list[Generation]] = self._backend.generate(contexts, **generation_kwargs)
         return result
 
     def token_logprobs(
         self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], **kwargs: Any
-    ) -> list[dict[str, Any]]:
+    ) -> HeadOutputs:
         """Per-token log-probs of given completions (and module outputs per token): one dict per sample."""
-        result: list[dict[str, Any]] = self._backend.token_logprobs(prompt_ids, completion_ids, **kwargs)
+        result: HeadOutputs = self._backend.token_logprobs(prompt_ids, completion_ids, **kwargs)
         return result
 
     def update(
-        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
-    ) -> list[dict[str, Any]]:
+        self, contexts: Contexts, candidates: CandidateSets | None = None, **kwargs: Any
+    ) -> HeadOutputs:
         """Run the updater; one result dict per LLM server."""
-        result: list[dict[str, Any]] = self._backend.update(contexts, candidates, **kwargs)
+        result: HeadOutputs = self._backend.update(contexts, candidates, **kwargs)
         return result
 
     def refresh_mask_policy(self) -> None:
@@ -134,9 +129,6 @@ class LLM:
     def close(self) -> None:
         """Release the backend (the model, or the LLM servers)."""
         self._backend.close()
-
-    def __enter__(self) -> LLM:
-        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

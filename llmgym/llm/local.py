@@ -27,7 +27,7 @@ from llmgym.llm.memory import enable_gradient_checkpointing, trunk_cache_bytes
 from llmgym.llm.modules import SCORE_KEY, ModuleFunction
 from llmgym.llm.persistence import load_llm_state, load_mask_policy, save_llm_state
 from llmgym.llm.precision import compute_autocast, keep_trainable_fp32
-from llmgym.llm.protocols import GenerationEngine
+from llmgym.llm.protocols import CandidateSets, Contexts, GenerationEngine, HeadOutputs
 from llmgym.llm.sampling import Sampling, history_masks
 from llmgym.llm.scoring import (
     Minibatch,
@@ -201,8 +201,8 @@ class LocalLLM:
         sampling: Sampling | None = None,
         keep: Sequence[torch.Tensor] | None = None,
         seen_tokens: Sequence[torch.Tensor] | None = None,
-    ) -> list[dict[str, Any]]:
-        results: list[dict[str, Any]] = [{} for _ in items]
+    ) -> HeadOutputs:
+        results: HeadOutputs = [{} for _ in items]
         lengths = [row_length(item, self.config.row_tokens) for item in items]
         sizes = [len(item.candidate_ids) for item in items]
         plans = [
@@ -301,8 +301,8 @@ class LocalLLM:
     # ------------------------------------------------------------------ public API
     def score(
         self,
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]],
+        contexts: Contexts,
+        candidates: CandidateSets,
         *,
         normalize: str = "sum",
         add_eos: bool = False,
@@ -340,8 +340,8 @@ class LocalLLM:
     def forward(
         self,
         keys: Sequence[str],
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]] | None = None,
+        contexts: Contexts,
+        candidates: CandidateSets | None = None,
         *,
         require_grad: bool = False,
         normalize: str = "sum",
@@ -349,7 +349,7 @@ class LocalLLM:
         minibatch_size: int | None = None,
         reference: bool = False,
         **kwargs: Any,
-    ) -> list[dict[str, Any]]:
+    ) -> HeadOutputs:
         """Run module functions (and the built-in ``"score"``) in one forward pass per minibatch.
 
         Args:
@@ -396,7 +396,7 @@ class LocalLLM:
         decoder_prefixes: Sequence[Sequence[int]] | None = None,
         reference: bool = False,
         **kwargs: Any,
-    ) -> list[dict[str, Any]]:
+    ) -> HeadOutputs:
         """Per-token log-probs of given completions (token-level RL), plus module outputs per token.
 
         Args:
@@ -517,7 +517,7 @@ class LocalLLM:
             allowed = [k.to(a.device) & a for k, a in zip(keep, allowed)]
         return seen or None, allowed or keep
 
-    def generate(self, contexts: Sequence[str], **generation_kwargs: Any) -> list[list[Generation]]:
+    def generate(self, contexts: Contexts, **generation_kwargs: Any) -> list[list[Generation]]:
         """Sample continuations of all contexts in one batched call (see :func:`~llmgym.llm.generation.generate`).
 
         ``mask_top_p=p < 1`` (NLPO, from :meth:`~llmgym.llm.sampling.Sampling.generation_kwargs`)
@@ -545,11 +545,11 @@ class LocalLLM:
 
     def update(
         self,
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]] | None = None,
+        contexts: Contexts,
+        candidates: CandidateSets | None = None,
         _current_batch_ids: Sequence[int] | None = None,
         **kwargs: Any,
-    ) -> list[dict[str, Any]]:
+    ) -> HeadOutputs:
         """Run the updater on this process's batch.
 
         Args:

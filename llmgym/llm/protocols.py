@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
@@ -30,7 +30,25 @@ if TYPE_CHECKING:
     from llmgym.llm.masking import MaskPolicy, TokenMask
     from llmgym.llm.tokenization import TextEncoder
 
-__all__ = ["EngineHost", "GenerationEngine", "HeadsLLM", "LLMBackend", "PolicyLLM", "TrainableLLM"]
+__all__ = [
+    "CandidateSets",
+    "Contexts",
+    "EngineHost",
+    "GenerationEngine",
+    "HeadOutputs",
+    "HeadsLLM",
+    "LLMBackend",
+    "PolicyLLM",
+    "TrainableLLM",
+]
+
+#: The prompts of one call, one text per context.
+Contexts: TypeAlias = Sequence[str]
+#: Per context, the candidate texts to score or run the heads on: ``candidates[i]`` goes with ``contexts[i]``.
+CandidateSets: TypeAlias = Sequence[Sequence[str]]
+#: Per context (or sample), one dict of outputs keyed by head (module function) name; the built-in keys are
+#: ``"score"`` (candidate log-probs) and ``"logprobs"`` (per-token log-probs).
+HeadOutputs: TypeAlias = list[dict[str, Any]]
 
 
 @runtime_checkable
@@ -43,12 +61,8 @@ class HeadsLLM(Protocol):
         ...
 
     def forward(
-        self,
-        keys: Sequence[str],
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]] | None = None,
-        **kwargs: Any,
-    ) -> list[dict[str, Any]]:
+        self, keys: Sequence[str], contexts: Contexts, candidates: CandidateSets | None = None, **kwargs: Any
+    ) -> HeadOutputs:
         """Module outputs (and the built-in ``"score"``): one dict per context.
 
         In process, with gradients when ``require_grad=True``.
@@ -57,7 +71,7 @@ class HeadsLLM(Protocol):
 
     def token_logprobs(
         self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], **kwargs: Any
-    ) -> list[dict[str, Any]]:
+    ) -> HeadOutputs:
         """Per-token log-probs ``[T_i]`` of given completions (``"logprobs"``): one dict per sample.
 
         In process, with gradients when ``require_grad=True``.
@@ -74,13 +88,13 @@ class PolicyLLM(HeadsLLM, Protocol):
         """The Hugging Face tokenizer the prompts are rendered with."""
         ...
 
-    def generate(self, contexts: Sequence[str], **generation_kwargs: Any) -> list[list[Generation]]:
+    def generate(self, contexts: Contexts, **generation_kwargs: Any) -> list[list[Generation]]:
         """Sampled continuations: per context, per returned sequence, a :class:`~llmgym.llm.generation.Generation`."""
         ...
 
     def update(
-        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
-    ) -> list[dict[str, Any]]:
+        self, contexts: Contexts, candidates: CandidateSets | None = None, **kwargs: Any
+    ) -> HeadOutputs:
         """Run the updater on every LLM server; one result per server."""
         ...
 
@@ -105,8 +119,8 @@ class LLMBackend(PolicyLLM, Protocol):
 
     def score(
         self,
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]],
+        contexts: Contexts,
+        candidates: CandidateSets,
         *,
         normalize: str = "sum",
         add_eos: bool = False,
@@ -185,7 +199,7 @@ class EngineHost(Protocol):
 
     def token_logprobs(
         self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], **kwargs: Any
-    ) -> list[dict[str, Any]]:
+    ) -> HeadOutputs:
         """Per-token log-probs ``[T_i]`` of given completions (``"logprobs"``), llmgym's scorer."""
         ...
 

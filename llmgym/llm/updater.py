@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from llmgym.llm.protocols import TrainableLLM
+    from llmgym.llm.protocols import CandidateSets, Contexts, TrainableLLM
 
 __all__ = ["Updater"]
 
@@ -41,8 +41,8 @@ class Updater(abc.ABC):
     @abc.abstractmethod
     def perform_update(
         self,
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]] | None,
+        contexts: Contexts,
+        candidates: CandidateSets | None,
         _current_batch_ids: Sequence[int],
         **kwargs: Any,
     ) -> dict[str, Any]:

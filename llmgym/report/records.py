@@ -488,14 +488,10 @@ def append_episode_records(path: str | Path, records: Sequence[EpisodeRecord]) -
 
 
 def trim_episode_records(path: str | Path, max_env_steps: int) -> int:
-    """Drop the records taken after a checkpoint (a resumed run records those evaluations again).
+    """:func:`llmgym.metrics.trim_metrics` for an ``episodes.jsonl``: the same arguments and result.
 
-    Args:
-        path: The ``episodes.jsonl`` file (nothing happens if it does not exist).
-        max_env_steps: Env steps of the checkpoint resumed from.
-
-    Returns:
-        The number of records dropped.
+    A resumed run records the evaluations after its checkpoint again. Unlike a metrics line, a line
+    that is not an episode record raises (the file is rewritten whole, so a crash leaves none).
     """
     records = read_episode_records(path)
     return keep_records(

@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -252,9 +253,8 @@ def fit_examples(
             f"Fix: pass --max-length {window} or less."
         )
     if max_length is None:
-        longest = max(len(e.input_ids) for e in examples)
-        if window is not None and longest > window:
-            over = sum(len(e.input_ids) > window for e in examples)
+        over, longest = _over(examples, window, _causal_size) if window is not None else (0, 0)
+        if over:
             raise ConfigError(
                 f"llmgym sft: {over} of {len(examples)} examples are longer than the model's context window of {window} "
                 f"positions (the longest has {longest} tokens: prompt, reference and EOS); the model cannot be trained "
@@ -262,16 +262,7 @@ def fit_examples(
                 "agent.max_prompt_tokens, or the references)."
             )
         return examples, 0, 0
-    kept: list[SFTExample] = []
-    truncated = dropped = 0
-    for example in examples:
-        if len(example.input_ids) <= max_length:
-            kept.append(example)
-        elif sum(example.completion_mask[:max_length]) == 0:
-            dropped += 1
-        else:
-            truncated += 1
-            kept.append(SFTExample(example.input_ids[:max_length], example.completion_mask[:max_length]))
+    kept, truncated, dropped = _cut_to(examples, max_length, _causal_size, _cut_causal)
     if not kept:
         raise ConfigError(
             f"llmgym sft: every prompt fills --max-length {max_length} on its own, so no reference token is left to "
@@ -308,9 +299,8 @@ def fit_seq2seq_examples(
             f"Fix: pass --max-length {limit} or less."
         )
     if max_length is None:
-        longest = max(max(len(e.prompt_ids), len(e.completion_ids)) for e in examples)
-        if longest > limit:
-            over = sum(max(len(e.prompt_ids), len(e.completion_ids)) > limit for e in examples)
+        over, longest = _over(examples, limit, _seq2seq_size)
+        if over:
             raise ConfigError(
                 f"llmgym sft: {over} of {len(examples)} examples have a prompt (encoder) or a reference and EOS "
                 f"(decoder) longer than the {limit} positions the model takes ({source}); the longest has {longest} "
@@ -318,22 +308,63 @@ def fit_seq2seq_examples(
                 "(or shorten the prompts with agent.max_prompt_tokens, or the references)."
             )
         return examples, 0, 0
-    kept: list[SFTExample] = []
-    truncated = dropped = 0
-    for example in examples:
-        prompt, completion = example.prompt_ids, example.completion_ids
-        if len(prompt) > max_length:
-            dropped += 1
-            continue
-        if len(completion) > max_length:
-            truncated += 1
-            completion = completion[:max_length]
-        kept.append(SFTExample(prompt + completion, [0] * len(prompt) + [1] * len(completion)))
+    kept, truncated, dropped = _cut_to(examples, max_length, _seq2seq_size, _cut_seq2seq)
     if not kept:
         raise ConfigError(
             f"llmgym sft: every prompt is longer than --max-length {max_length}, so no example is left to train on. "
             "Fix: raise --max-length, or shorten the prompts (agent.max_prompt_tokens)."
         )
+    return kept, truncated, dropped
+
+
+def _causal_size(example: SFTExample) -> int:
+    """The positions a causal LM's example fills: prompt, reference and EOS."""
+    return len(example.input_ids)
+
+
+def _seq2seq_size(example: SFTExample) -> int:
+    """The positions an encoder-decoder's example fills on its longer side (the prompt, or the reference + EOS)."""
+    return max(len(example.prompt_ids), len(example.completion_ids))
+
+
+def _cut_causal(example: SFTExample, max_length: int) -> Optional[SFTExample]:
+    """The example's first ``max_length`` tokens; ``None`` when they hold no reference token to learn."""
+    if sum(example.completion_mask[:max_length]) == 0:
+        return None
+    return SFTExample(example.input_ids[:max_length], example.completion_mask[:max_length])
+
+
+def _cut_seq2seq(example: SFTExample, max_length: int) -> Optional[SFTExample]:
+    """The example with its reference cut to ``max_length``; ``None`` when the prompt is longer (never cut)."""
+    prompt, completion = example.prompt_ids, example.completion_ids[:max_length]
+    if len(prompt) > max_length:
+        return None
+    return SFTExample(prompt + completion, [0] * len(prompt) + [1] * len(completion))
+
+
+def _over(examples: list[SFTExample], limit: int, size: Callable[[SFTExample], int]) -> tuple[int, int]:
+    """How many examples are longer than ``limit`` by ``size``, and the longest's size."""
+    sizes = [size(example) for example in examples]
+    return sum(n > limit for n in sizes), max(sizes)
+
+
+def _cut_to(
+    examples: list[SFTExample],
+    max_length: int,
+    size: Callable[[SFTExample], int],
+    cut: Callable[[SFTExample, int], Optional[SFTExample]],
+) -> tuple[list[SFTExample], int, int]:
+    """The examples within ``max_length`` by ``size``, the longer ones ``cut``; with how many were cut and dropped."""
+    kept: list[SFTExample] = []
+    truncated = dropped = 0
+    for example in examples:
+        if size(example) <= max_length:
+            kept.append(example)
+        elif (short := cut(example, max_length)) is None:
+            dropped += 1
+        else:
+            truncated += 1
+            kept.append(short)
     return kept, truncated, dropped
 
 

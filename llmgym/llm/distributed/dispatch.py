@@ -29,6 +29,7 @@ from llmgym.llm.distributed.balance import (
     split_contiguous,
     token_lengths,
 )
+from llmgym.llm.protocols import CandidateSets, Contexts, HeadOutputs
 
 __all__ = ["Calls", "ShardedBackend"]
 
@@ -110,24 +111,20 @@ class ShardedBackend(ABC):
             "score/forward/generate/update, or distributed.llm_processes=1 to get the in-process model."
         )
 
-    def score(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]], **kwargs: Any) -> list[Any]:
+    def score(self, contexts: Contexts, candidates: CandidateSets, **kwargs: Any) -> list[Any]:
         """Score the candidates: one tensor of log-probabilities per context, in the order given."""
         _check_lengths("score", contexts, candidates)
         return self._split_call("score", contexts, candidates, (), kwargs)
 
     def forward(
-        self,
-        keys: Sequence[str],
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]] | None = None,
-        **kwargs: Any,
-    ) -> list[dict[str, Any]]:
+        self, keys: Sequence[str], contexts: Contexts, candidates: CandidateSets | None = None, **kwargs: Any
+    ) -> HeadOutputs:
         """Run module functions: one dict of outputs per context, in the order given."""
         if candidates is not None:
             _check_lengths("forward", contexts, candidates)
         return self._split_call("forward", contexts, candidates, (list(keys),), kwargs)
 
-    def generate(self, contexts: Sequence[str], **kwargs: Any) -> list[Any]:
+    def generate(self, contexts: Contexts, **kwargs: Any) -> list[Any]:
         """Generate from each context; per context, per returned sequence, in the order given."""
         return self._split_call("generate", contexts, None, (), kwargs)
 
@@ -151,9 +148,7 @@ class ShardedBackend(ABC):
         results = self._request(calls)
         return gather_in_order([shares[r] for r in calls], [results[r] for r in calls], len(prompt_ids))
 
-    def update(
-        self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None = None, **kwargs: Any
-    ) -> list[Any]:
+    def update(self, contexts: Contexts, candidates: CandidateSets | None = None, **kwargs: Any) -> list[Any]:
         """Run the Updater on every server with its share of the batch; one result per server, by rank.
 
         Every server is called, also one with an empty share (it must still join the gradient
@@ -229,8 +224,8 @@ class ShardedBackend(ABC):
     def _split_call(
         self,
         method: str,
-        contexts: Sequence[str],
-        candidates: Sequence[Sequence[str]] | None,
+        contexts: Contexts,
+        candidates: CandidateSets | None,
         leading: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> list[Any]:
@@ -246,7 +241,7 @@ class ShardedBackend(ABC):
         results = self._request(calls)
         return gather_in_order([shares[r] for r in calls], [results[r] for r in calls], len(contexts))
 
-    def _shares(self, contexts: Sequence[str], candidates: Sequence[Sequence[str]] | None) -> list[list[int]]:
+    def _shares(self, contexts: Contexts, candidates: CandidateSets | None) -> list[list[int]]:
         """Context indices of each server, balanced by token count (one server: no measuring)."""
         if self.num_servers == 1:
             return [list(range(len(contexts)))]

@@ -158,3 +158,21 @@ def test_seq2seq_max_length_cuts_references_and_leaves_out_longer_prompts():
     assert (truncated, dropped) == (1, 1)
     with pytest.raises(ConfigError, match="every prompt is longer than --max-length 1"):
         fit_seq2seq_examples([short], 8, "test", 1)
+
+
+def test_causal_max_length_cuts_examples_and_leaves_out_those_with_no_reference_token_left():
+    from llmgym.integrations.trl.sft import SFTExample, fit_examples
+
+    short = SFTExample([1, 2, 3], [0, 1, 1])
+    long = SFTExample([1, 2, 5, 6, 7], [0, 0, 1, 1, 1])
+    prompt_fills = SFTExample([1, 2, 3, 4, 9], [0, 0, 0, 0, 1])
+    kept, truncated, dropped = fit_examples([short, long, prompt_fills], None, 3)
+    assert [(e.input_ids, e.completion_mask) for e in kept] == [
+        ([1, 2, 3], [0, 1, 1]),
+        ([1, 2, 5], [0, 0, 1]),
+    ]
+    assert (truncated, dropped) == (1, 1)
+    with pytest.raises(ConfigError, match="every prompt fills --max-length 2"):
+        fit_examples([long], None, 2)
+    with pytest.raises(ConfigError, match="1 of 2 examples are longer than the model's context window of 4"):
+        fit_examples([short, long], 4, None)

@@ -24,6 +24,10 @@ CamelCase (``ScienceWorld-Boil-v0`` for ``boil``, ``ScienceWorld-FindLivingThing
   score is -100 and the episode terminates with ``success=False``.
 - **Simulator**: each env runs ScienceWorld on its own JVM (Java 11+), started with
   :data:`JAVA_OPTS` so that trajectories are the same across processes; :meth:`close` shuts it down.
+  Envs used one after another (e.g. every task in turn) can share one: pass ``simulator=`` the
+  :attr:`~ScienceWorldTextEnv.simulator` of another env (or :func:`start_simulator`'s); each reset
+  loads its env's task into it, an env whose task another env has loaded since must be reset before
+  it steps, and closing an env that did not start its simulator leaves the simulator running.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import json
 import shutil
 import subprocess
 import threading
+import weakref
 from typing import Any
 
 from llmgym.envs._scienceworld_tasks import SCIENCEWORLD_TASKS
@@ -65,6 +70,8 @@ _SHOWN_CLOSEST = 10
 _LAUNCH_LOCK = threading.Lock()
 #: (task, split) -> the split's variations; the suite's fixed data, shared by the envs of a process.
 _VARIATIONS: dict[tuple[str, str], tuple[int, ...]] = {}
+#: simulator -> the mark of the env whose task it holds (set by that env's reset).
+_LOADED_BY: weakref.WeakKeyDictionary[Any, object] = weakref.WeakKeyDictionary()
 
 
 def _preview(action: Any) -> str:
@@ -164,6 +171,10 @@ class ScienceWorldTextEnv(TextEnv[str]):
         free_text_actions: Whether any string goes to the game's parser (no ``"valid_actions"`` in
             ``info``) rather than only the valid actions.
         render_mode: ``"ansi"`` (:meth:`render` returns the last observation text) or ``None``.
+        simulator: A running ``scienceworld.ScienceWorldEnv`` to play on (another env's
+            :attr:`simulator`, or :func:`start_simulator`'s) instead of starting a JVM of its own:
+            envs used one after another can share one. Each :meth:`reset` loads this env's task into
+            it; :meth:`close` leaves it running (its starter closes it).
 
     Raises:
         ConfigError: If the task, split or simplifications are unknown.
@@ -182,6 +193,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
         simplifications: str = "",
         free_text_actions: bool = False,
         render_mode: str | None = None,
+        simulator: Any = None,
     ) -> None:
         self._init_render_mode(render_mode)
         self._last_text: str | None = None
@@ -198,7 +210,10 @@ class ScienceWorldTextEnv(TextEnv[str]):
         self.free_text_actions = bool(free_text_actions)
         self.observation_space = TextSpace(1 << 16, strict=False)
         self.action_space = CommandSpace()
-        self._sim: Any = start_simulator()
+        self._owns_sim = simulator is None
+        self._sim: Any = start_simulator() if simulator is None else simulator
+        #: What each reset records in _LOADED_BY for the simulator: while it is there, it holds this env's episode.
+        self._mark = object()
         try:
             self._sim.load(task, 0, simplifications)
         except ValueError as exc:
@@ -253,6 +268,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
         super().reset(seed=seed)
         variation = self._variations[int(self.np_random.integers(len(self._variations)))]
         self._server.load(self.task, variation, self.simplifications, False)
+        _LOADED_BY[self._sim] = self._mark
         look = self._server.step("look around")
         self._variation = variation
         self._score = int(round(100 * self._server.getScore()))
@@ -268,7 +284,8 @@ class ScienceWorldTextEnv(TextEnv[str]):
         """Play one command. See :meth:`gymnasium.Env.step` and the module docstring.
 
         Raises:
-            InputError: Before the first :meth:`reset`.
+            InputError: Before the first :meth:`reset`, or when an env sharing the simulator has reset
+                it since this env's last reset.
             InvalidActionError: If the action is not a string, or (without ``free_text_actions``)
                 not one of the valid actions; the env's state is left unchanged.
         """
@@ -306,11 +323,13 @@ class ScienceWorldTextEnv(TextEnv[str]):
             The command: the valid action as listed, or the string itself in free-text mode.
 
         Raises:
-            InputError: Before the first :meth:`reset`.
+            InputError: Before the first :meth:`reset`, or when an env sharing the simulator has reset
+                it since this env's last reset.
             InvalidActionError: If the action is not a string, or not a valid action.
         """
         if self._variation is None:
             raise InputError(f"step() called before reset() on {type(self).__name__}. Fix: call env.reset().")
+        self._check_loaded("step()")
         if not isinstance(action, str):
             raise InvalidActionError(
                 f"action={action!r} is a {type(action).__name__}; ScienceWorld actions are strings, e.g. "
@@ -345,13 +364,24 @@ class ScienceWorldTextEnv(TextEnv[str]):
         """Return the valid actions of the current state, sorted (listed on the first call per state).
 
         Raises:
-            InputError: Before the first :meth:`reset`.
+            InputError: Before the first :meth:`reset`, or when an env sharing the simulator has reset
+                it since this env's last reset.
         """
         if self._variation is None:
             raise InputError(
                 f"valid_actions() called before reset() on {type(self).__name__}. Fix: call env.reset()."
             )
+        self._check_loaded("valid_actions()")
         return list(self._valid_index().values())
+
+    def _check_loaded(self, call: str) -> None:
+        """Raise :class:`~llmgym.errors.InputError` if an env sharing the simulator has reset it since this one."""
+        if self._sim is not None and _LOADED_BY.get(self._sim) is not self._mark:
+            raise InputError(
+                f"{call} on the {self.task!r} env, whose simulator another env has reset since (it now holds that "
+                "env's episode). Fix: reset this env before stepping it again, or give each env used at the same "
+                "time a simulator of its own (leave simulator= out)."
+            )
 
     def invalid_action(self, action: Any) -> InvalidActionError:
         """Build the error raised for an action outside the valid ones, listing them.
@@ -377,9 +407,9 @@ class ScienceWorldTextEnv(TextEnv[str]):
         )
 
     def close(self) -> None:
-        """Shut the simulator's JVM down (idempotent)."""
+        """Shut the simulator's JVM down if this env started it, else leave it running (idempotent)."""
         sim, self._sim = getattr(self, "_sim", None), None
-        if sim is None:
+        if sim is None or not getattr(self, "_owns_sim", True):
             return
         process = sim._gateway.java_process
         sim.close()

@@ -34,11 +34,11 @@ def _checker_case(env_id: str, make_kwargs: dict | None = None, **check_kwargs):
 def _checker_cases() -> list:
     """Every registered id, each with its check_text_env arguments.
 
-    ScienceWorld's ids start a JVM each (about 3 s) and list about 2,800 valid actions per state, so
+    ScienceWorld's ids start a JVM each (about 1-3 s) and list about 2,800 valid actions per state, so
     beyond ScienceWorld-v0 (the whole check, in the default valid-action mode and in free-text mode)
     the other tasks skip gymnasium's own checker, whose render check starts a JVM per render mode,
-    render in "ansi" mode on the env itself (no second JVM), and take one step and one valid action: the
-    JVM's start and five resets remain, 8-40 s per id on the 2 shared cores under load. TextWorld's
+    render in "ansi" mode on the env itself (no second JVM), take one step and one valid action, and
+    play on one JVM in turn (``simulator=``, see :func:`_shared_jvm`): five resets remain. TextWorld's
     generated families compile their games at first use (12-15 s each; then cached): 2 steps, 3 valid
     actions, no gymnasium checker (whose resets with other seeds compile more games).
     """
@@ -47,7 +47,7 @@ def _checker_cases() -> list:
         if env_id == "llmgym/ScienceWorld-v0":
             cases.append(_checker_case(env_id, num_steps=5, max_valid_actions=5))
             cases.append(_checker_case(env_id, {"free_text_actions": True}))
-        elif env_id.startswith("llmgym/ScienceWorld-"):
+        elif _shares_the_jvm(env_id):
             cases.append(
                 _checker_case(
                     env_id, {"render_mode": "ansi"}, num_steps=1, max_valid_actions=1, check_gymnasium=False
@@ -64,9 +64,25 @@ def _checker_cases() -> list:
     return cases
 
 
+def _shares_the_jvm(env_id: str) -> bool:
+    """Whether an id's check plays on the module's shared ScienceWorld JVM (every task id but ScienceWorld-v0)."""
+    return env_id.startswith("llmgym/ScienceWorld-") and env_id != "llmgym/ScienceWorld-v0"
+
+
+@pytest.fixture(scope="module")
+def _shared_jvm():
+    """One ScienceWorld simulator (a JVM) that the task ids' checks load their tasks into in turn."""
+    require_extras("llmgym/ScienceWorld-v0")
+    owner = gym.make("llmgym/ScienceWorld-v0")
+    yield owner.unwrapped.simulator
+    owner.close()
+
+
 @pytest.mark.parametrize(("env_id", "make_kwargs", "check_kwargs"), _checker_cases())
-def test_every_registered_env_passes_check_text_env(env_id, make_kwargs, check_kwargs):
+def test_every_registered_env_passes_check_text_env(env_id, make_kwargs, check_kwargs, request):
     require_extras(env_id)
+    if _shares_the_jvm(env_id):
+        make_kwargs = {**make_kwargs, "simulator": request.getfixturevalue("_shared_jvm")}
     check_text_env(gym.make(env_id, **make_kwargs), **check_kwargs)
 
 

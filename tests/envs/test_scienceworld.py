@@ -25,7 +25,7 @@ from llmgym.envs import check_text_env, make_vec  # noqa: E402
 from llmgym.envs._scienceworld_tasks import SCIENCEWORLD_TASKS, task_id_name  # noqa: E402
 from llmgym.envs.registration import check_env_id  # noqa: E402
 from llmgym.envs.scienceworld_env import ALWAYS_VALID, ScienceWorldTextEnv  # noqa: E402
-from llmgym.errors import ConfigError, InvalidActionError, MissingDependencyError  # noqa: E402
+from llmgym.errors import ConfigError, InputError, InvalidActionError, MissingDependencyError  # noqa: E402
 
 # A seeded random walk over the valid actions, printing a digest of what it saw: run in a fresh
 # process (a fresh JVM) and, as _walk_digest, on this process's env.
@@ -238,6 +238,34 @@ def test_splits_select_disjoint_variation_sets(boil, free):
     assert set(boil.unwrapped.variations).isdisjoint(
         json.loads(str(boil.unwrapped.simulator.server.getVariationsDev()))
     )
+
+
+def test_envs_share_a_simulator_one_after_another_and_play_as_on_their_own(boil):
+    sim = boil.unwrapped.simulator
+    process = sim._gateway.java_process
+    boil.reset(seed=0)
+    before = _java_children()
+    own = gym.make("llmgym/ScienceWorld-Freeze-v0")
+    try:
+        alone = _walk_digest(own)
+    finally:
+        own.close()
+    shared = gym.make("llmgym/ScienceWorld-Freeze-v0", simulator=sim)
+    assert shared.unwrapped.simulator is sim and _java_children() == before  # no JVM of its own
+    assert _walk_digest(shared) == alone  # the same trajectory as on a fresh JVM
+    # Each reset loads its env's task: the other env must reset before it steps or lists actions again
+    for stale in (boil, shared):  # boil, then the Freeze env once boil has reset
+        with pytest.raises(
+            InputError, match=r"step\(\) on the .*another env has reset since.*Fix: reset this"
+        ):
+            stale.step("look around")
+        with pytest.raises(InputError, match=r"valid_actions\(\) on the .*another env has reset since"):
+            stale.unwrapped.valid_actions()
+        stale.reset(seed=0)
+        stale.step("look around")
+    shared.close()  # leaves the simulator it did not start running
+    assert process.poll() is None and _java_children() == before
+    assert boil.reset(seed=0)[1]["valid_actions"]
 
 
 def _vec_trace(mode: str) -> list:

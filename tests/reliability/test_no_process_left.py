@@ -24,7 +24,8 @@ def test_leaves_a_process_behind():
 def test_a_session_that_leaves_a_process_fails_and_the_process_is_killed(tmp_path):
     test_file = tmp_path / "test_leaky.py"
     test_file.write_text(_LEAKY_TEST)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # its leftover sleeps for two minutes: a second of grace is as good as the usual ten to find it
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LLMGYM_TEST_EXIT_GRACE_S": "1"}
     run = subprocess.run(
         [
             sys.executable,

@@ -222,6 +222,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
                 f"simplifications={simplifications!r} are not valid for ScienceWorld's {task!r}: {exc}. Fix: pass "
                 "'' or a comma-separated list without spaces, e.g. 'noElectricalAction'."
             ) from exc
+        _LOADED_BY.pop(self._sim, None)  # loading the task replaced any episode a sharing env was playing
         self._server: Any = self._sim.server
         self._variations = self._split_variations()
         self._variation: int | None = None
@@ -378,7 +379,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
         """Raise :class:`~llmgym.errors.InputError` if an env sharing the simulator has reset it since this one."""
         if self._sim is not None and _LOADED_BY.get(self._sim) is not self._mark:
             raise InputError(
-                f"{call} on the {self.task!r} env, whose simulator another env has reset since (it now holds that "
+                f"{call} on the {self.task!r} env, whose simulator another env has loaded its task into since (it now holds that "
                 "env's episode). Fix: reset this env before stepping it again, or give each env used at the same "
                 "time a simulator of its own (leave simulator= out)."
             )

@@ -252,14 +252,19 @@ def test_envs_share_a_simulator_one_after_another_and_play_as_on_their_own(boil)
         own.close()
     shared = gym.make("llmgym/ScienceWorld-Freeze-v0", simulator=sim)
     assert shared.unwrapped.simulator is sim and _java_children() == before  # no JVM of its own
+    with pytest.raises(InputError, match=r"step\(\) on the .*another env has loaded its task into since"):
+        boil.step("look around")  # building the Freeze env loaded its task into the shared simulator
+    boil.reset(seed=0)
     assert _walk_digest(shared) == alone  # the same trajectory as on a fresh JVM
     # Each reset loads its env's task: the other env must reset before it steps or lists actions again
     for stale in (boil, shared):  # boil, then the Freeze env once boil has reset
         with pytest.raises(
-            InputError, match=r"step\(\) on the .*another env has reset since.*Fix: reset this"
+            InputError, match=r"step\(\) on the .*another env has loaded its task into since.*Fix: reset this"
         ):
             stale.step("look around")
-        with pytest.raises(InputError, match=r"valid_actions\(\) on the .*another env has reset since"):
+        with pytest.raises(
+            InputError, match=r"valid_actions\(\) on the .*another env has loaded its task into since"
+        ):
             stale.unwrapped.valid_actions()
         stale.reset(seed=0)
         stale.step("look around")

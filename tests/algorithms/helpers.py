@@ -39,3 +39,16 @@ def build(config: Config, seed: int = 0, arch: str = "llama"):
     agent = build_agent(config, llm, envs.num_envs)
     cls = algorithm_class(config.algorithm.name)
     return llm, envs, agent, cls(agent, envs, config.algorithm, seed=config.train.seed)
+
+
+def one_round_on_countdown(tmp_path, *overrides: str):
+    """(algorithm, rollout) after one collected round on 4 Countdown envs without an action head.
+
+    The rollout is ``algorithm.rollout_targets(algorithm.buffer)``: the batch with its credit.
+    """
+    config = tiny_config(tmp_path, "llmgym/Countdown-v0", "agent.action_head=false", *overrides)
+    _, envs, _, algorithm = build(config)
+    algorithm.collect_rollout()
+    rollout = algorithm.rollout_targets(algorithm.buffer)
+    envs.close()
+    return algorithm, rollout

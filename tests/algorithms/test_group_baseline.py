@@ -10,7 +10,7 @@ from llmgym.algorithms import GRPO, RLOO, grpo_advantages, rloo_advantages
 from llmgym.algorithms.group_baseline import episode_returns_by_group
 from llmgym.config import GroupSection
 from llmgym.errors import ConfigError, InputError
-from tests.algorithms.helpers import build, tiny_config
+from tests.algorithms.helpers import build, one_round_on_countdown, tiny_config
 
 
 def test_grpo_standardises_within_each_group():
@@ -40,19 +40,9 @@ def test_returns_must_form_whole_groups():
 
 
 def test_a_round_plays_each_group_from_one_seed_and_credits_every_turn(tmp_path):
-    config = tiny_config(
-        tmp_path,
-        "llmgym/Countdown-v0",
-        "algorithm.name=grpo",
-        "env.num_envs=4",
-        "algorithm.group.size=2",
-        "agent.action_head=false",
-        "algorithm.rollout_steps=5",
+    algorithm, rollout = one_round_on_countdown(
+        tmp_path, "algorithm.name=grpo", "algorithm.group.size=2", "algorithm.rollout_steps=5"
     )
-    _, envs, _, algorithm = build(config)
-    algorithm.collect_rollout()
-    rollout = algorithm.rollout_targets(algorithm.buffer)
-    envs.close()
     lengths = algorithm._episode_lengths
     assert len(lengths) == 4 and sum(lengths) == len(rollout) == algorithm.env_steps
     starts = [sum(lengths[:i]) for i in range(4)]

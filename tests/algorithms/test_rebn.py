@@ -9,7 +9,7 @@ from llmgym.agents.learning import Episode
 from llmgym.algorithms import ReBN, algorithm_class, return_batch_normalization, turn_returns
 from llmgym.config import AlgorithmConfig
 from llmgym.errors import InputError
-from tests.algorithms.helpers import build, tiny_config
+from tests.algorithms.helpers import build, one_round_on_countdown, tiny_config
 from tests.run.test_trainer import _resume_at
 
 
@@ -47,20 +47,13 @@ def test_rebn_is_registered():
 
 
 def test_a_round_plays_each_env_from_its_own_seed_and_credits_each_turn_with_its_return(tmp_path):
-    config = tiny_config(
+    algorithm, rollout = one_round_on_countdown(
         tmp_path,
-        "llmgym/Countdown-v0",
         "algorithm.name=rebn",
-        "env.num_envs=4",
         "env.kwargs.length=3",
         "algorithm.gamma=0.5",
-        "agent.action_head=false",
         "algorithm.rollout_steps=6",
     )
-    _, envs, _, algorithm = build(config)
-    algorithm.collect_rollout()
-    rollout = algorithm.rollout_targets(algorithm.buffer)
-    envs.close()
     assert len(rollout) == algorithm.env_steps
     batch = rollout.batch
     ends = torch.nonzero(algorithm.buffer.terminated.reshape(-1)).reshape(-1).tolist()

@@ -285,8 +285,8 @@ class ScienceWorldTextEnv(TextEnv[str]):
         """Play one command. See :meth:`gymnasium.Env.step` and the module docstring.
 
         Raises:
-            InputError: Before the first :meth:`reset`, or when an env sharing the simulator has reset
-                it since this env's last reset.
+            InputError: Before the first :meth:`reset`, or when an env sharing the simulator has loaded
+                its task into it (by a reset or by being built) since this env's last reset.
             InvalidActionError: If the action is not a string, or (without ``free_text_actions``)
                 not one of the valid actions; the env's state is left unchanged.
         """
@@ -324,8 +324,8 @@ class ScienceWorldTextEnv(TextEnv[str]):
             The command: the valid action as listed, or the string itself in free-text mode.
 
         Raises:
-            InputError: Before the first :meth:`reset`, or when an env sharing the simulator has reset
-                it since this env's last reset.
+            InputError: Before the first :meth:`reset`, or when an env sharing the simulator has loaded
+                its task into it (by a reset or by being built) since this env's last reset.
             InvalidActionError: If the action is not a string, or not a valid action.
         """
         if self._variation is None:
@@ -365,8 +365,8 @@ class ScienceWorldTextEnv(TextEnv[str]):
         """Return the valid actions of the current state, sorted (listed on the first call per state).
 
         Raises:
-            InputError: Before the first :meth:`reset`, or when an env sharing the simulator has reset
-                it since this env's last reset.
+            InputError: Before the first :meth:`reset`, or when an env sharing the simulator has loaded
+                its task into it (by a reset or by being built) since this env's last reset.
         """
         if self._variation is None:
             raise InputError(
@@ -376,7 +376,7 @@ class ScienceWorldTextEnv(TextEnv[str]):
         return list(self._valid_index().values())
 
     def _check_loaded(self, call: str) -> None:
-        """Raise :class:`~llmgym.errors.InputError` if an env sharing the simulator has reset it since this one."""
+        """Raise :class:`~llmgym.errors.InputError` if another env has loaded its task into the simulator since this one's reset."""
         if self._sim is not None and _LOADED_BY.get(self._sim) is not self._mark:
             raise InputError(
                 f"{call} on the {self.task!r} env, whose simulator another env has loaded its task into since (it now holds that "
